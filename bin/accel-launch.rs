@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    accel::tools::main::<accel::cli::launch::LaunchCli>("accel-launch", accel::tools::launch::run)
+}

@@ -1,0 +1,140 @@
+//! `accel-config`: write, read, change and check accelerate config files.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::ToolDoc;
+use crate::env_vars::Group;
+
+/// Write, read and check accelerate config files (YAML, JSON or TOML).
+///
+/// With no subcommand on a terminal, asks the same questions as `accelerate config` and writes the
+/// answers to the default config path (or --config_file). Without a terminal it refuses instead of
+/// waiting for input: use `default`, `set` and friends in scripts.
+///
+/// The default config path is accelerate's: $HF_HOME/accelerate/default_config.yaml, or
+/// ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/default_config.yaml. The format follows the
+/// extension: .json is JSON, .toml is TOML, anything else YAML (which also reads JSON).
+#[derive(Debug, Parser)]
+#[command(
+    name = "accel-config",
+    version,
+    about,
+    long_about,
+    max_term_width = 100
+)]
+pub struct ConfigCli {
+    #[command(subcommand)]
+    pub command: Option<ConfigCommand>,
+
+    /// Config file to read or write (default: accelerate's default config path).
+    #[arg(long = "config_file", visible_alias = "config-file", global = true, value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
+    pub config_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write a config for this machine without asking: all detected GPUs, or one CPU process.
+    ///
+    /// Like `accelerate config default`, but YAML (accelerate writes JSON into the .yaml file), and an
+    /// existing file is kept unless --force is given — with an error saying so, not a silent exit 0.
+    Default(DefaultArgs),
+    /// Rewrite a config file with legacy and removed keys migrated, warning about each change.
+    Update,
+    /// Print the resolved config (file, ACCEL_CONFIG_* environment and defaults).
+    Show(ShowArgs),
+    /// Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`.
+    Get(GetArgs),
+    /// Set one key in the config file (created if missing), validating the value first.
+    Set(SetArgs),
+    /// Check a config file; exit 0 when valid, 2 with every problem listed otherwise.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MixedPrecisionArg {
+    No,
+    Fp16,
+    Bf16,
+    Fp8,
+}
+
+#[derive(Debug, Args)]
+pub struct DefaultArgs {
+    /// Mixed precision to write.
+    #[arg(
+        long = "mixed_precision",
+        visible_alias = "mixed-precision",
+        value_enum,
+        default_value = "no"
+    )]
+    pub mixed_precision: MixedPrecisionArg,
+    /// Overwrite an existing config file.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Show where each value comes from: a flag, an environment variable, file:line, or default.
+    #[arg(long)]
+    pub origin: bool,
+    /// Print JSON (`{"key": {"value": …, "origin": …}}` with --origin).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Key to print; sections as `fsdp_config.fsdp_version`.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// Print the value as JSON (lists and sections always are).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// Key to set; sections as `fsdp_config.fsdp_version`.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// New value, read as YAML would read it (`true`, `8`, `bf16`, `[a, b]`).
+    #[arg(value_name = "VALUE", allow_hyphen_values = true)]
+    pub value: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// File to check (default: --config_file, ACCEL_CONFIG_FILE or the default path).
+    #[arg(value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub file: Option<PathBuf>,
+}
+
+pub fn doc() -> ToolDoc {
+    ToolDoc {
+        name: "accel-config",
+        command: super::command_of::<ConfigCli>,
+        env_groups: &[Group::Accel, Group::Paths, Group::Output],
+        examples: &[
+            ("accel-config", "Answer the questionnaire on a terminal and write the default config."),
+            ("accel-config default --mixed_precision bf16", "Write a config for this machine's GPUs."),
+            ("accel-config show --origin", "Print every resolved value and where it came from."),
+            ("accel-config get num_processes", "Print one value, for $(…) in scripts."),
+            ("accel-config set fsdp_config.fsdp_version 2", "Change one key, validated, in place."),
+            ("accel-config validate cluster.yaml", "Check a file; every problem is listed with file:line."),
+        ],
+        launcher_codes: false,
+        extra_sections: &[(
+            "DIFFERENCES FROM ACCELERATE",
+            &[
+                "Unknown keys are warnings that name the closest valid key; accelerate refuses the file. Keys inside sections (fsdp_config, …) are validated too; accelerate never checks them.",
+                "An unquoted `mixed_precision: no` reads as the string no (YAML 1.2); accelerate reads False and crashes at launch. Strings YAML 1.1 would read as booleans are always written quoted, so PyYAML reads accel's files right.",
+                "`default` writes YAML and refuses to overwrite without --force, saying so; accelerate writes JSON into default_config.yaml and exits 0 silently.",
+                "Config values are resolved command line > ACCEL_CONFIG_* environment > file > defaults, and the keys accelerate ignores (rdzv_backend, same_network, enable_cpu_affinity, downcast_bf16, tpu_use_sudo) are honoured.",
+                "Amazon SageMaker configs are recognised and rejected with a clear message.",
+            ],
+        )],
+    }
+}

@@ -1,0 +1,38 @@
+//! `accel-launch`: command-line definition. (Filled in by its own issue; until then the tool says so.)
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+use super::ToolDoc;
+use crate::env_vars::Group;
+
+/// Launch a training script on one or many nodes, as accelerate launch does.
+#[derive(Debug, Parser)]
+#[command(
+    name = "accel-launch",
+    version,
+    about,
+    long_about,
+    max_term_width = 100
+)]
+pub struct LaunchCli {
+    /// Arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<OsString>,
+}
+
+pub fn doc() -> ToolDoc {
+    ToolDoc {
+        name: "accel-launch",
+        command: super::command_of::<LaunchCli>,
+        env_groups: &[Group::Accel, Group::Output],
+        examples: &[],
+        launcher_codes: false,
+        extra_sections: &[],
+    }
+}

@@ -1,0 +1,97 @@
+//! Man pages and shell completions, generated from the clap types in [`crate::cli`] plus what clap cannot
+//! know: ENVIRONMENT (from the [`crate::env_vars`] registry), EXIT STATUS (from [`ExitStatus`]), EXAMPLES
+//! and tool-specific sections. The outputs are committed under `man/`; the test suite regenerates them
+//! in memory and fails when they drift (`scripts/gen-docs` rewrites them).
+
+use clap_complete::Shell;
+use roff::{bold, roman, Roff};
+
+use crate::cli::{tools, ToolDoc};
+use crate::env_vars;
+use crate::exit_status::ExitStatus;
+
+/// Every generated file: `(path relative to the repository root, contents)`.
+pub fn render_all() -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for tool in tools() {
+        files.push((format!("man/{}.1", tool.name), man_page(&tool)));
+        for (shell, ext) in [
+            (Shell::Bash, "bash"),
+            (Shell::Zsh, "zsh"),
+            (Shell::Fish, "fish"),
+        ] {
+            let mut cmd = (tool.command)();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, tool.name, &mut out);
+            files.push((format!("man/completions/{}.{ext}", tool.name), out));
+        }
+    }
+    files
+}
+
+fn section(roff: &mut Roff, title: &str) {
+    roff.control("SH", [title]);
+}
+
+/// The man page of one tool.
+pub fn man_page(tool: &ToolDoc) -> Vec<u8> {
+    let cmd = (tool.command)();
+    let man = clap_mangen::Man::new(cmd.clone())
+        .section("1")
+        .manual("accel manual")
+        .source(format!("accel {}", env!("CARGO_PKG_VERSION")));
+    let mut out = Vec::new();
+    // Writing to a Vec cannot fail.
+    let _ = man.render_title(&mut out);
+    let _ = man.render_name_section(&mut out);
+    let _ = man.render_synopsis_section(&mut out);
+    let _ = man.render_description_section(&mut out);
+    let _ = man.render_options_section(&mut out);
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        let _ = man.render_subcommands_section(&mut out);
+    }
+
+    let mut roff = Roff::new();
+    for (title, paragraphs) in tool.extra_sections {
+        section(&mut roff, title);
+        for p in *paragraphs {
+            roff.control("PP", []).text([roman(*p)]);
+        }
+    }
+
+    let vars = env_vars::documented(tool.env_groups);
+    if !vars.is_empty() {
+        section(&mut roff, "ENVIRONMENT");
+        for var in vars {
+            roff.control("TP", [])
+                .text([bold(var.name)])
+                .text([roman(var.doc)]);
+        }
+    }
+
+    section(&mut roff, "EXIT STATUS");
+    for (code, meaning) in ExitStatus::documented(tool.launcher_codes) {
+        roff.control("TP", [])
+            .text([bold(code)])
+            .text([roman(meaning)]);
+    }
+
+    if !tool.examples.is_empty() {
+        section(&mut roff, "EXAMPLES");
+        for (command, what) in tool.examples {
+            roff.control("TP", [])
+                .text([bold(*command)])
+                .text([roman(*what)]);
+        }
+    }
+
+    section(&mut roff, "SEE ALSO");
+    let others: Vec<String> = tools()
+        .iter()
+        .filter(|t| t.name != tool.name)
+        .map(|t| format!("{}(1)", t.name))
+        .collect();
+    roff.text([roman(others.join(", "))]);
+    out.extend(roff.to_roff().into_bytes());
+    out
+}

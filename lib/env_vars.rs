@@ -1,0 +1,252 @@
+//! Every environment variable accel reads or writes, declared once. Code names variables through these
+//! constants, the man pages' ENVIRONMENT sections are generated from [`REGISTRY`], and the process
+//! environment is read exactly once, into an [`Environment`] snapshot that is passed down — so tests can
+//! hand a tool any environment they like, and `accel-env` reports what the tools will actually see.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+/// Who cares about a variable; the man page of each tool lists the groups it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// Knobs of accel itself.
+    Accel,
+    /// Where accelerate (and so accel) keeps its config.
+    Paths,
+    /// Set by accel-launch for each rank: torchrun's worker contract.
+    Contract,
+    /// Set by accel-launch for each rank: what `accelerate launch` exports for the configured run.
+    Accelerate,
+    /// Read from a SLURM allocation (`srun`/`sbatch`).
+    Slurm,
+    /// Read from MPI launchers (Open MPI, MPICH/PMI, MVAPICH).
+    Mpi,
+    /// GPU and communication-library settings reported by accel-env.
+    Device,
+    /// Terminal and output behaviour.
+    Output,
+    /// Hugging Face Hub access (accel-estimate-memory).
+    Hub,
+}
+
+/// One documented variable.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    pub name: &'static str,
+    pub group: Group,
+    pub doc: &'static str,
+}
+
+macro_rules! vars {
+    ($( $(#[$meta:meta])* $ident:ident = $name:literal, $group:ident, $doc:literal; )*) => {
+        $( $(#[$meta])* pub const $ident: &str = $name; )*
+        /// All declared variables, in declaration order.
+        pub static REGISTRY: &[EnvVar] = &[
+            $( EnvVar { name: $name, group: Group::$group, doc: $doc }, )*
+        ];
+    };
+}
+
+vars! {
+    ACCEL_CONFIG_FILE = "ACCEL_CONFIG_FILE", Accel,
+        "Config file to use when --config_file is not given (accelerate has no such variable).";
+    ACCEL_NO_PROGRESS = "ACCEL_NO_PROGRESS", Accel,
+        "When set and non-empty, never draw progress bars.";
+    ACCEL_LOG = "ACCEL_LOG", Accel,
+        "Debug logging to stderr when set to `debug` (or `trace`).";
+    ACCEL_PYTHON = "ACCEL_PYTHON", Accel,
+        "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH).";
+    ACCEL_CONFIG_OVERRIDE_PREFIX = "ACCEL_CONFIG_", Accel,
+        "ACCEL_CONFIG_<KEY> (e.g. ACCEL_CONFIG_MIXED_PRECISION=bf16, ACCEL_CONFIG_FSDP_CONFIG__FSDP_VERSION=2) overrides that config key; it beats the file and loses to a command-line flag. A double underscore separates a section from its key.";
+    HF_HOME = "HF_HOME", Paths,
+        "Hugging Face home; the default config is $HF_HOME/accelerate/default_config.yaml.";
+    XDG_CACHE_HOME = "XDG_CACHE_HOME", Paths,
+        "Used when HF_HOME is unset: ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/default_config.yaml.";
+    HOME = "HOME", Paths,
+        "Home directory, for `~` in the default paths.";
+    PATH = "PATH", Paths,
+        "Searched for python, nvidia-smi, torchrun, deepspeed and mpirun.";
+
+    RANK = "RANK", Contract, "Global rank of the worker (0..WORLD_SIZE).";
+    LOCAL_RANK = "LOCAL_RANK", Contract, "Rank of the worker on its node (0..LOCAL_WORLD_SIZE).";
+    WORLD_SIZE = "WORLD_SIZE", Contract, "Total number of workers.";
+    LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE", Contract, "Number of workers on this node.";
+    GROUP_RANK = "GROUP_RANK", Contract, "Rank of this node (torchrun's worker group rank).";
+    GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE", Contract, "Number of nodes.";
+    ROLE_RANK = "ROLE_RANK", Contract, "Rank of the worker among workers of the same role.";
+    ROLE_NAME = "ROLE_NAME", Contract, "The worker role (`default`, or --role).";
+    ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE", Contract, "Number of workers with the same role.";
+    MASTER_ADDR = "MASTER_ADDR", Contract, "Host of rank 0, which hosts the TCPStore rendezvous.";
+    MASTER_PORT = "MASTER_PORT", Contract, "Port of the TCPStore rendezvous on MASTER_ADDR.";
+    TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT", Contract, "How many times the worker group was restarted.";
+    TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS", Contract, "--max_restarts.";
+    TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID", Contract, "Run id (--rdzv_id; `none` for static rendezvous).";
+    TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE", Contract, "Never set by accel: rank 0 hosts the store.";
+    TORCHELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE", Contract, "Per-rank file where @record writes a failing rank's traceback.";
+    TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING", Contract, "Set to 1, as torchrun does.";
+    OMP_NUM_THREADS = "OMP_NUM_THREADS", Contract, "Threads per rank; read from the environment as accelerate does, exported to ranks.";
+    PYTHONUNBUFFERED = "PYTHONUNBUFFERED", Contract, "Set to 1 so rank output reaches the launcher line by line.";
+
+    ACCELERATE_MIXED_PRECISION = "ACCELERATE_MIXED_PRECISION", Accelerate, "no, fp16, bf16 or fp8.";
+    ACCELERATE_USE_CPU = "ACCELERATE_USE_CPU", Accelerate, "True/False: run on CPU.";
+    ACCELERATE_DEBUG_MODE = "ACCELERATE_DEBUG_MODE", Accelerate, "true when debug is on.";
+    ACCELERATE_CPU_AFFINITY = "ACCELERATE_CPU_AFFINITY", Accelerate, "1 when enable_cpu_affinity is on.";
+    ACCELERATE_DYNAMO_BACKEND = "ACCELERATE_DYNAMO_BACKEND", Accelerate, "torch.compile backend, upper-case.";
+    ACCELERATE_DYNAMO_MODE = "ACCELERATE_DYNAMO_MODE", Accelerate, "torch.compile mode.";
+    ACCELERATE_DYNAMO_USE_FULLGRAPH = "ACCELERATE_DYNAMO_USE_FULLGRAPH", Accelerate, "True/False.";
+    ACCELERATE_DYNAMO_USE_DYNAMIC = "ACCELERATE_DYNAMO_USE_DYNAMIC", Accelerate, "True/False.";
+    ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", Accelerate, "True/False.";
+    ACCELERATE_USE_FSDP = "ACCELERATE_USE_FSDP", Accelerate, "true for FSDP runs; the FSDP_* variables carry fsdp_config.";
+    ACCELERATE_USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED", Accelerate, "true for DeepSpeed runs; ACCELERATE_DEEPSPEED_* carry deepspeed_config.";
+    ACCELERATE_USE_MEGATRON_LM = "ACCELERATE_USE_MEGATRON_LM", Accelerate, "true for Megatron-LM runs; MEGATRON_LM_* carry megatron_lm_config.";
+    ACCELERATE_USE_PARALLELISM_CONFIG = "ACCELERATE_USE_PARALLELISM_CONFIG", Accelerate, "true when parallelism_config is set; PARALLELISM_CONFIG_* carry it.";
+    ACCELERATE_CONFIG_DS_FIELDS = "ACCELERATE_CONFIG_DS_FIELDS", Accelerate, "DeepSpeed keys that came from the config file.";
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", Accelerate, "DeepSpeed gradient accumulation steps.";
+    ACCELERATE_GRADIENT_CLIPPING = "ACCELERATE_GRADIENT_CLIPPING", Accelerate, "DeepSpeed gradient clipping.";
+    CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES", Device, "GPUs a rank may use; set from gpu_ids.";
+    NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES", Device, "GPUs a container exposes (reported only).";
+    NCCL_DEBUG = "NCCL_DEBUG", Device, "NCCL logging (reported; every NCCL_* variable is reported).";
+
+    SLURM_JOB_ID = "SLURM_JOB_ID", Slurm, "Job id; the rendezvous port is derived from it when none is given.";
+    SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST", Slurm, "Nodes of the job (hostlist syntax, e.g. node[01-04,07]); the first is the rendezvous host.";
+    SLURM_NODELIST = "SLURM_NODELIST", Slurm, "Older name of SLURM_JOB_NODELIST.";
+    SLURM_NNODES = "SLURM_NNODES", Slurm, "Number of nodes of the job step.";
+    SLURM_NODEID = "SLURM_NODEID", Slurm, "This node's index in the step (machine rank).";
+    SLURM_PROCID = "SLURM_PROCID", Slurm, "Global task rank (one-task-per-GPU mode).";
+    SLURM_LOCALID = "SLURM_LOCALID", Slurm, "Task rank on this node (one-task-per-GPU mode).";
+    SLURM_NTASKS = "SLURM_NTASKS", Slurm, "Number of tasks in the step.";
+    SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE", Slurm, "Tasks per node.";
+    SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE", Slurm, "GPUs allocated on this node.";
+    SLURM_STEP_NUM_TASKS = "SLURM_STEP_NUM_TASKS", Slurm, "Number of tasks in this step.";
+
+    OMPI_COMM_WORLD_SIZE = "OMPI_COMM_WORLD_SIZE", Mpi, "Open MPI world size.";
+    OMPI_COMM_WORLD_RANK = "OMPI_COMM_WORLD_RANK", Mpi, "Open MPI rank.";
+    OMPI_COMM_WORLD_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK", Mpi, "Open MPI local rank.";
+    OMPI_COMM_WORLD_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_SIZE", Mpi, "Open MPI local size (also sizes OMP threads).";
+    PMI_SIZE = "PMI_SIZE", Mpi, "MPICH/PMI world size.";
+    PMI_RANK = "PMI_RANK", Mpi, "MPICH/PMI rank.";
+    MPI_LOCALNRANKS = "MPI_LOCALNRANKS", Mpi, "Intel MPI/MPICH local size.";
+    MPI_LOCALRANKID = "MPI_LOCALRANKID", Mpi, "Intel MPI/MPICH local rank.";
+    MV2_COMM_WORLD_LOCAL_SIZE = "MV2_COMM_WORLD_LOCAL_SIZE", Mpi, "MVAPICH local size.";
+
+    NO_COLOR = "NO_COLOR", Output, "When set and non-empty, no colour in diagnostics.";
+    TERM = "TERM", Output, "Terminal type (reported).";
+
+    HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";
+    HF_TOKEN = "HF_TOKEN", Hub, "Bearer token for gated or private repositories.";
+    HF_HUB_OFFLINE = "HF_HUB_OFFLINE", Hub, "When 1, never contact the Hub.";
+}
+
+/// Prefixes whose variables are reported by accel-env and warned about when they would leak into a run.
+pub const LEAKY_PREFIXES: &[&str] = &[
+    "ACCELERATE_",
+    "FSDP_",
+    "MEGATRON_LM_",
+    "PARALLELISM_CONFIG_",
+];
+/// Prefixes reported by accel-env as relevant to a distributed run.
+pub const REPORTED_PREFIXES: &[&str] = &[
+    "NCCL_", "SLURM_", "MASTER_", "TORCH_", "CUDA_", "GLOO_", "OMP_",
+];
+
+/// The process environment, read once at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    vars: BTreeMap<String, String>,
+}
+
+impl Environment {
+    /// Reads the process environment. The only place in accel that does; variables that are not UTF-8
+    /// are kept lossily (none of the ones accel interprets may legitimately be non-UTF-8).
+    #[allow(clippy::disallowed_methods)]
+    pub fn capture() -> Self {
+        let vars = std::env::vars_os()
+            .map(|(k, v): (OsString, OsString)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        Environment { vars }
+    }
+
+    /// An environment from explicit pairs (tests, and worker-side parsing of a rendered contract).
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Environment {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// The value if set and not empty: most variables treat empty as unset.
+    pub fn non_empty(&self, name: &str) -> Option<&str> {
+        self.get(name).filter(|v| !v.is_empty())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.iter().filter(move |(k, _)| k.starts_with(prefix))
+    }
+
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.vars.insert(name.into(), value.into());
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.vars.remove(name);
+    }
+
+    pub fn len(&self) -> usize {
+        self.vars.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+}
+
+/// The registry entries of the given groups, for a man page's ENVIRONMENT section.
+pub fn documented(groups: &[Group]) -> Vec<&'static EnvVar> {
+    REGISTRY
+        .iter()
+        .filter(|v| groups.contains(&v.group))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_names_are_unique_and_match_constants() {
+        let mut names: Vec<_> = REGISTRY.iter().map(|v| v.name).collect();
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "duplicate variable in REGISTRY");
+        assert_eq!(MASTER_PORT, "MASTER_PORT");
+    }
+
+    #[test]
+    fn snapshot_lookup() {
+        let env = Environment::from_pairs([("A", "1"), ("EMPTY", "")]);
+        assert_eq!(env.get("A"), Some("1"));
+        assert_eq!(env.non_empty("EMPTY"), None);
+        assert_eq!(env.get("B"), None);
+    }
+}

@@ -1,0 +1,61 @@
+//! One `run` per tool, and the `main` every binary calls: read the environment once, parse the command
+//! line, run, render any error through the one renderer, and turn the result into an exit code.
+
+pub mod config;
+pub mod env;
+pub mod estimate;
+pub mod launch;
+pub mod merge;
+pub mod test;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::env_vars::Environment;
+use crate::error::{render, Error, Result};
+use crate::exit_status::ExitStatus;
+
+/// The whole of a binary's `main`.
+pub fn main<C: clap::Parser>(
+    tool: &'static str,
+    run: fn(C, &Environment) -> Result<ExitStatus>,
+) -> ExitCode {
+    let env = Environment::capture();
+    let cli = match C::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitStatus::Usage.into()
+            } else {
+                ExitStatus::Success.into()
+            };
+        }
+    };
+    match run(cli, &env) {
+        Ok(status) => status.into(),
+        Err(err) => render(tool, &err, &env).into(),
+    }
+}
+
+/// Writes data to stdout. A closed pipe (`accel-env | head -1`) ends the tool quietly, as in ripgrep.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::msg(
+            ExitStatus::Output,
+            format!("cannot write to stdout: {e}"),
+        )),
+    }
+}
+
+/// What an unbuilt tool answers until its issue lands: a clear error, never a silent success.
+pub fn not_built(tool: &str) -> Result<ExitStatus> {
+    Err(Error::msg_hint(
+        ExitStatus::Failure,
+        format!("{tool} is not built yet in this version of accel"),
+        "see the README for the tools that are available",
+    ))
+}
