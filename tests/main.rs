@@ -1,1 +1,10 @@
-//! Integration tests: drive the built binaries.
+//! Integration tests: every module drives the built binaries as a user would.
+
+// Tests may unwrap, and read the real environment to build the isolated one they hand the tools.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+mod util;
+
+mod config;
+mod docs;
+mod env;

@@ -248,11 +248,10 @@ fn locate(text: &str, format: Format, dotted: &str) -> Option<usize> {
     }
 }
 
-/// Strings PyYAML (YAML 1.1) would read as something other than a string when unquoted.
+/// Strings PyYAML (YAML 1.1) reads as booleans when unquoted but YAML-1.2 emitters leave bare.
+/// (`true`/`false` are booleans in both, so an unquoted one is a real boolean and stays as it is.)
 fn needs_yaml11_quotes(s: &str) -> bool {
-    const BOOLISH: &[&str] = &[
-        "y", "yes", "n", "no", "on", "off", "true", "false", "null", "~",
-    ];
+    const BOOLISH: &[&str] = &["y", "yes", "n", "no", "on", "off"];
     BOOLISH.contains(&s.to_ascii_lowercase().as_str())
 }
 
@@ -394,6 +393,18 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A command-line value read as a YAML scalar (`8` a number, `true` a boolean, `[a, b]` a list), so
+/// `set` coerces it like a value written in a file.
+pub fn type_hint_parse(raw: &str) -> Value {
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(raw)
+        .ok()
+        .map(yaml_to_json)
+    {
+        Some(Ok(v)) if !v.is_object() && !v.is_null() => v,
+        _ => Value::String(raw.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,17 +457,5 @@ mod tests {
         )
         .unwrap();
         assert_eq!(doc.line_of("fsdp_config.fsdp_version"), Some(3));
-    }
-}
-
-/// A command-line value read as a YAML scalar (`8` a number, `true` a boolean, `[a, b]` a list), so
-/// `set` coerces it like a value written in a file.
-pub fn type_hint_parse(raw: &str) -> Value {
-    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(raw)
-        .ok()
-        .map(yaml_to_json)
-    {
-        Some(Ok(v)) if !v.is_object() && !v.is_null() => v,
-        _ => Value::String(raw.to_string()),
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 pub use cluster::*;
 pub use file::{Document, Format};
 pub use paths::{default_config_path, hf_cache_dir};
-pub use value::coerce;
+pub use value::{coerce, Mismatch};
 
 use crate::env_vars::{self, Environment};
 use crate::error::Diagnostic;
@@ -263,7 +263,9 @@ pub fn normalize(doc: Document) -> Result<Loaded, ConfigError> {
                             Ok(v) => {
                                 out.insert(ikey, v);
                             }
-                            Err(()) => problems.push(problem(&doc, &dotted, ispec, &ivalue)),
+                            Err(value::Mismatch) => {
+                                problems.push(problem(&doc, &dotted, ispec, &ivalue))
+                            }
                         },
                         None => {
                             if key == "mpirun_config" && ikey == "mpirun_ccl" {
@@ -291,7 +293,7 @@ pub fn normalize(doc: Document) -> Result<Loaded, ConfigError> {
                 Ok(v) => {
                     map.insert(key, v);
                 }
-                Err(()) => problems.push(problem(&doc, &key, spec, &value)),
+                Err(value::Mismatch) => problems.push(problem(&doc, &key, spec, &value)),
             },
         }
     }
@@ -471,7 +473,7 @@ impl Resolved {
                 hint: None,
             }));
         }
-        let coerced = value::coerce(&spec.kind, &value::parse_scalar(value)).map_err(|()| {
+        let coerced = value::coerce(&spec.kind, &value::parse_scalar(value)).map_err(|_| {
             ConfigError::Invalid(Problem {
                 location: origin.to_string(),
                 key: key.clone(),

@@ -23,42 +23,46 @@ fn as_int(v: &Value) -> Option<i64> {
     }
 }
 
+/// A value that cannot be read as the kind a key wants; the caller knows the key and says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch;
+
 /// The value as `kind` wants it, or `Err` when it cannot be read that way.
-pub fn coerce(kind: &Kind, v: &Value) -> Result<Value, ()> {
+pub fn coerce(kind: &Kind, v: &Value) -> Result<Value, Mismatch> {
     match kind {
         Kind::Any => Ok(v.clone()),
         Kind::Bool => match v {
             Value::Bool(b) => Ok(Value::Bool(*b)),
-            Value::String(s) => bool_word(s).map(Value::Bool).ok_or(()),
+            Value::String(s) => bool_word(s).map(Value::Bool).ok_or(Mismatch),
             Value::Number(n) if n.as_i64() == Some(0) || n.as_i64() == Some(1) => {
                 Ok(Value::Bool(n.as_i64() == Some(1)))
             }
-            _ => Err(()),
+            _ => Err(Mismatch),
         },
         Kind::Int { min, max } => as_int(v)
             .filter(|i| i >= min && i <= max)
             .map(Value::from)
-            .ok_or(()),
+            .ok_or(Mismatch),
         Kind::IntChoice(values) => as_int(v)
             .filter(|i| values.contains(i))
             .map(Value::from)
-            .ok_or(()),
+            .ok_or(Mismatch),
         Kind::Float => match v {
-            Value::Number(n) => n.as_f64().map(Value::from).ok_or(()),
+            Value::Number(n) => n.as_f64().map(Value::from).ok_or(Mismatch),
             Value::String(s) => s
                 .trim()
                 .parse::<f64>()
                 .ok()
                 .filter(|f| f.is_finite())
                 .map(Value::from)
-                .ok_or(()),
-            _ => Err(()),
+                .ok_or(Mismatch),
+            _ => Err(Mismatch),
         },
         Kind::Str => match v {
             Value::String(s) => Ok(Value::String(s.clone())),
             Value::Number(n) => Ok(Value::String(n.to_string())),
             Value::Bool(b) => Ok(Value::String(b.to_string())),
-            _ => Err(()),
+            _ => Err(Mismatch),
         },
         Kind::Choice {
             values,
@@ -70,20 +74,20 @@ pub fn coerce(kind: &Kind, v: &Value) -> Result<Value, ()> {
                 // An unquoted YAML-1.1 `no` that reached us as a boolean.
                 Value::Bool(false) => "no".into(),
                 Value::Number(n) if *legacy_int => {
-                    let i = n.as_u64().ok_or(())? as usize;
+                    let i = n.as_u64().ok_or(Mismatch)? as usize;
                     return values
                         .get(i.wrapping_sub(1))
                         .map(|s| Value::from(*s))
-                        .ok_or(());
+                        .ok_or(Mismatch);
                 }
-                _ => return Err(()),
+                _ => return Err(Mismatch),
             };
             if *legacy_int {
                 if let Ok(i) = text.parse::<usize>() {
                     return values
                         .get(i.wrapping_sub(1))
                         .map(|s| Value::from(*s))
-                        .ok_or(());
+                        .ok_or(Mismatch);
                 }
             }
             values
@@ -96,7 +100,7 @@ pub fn coerce(kind: &Kind, v: &Value) -> Result<Value, ()> {
                     }
                 })
                 .map(|c| Value::from(*c))
-                .ok_or(())
+                .ok_or(Mismatch)
         }
         Kind::BoolOrChoice(values) => match v {
             Value::Bool(b) => Ok(Value::Bool(*b)),
@@ -106,22 +110,22 @@ pub fn coerce(kind: &Kind, v: &Value) -> Result<Value, ()> {
                     .iter()
                     .find(|c| c.eq_ignore_ascii_case(s))
                     .map(|c| Value::from(*c))
-                    .ok_or(()),
+                    .ok_or(Mismatch),
             },
-            _ => Err(()),
+            _ => Err(Mismatch),
         },
         Kind::List => match v {
             Value::Array(items) => items
                 .iter()
                 .map(|i| coerce(&Kind::Str, i))
-                .collect::<Result<Vec<_>, _>>()
+                .collect::<Result<Vec<_>, Mismatch>>()
                 .map(Value::Array),
             Value::String(s) => Ok(Value::Array(vec![Value::String(s.clone())])),
-            _ => Err(()),
+            _ => Err(Mismatch),
         },
         Kind::Section(_) => match v {
             Value::Object(_) => Ok(v.clone()),
-            _ => Err(()),
+            _ => Err(Mismatch),
         },
     }
 }
@@ -147,14 +151,14 @@ mod tests {
             coerce(&Kind::Bool, &Value::from("yes")),
             Ok(Value::Bool(true))
         );
-        assert_eq!(coerce(&Kind::Bool, &Value::from("maybe")), Err(()));
+        assert_eq!(coerce(&Kind::Bool, &Value::from("maybe")), Err(Mismatch));
         assert_eq!(
             coerce(&Kind::Int { min: 0, max: 10 }, &Value::from("8")),
             Ok(Value::from(8))
         );
         assert_eq!(
             coerce(&Kind::Int { min: 0, max: 10 }, &Value::from(11)),
-            Err(())
+            Err(Mismatch)
         );
         let mp = Kind::Choice {
             values: &["no", "fp16"],

@@ -268,7 +268,7 @@ fn set(path: &Path, key: &str, raw: &str, env: &Environment) -> Result<ExitStatu
         key: key.clone(),
         suggestion: None,
     })?;
-    let value = config::coerce(&spec.kind, &config::file::type_hint_parse(raw)).map_err(|()| {
+    let value = config::coerce(&spec.kind, &config::file::type_hint_parse(raw)).map_err(|_| {
         ConfigError::Invalid(config::Problem {
             location: "command line".into(),
             key: key.clone(),

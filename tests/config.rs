@@ -1,0 +1,463 @@
+//! accel-config against the real accelerate 1.15 in `.venv`: files each side writes load on the other with
+//! the same values; formats, normalisation, errors and the no-TTY refusal.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::{python, tempdir, venv_python, Run};
+
+/// accelerate's own reading of a config file: `load_config_from_file(path).to_dict()` as JSON.
+fn accelerate_load(path: &Path) -> Value {
+    let code = format!(
+        "import json; from accelerate.commands.config.config_args import load_config_from_file as l\n\
+         print(json.dumps(l({:?}).to_dict(), sort_keys=True))",
+        path.display().to_string()
+    );
+    serde_json::from_str(&python(&code, &BTreeMap::new())).unwrap()
+}
+
+fn show_json(home: &Path, file: &Path) -> Value {
+    let out = Run::new("accel-config", home)
+        .args(["show", "--json", "--config_file"])
+        .arg(file)
+        .run();
+    out.success();
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+#[test]
+fn reads_what_accelerate_config_default_writes() {
+    let home = tempdir();
+    let file = home.path().join("acc.yaml");
+    let out = std::process::Command::new(venv_python())
+        .args([
+            "-m",
+            "accelerate.commands.accelerate_cli",
+            "config",
+            "default",
+            "--config_file",
+        ])
+        .arg(&file)
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // accelerate writes JSON into the .yaml file.
+    assert!(fs::read_to_string(&file)
+        .unwrap()
+        .trim_start()
+        .starts_with('{'));
+    for (key, want) in [
+        ("num_processes", "1"),
+        ("distributed_type", "NO"),
+        ("mixed_precision", "no"),
+        ("use_cpu", "true"),
+    ] {
+        Run::new("accel-config", home.path())
+            .args(["--config_file"])
+            .arg(&file)
+            .args(["get", key])
+            .run()
+            .success()
+            .stdout_is(&format!("{want}\n"));
+    }
+    assert_eq!(show_json(home.path(), &file), accelerate_load(&file));
+}
+
+#[test]
+fn accelerate_reads_what_accel_config_writes() {
+    let home = tempdir();
+    for name in ["c.yaml", "c.json"] {
+        let file = home.path().join(name);
+        Run::new("accel-config", home.path())
+            .args(["default", "--mixed_precision", "bf16", "--config_file"])
+            .arg(&file)
+            .run()
+            .success();
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["set", "num_processes", "4"])
+            .run()
+            .success();
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["set", "distributed_type", "MULTI_GPU"])
+            .run()
+            .success();
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["set", "fsdp_config.fsdp_version", "2"])
+            .run()
+            .success();
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["set", "gpu_ids", "0,1,2,3"])
+            .run()
+            .success();
+        let theirs = accelerate_load(&file);
+        assert_eq!(theirs["mixed_precision"], "bf16");
+        assert_eq!(theirs["num_processes"], 4);
+        assert_eq!(theirs["distributed_type"], "MULTI_GPU");
+        assert_eq!(theirs["fsdp_config"]["fsdp_version"], 2);
+        assert_eq!(show_json(home.path(), &file), theirs, "{name}");
+    }
+}
+
+#[test]
+fn yaml11_words_are_quoted_for_pyyaml() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    Run::new("accel-config", home.path())
+        .args(["default", "--config_file"])
+        .arg(&file)
+        .run()
+        .success();
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("distributed_type: 'NO'") && text.contains("mixed_precision: 'no'"),
+        "{text}"
+    );
+    // PyYAML (YAML 1.1) must read them back as strings, and accelerate must load the file.
+    let code = format!("import yaml; d = yaml.safe_load(open({:?})); print(repr(d['distributed_type']), repr(d['mixed_precision']))", file.display().to_string());
+    assert_eq!(python(&code, &BTreeMap::new()).trim(), "'NO' 'no'");
+    assert_eq!(accelerate_load(&file)["distributed_type"], "NO");
+}
+
+#[test]
+fn unquoted_no_reads_as_no() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: NO\nmixed_precision: no\nuse_cpu: yes\n",
+    )
+    .unwrap();
+    let run = |key: &str| {
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["get", key])
+            .run()
+    };
+    run("mixed_precision").success().stdout_is("no\n");
+    run("distributed_type").success().stdout_is("NO\n");
+    run("use_cpu").success().stdout_is("true\n");
+}
+
+#[test]
+fn yaml_json_toml_resolve_identically() {
+    let home = tempdir();
+    let yaml = "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 8\n\
+                fsdp_config:\n  fsdp_version: 2\n  fsdp_offload_params: false\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n\
+                commands:\n  - echo hi\n";
+    let json = r#"{"compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP", "mixed_precision": "bf16",
+                   "num_processes": 8, "commands": ["echo hi"],
+                   "fsdp_config": {"fsdp_version": 2, "fsdp_offload_params": false, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}"#;
+    let toml = "compute_environment = \"LOCAL_MACHINE\"\ndistributed_type = \"FSDP\"\nmixed_precision = \"bf16\"\nnum_processes = 8\n\
+                commands = [\"echo hi\"]\n[fsdp_config]\nfsdp_version = 2\nfsdp_offload_params = false\nfsdp_auto_wrap_policy = \"TRANSFORMER_BASED_WRAP\"\n";
+    let mut seen = Vec::new();
+    for (name, text) in [
+        ("c.yaml", yaml),
+        ("c.json", json),
+        ("c.toml", toml),
+        ("json-in.yaml", json),
+    ] {
+        let f = home.path().join(name);
+        fs::write(&f, text).unwrap();
+        seen.push(show_json(home.path(), &f));
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:#?}");
+    assert_eq!(seen[0], accelerate_load(&home.path().join("c.yaml")));
+    assert_eq!(seen[0], accelerate_load(&home.path().join("c.json")));
+}
+
+#[test]
+fn default_path_and_refusal_to_overwrite() {
+    let home = tempdir();
+    let xdg = home.path().join("xdg");
+    let out = Run::new("accel-config", home.path())
+        .env("XDG_CACHE_HOME", &xdg)
+        .arg("default")
+        .run();
+    out.success()
+        .stderr_contains("xdg/huggingface/accelerate/default_config.yaml");
+    let path = xdg.join("huggingface/accelerate/default_config.yaml");
+    assert!(path.is_file());
+    let before = fs::read(&path).unwrap();
+    Run::new("accel-config", home.path())
+        .env("XDG_CACHE_HOME", &xdg)
+        .args(["default", "--mixed_precision", "fp16"])
+        .run()
+        .code_is(4)
+        .stderr_contains("already exists")
+        .stderr_contains("--force");
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        before,
+        "refused overwrite must not touch the file"
+    );
+    Run::new("accel-config", home.path())
+        .env("XDG_CACHE_HOME", &xdg)
+        .args(["default", "--mixed_precision", "fp16", "--force"])
+        .run()
+        .success();
+    Run::new("accel-config", home.path())
+        .env("XDG_CACHE_HOME", &xdg)
+        .args(["get", "mixed_precision"])
+        .run()
+        .success()
+        .stdout_is("fp16\n");
+    // HF_HOME wins over XDG_CACHE_HOME, as in accelerate.
+    let hf = home.path().join("hf");
+    Run::new("accel-config", home.path())
+        .env("XDG_CACHE_HOME", &xdg)
+        .env("HF_HOME", &hf)
+        .arg("default")
+        .run()
+        .success();
+    assert!(hf.join("accelerate/default_config.yaml").is_file());
+}
+
+#[test]
+fn provenance_cli_env_file_default() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: fp16\n",
+    )
+    .unwrap();
+    let out = Run::new("accel-config", home.path())
+        .env("ACCEL_CONFIG_MIXED_PRECISION", "bf16")
+        .arg("--config_file")
+        .arg(&file)
+        .args(["show", "--origin"])
+        .run();
+    out.success();
+    let line = |k: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{k}:")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("num_processes").contains(&format!("# {}:2", file.display())),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        line("mixed_precision").contains("bf16")
+            && line("mixed_precision").contains("# env ACCEL_CONFIG_MIXED_PRECISION"),
+        "{}",
+        out.stdout
+    );
+    assert!(line("rdzv_backend").contains("# default"), "{}", out.stdout);
+    let out = Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["show", "--origin", "--json"])
+        .run();
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["num_processes"]["origin"]["line"], 2);
+    assert_eq!(v["num_processes"]["value"], 4);
+}
+
+#[test]
+fn unknown_keys_warn_with_closest_and_values_error_with_location() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: NO\nnum_proceses: 2\nmixed_precision: fp17\n",
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("show")
+        .run()
+        .code_is(2)
+        .stderr_contains(&format!("accel-config: error: {}:3: `mixed_precision`: invalid value `fp17` (expected one of no, fp16, bf16, fp8)", file.display()));
+    fs::write(&file, "distributed_type: NO\nnum_proceses: 2\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("show")
+        .run()
+        .success()
+        .stderr_contains(&format!(
+            "warning: {}:2: unknown key `num_proceses` (ignored); did you mean `num_processes`?",
+            file.display()
+        ));
+}
+
+#[test]
+fn validate_lists_every_problem() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: NOPE\nuse_cpu: maybe\nfsdp_config:\n  fsdp_version: 3\n",
+    )
+    .unwrap();
+    let out = Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run();
+    out.code_is(1)
+        .stderr_contains("3 problems")
+        .stderr_contains("`distributed_type`")
+        .stderr_contains("`use_cpu`")
+        .stderr_contains(":4: `fsdp_config.fsdp_version`");
+    fs::write(&file, "distributed_type: MULTI_GPU\nnum_processes: 2\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run()
+        .success()
+        .stdout_contains("valid");
+    fs::write(&file, "num_processes: 2\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run()
+        .code_is(1)
+        .stderr_contains("`distributed_type` must be specified");
+    fs::write(&file, "distributed_type: [unclosed\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run()
+        .code_is(1)
+        .stderr_contains("invalid YAML");
+}
+
+#[test]
+fn missing_explicit_file_and_sagemaker_are_errors() {
+    let home = tempdir();
+    Run::new("accel-config", home.path())
+        .args(["--config_file", "/nonexistent/x.yaml", "show"])
+        .run()
+        .code_is(2)
+        .stderr_contains("config file `/nonexistent/x.yaml` does not exist")
+        .stderr_contains("hint:");
+    let file = home.path().join("sm.yaml");
+    fs::write(&file, "compute_environment: AMAZON_SAGEMAKER\ndistributed_type: 'NO'\nec2_instance_type: ml.p3.2xlarge\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("show")
+        .run()
+        .code_is(2)
+        .stderr_contains("SageMaker");
+}
+
+#[test]
+fn set_validates_and_keeps_unknown_keys() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(&file, "distributed_type: NO\nmy_custom_key: 1\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "num_processes", "lots"])
+        .run()
+        .code_is(2)
+        .stderr_contains("`num_processes`: invalid value `lots`");
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "num_proceses", "2"])
+        .run()
+        .code_is(2)
+        .stderr_contains("unknown config key `num_proceses`")
+        .stderr_contains("did you mean `num_processes`?");
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        "distributed_type: NO\nmy_custom_key: 1\n",
+        "failed set must not touch the file"
+    );
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "fsdp_config.version", "2"])
+        .run()
+        .success();
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("my_custom_key: 1") && text.contains("fsdp_version: 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn update_migrates_legacy_keys() {
+    let home = tempdir();
+    let file = home.path().join("old.yaml");
+    fs::write(&file, "distributed_type: MULTI_GPU\nnum_processes: 2\nfp16: true\ndynamo_backend: INDUCTOR\nipex_config:\n  ipex: true\n").unwrap();
+    let out = Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("update")
+        .run();
+    out.success()
+        .stderr_contains("fp16")
+        .stderr_contains("dynamo_backend")
+        .stderr_contains("ipex_config");
+    let theirs = accelerate_load(&file);
+    assert_eq!(theirs["mixed_precision"], "fp16");
+    assert_eq!(theirs["dynamo_config"]["dynamo_backend"], "INDUCTOR");
+    assert_eq!(theirs["rdzv_backend"], "static");
+    assert!(theirs.get("ipex_config").is_none());
+}
+
+#[test]
+fn questionnaire_refuses_without_terminal() {
+    let home = tempdir();
+    Run::new("accel-config", home.path())
+        .run()
+        .code_is(2)
+        .stderr_contains("needs a terminal")
+        .stderr_contains("accel-config default");
+}
+
+#[test]
+fn get_for_scripts() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_version: 2\n",
+    )
+    .unwrap();
+    let get = |k: &str| {
+        Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .args(["get", k])
+            .run()
+    };
+    get("num_processes").success().stdout_is("8\n");
+    get("fsdp_config.fsdp_version").success().stdout_is("2\n");
+    get("fsdp_config")
+        .success()
+        .stdout_is("{\"fsdp_version\":2}\n");
+    get("gpu_ids")
+        .code_is(1)
+        .stderr_contains("`gpu_ids` is not set");
+    get("bogus")
+        .code_is(2)
+        .stderr_contains("unknown config key `bogus`");
+}

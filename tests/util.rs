@@ -1,0 +1,191 @@
+//! A small fluent runner for the built binaries: isolated environment (a temp HOME, no ACCEL_*/ACCELERATE_*
+//! leaking in from the developer's shell), arguments, stdin, then assertions on code/stdout/stderr.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub fn bin(name: &str) -> PathBuf {
+    let path = match name {
+        "accel-config" => env!("CARGO_BIN_EXE_accel-config"),
+        "accel-env" => env!("CARGO_BIN_EXE_accel-env"),
+        "accel-launch" => env!("CARGO_BIN_EXE_accel-launch"),
+        "accel-test" => env!("CARGO_BIN_EXE_accel-test"),
+        "accel-estimate-memory" => env!("CARGO_BIN_EXE_accel-estimate-memory"),
+        "accel-merge-weights" => env!("CARGO_BIN_EXE_accel-merge-weights"),
+        other => panic!("unknown binary {other}"),
+    };
+    PathBuf::from(path)
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The project's venv python (scripts/setup makes it); tests that need it fail loudly without it.
+pub fn venv_python() -> PathBuf {
+    let p = repo().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/setup first",
+        p.display()
+    );
+    p
+}
+
+pub struct Run {
+    cmd: Command,
+    stdin: Option<Vec<u8>>,
+    desc: String,
+}
+
+#[derive(Debug)]
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    desc: String,
+}
+
+impl Run {
+    /// A tool with a clean environment rooted at `home` (HOME and XDG_CACHE_HOME under it).
+    pub fn new(tool: &str, home: &Path) -> Run {
+        let mut cmd = Command::new(bin(tool));
+        cmd.env_clear();
+        let path = std::env::var("PATH").unwrap_or_default();
+        let venv_bin = repo().join(".venv/bin");
+        cmd.env("PATH", format!("{}:{path}", venv_bin.display()));
+        cmd.env("HOME", home);
+        cmd.env("ACCEL_NO_PROGRESS", "1");
+        cmd.current_dir(home);
+        Run {
+            cmd,
+            stdin: None,
+            desc: tool.to_string(),
+        }
+    }
+    pub fn arg(mut self, a: impl Into<OsString>) -> Self {
+        let a = a.into();
+        self.desc.push(' ');
+        self.desc.push_str(&a.to_string_lossy());
+        self.cmd.arg(a);
+        self
+    }
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        for a in args {
+            self = self.arg(a);
+        }
+        self
+    }
+    pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(data.into());
+        self
+    }
+    pub fn run(mut self) -> Output {
+        self.cmd.stdin(if self.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = self
+            .cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.desc));
+        if let Some(data) = self.stdin.take() {
+            child.stdin.take().unwrap().write_all(&data).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            desc: self.desc,
+        }
+    }
+}
+
+impl Output {
+    pub fn code_is(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "`{}` exit code\nstdout:\n{}\nstderr:\n{}",
+            self.desc,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+    pub fn success(&self) -> &Self {
+        self.code_is(0)
+    }
+    pub fn stdout_is(&self, s: &str) -> &Self {
+        assert_eq!(
+            self.stdout, s,
+            "`{}` stdout (stderr: {})",
+            self.desc, self.stderr
+        );
+        self
+    }
+    pub fn stdout_contains(&self, s: &str) -> &Self {
+        assert!(
+            self.stdout.contains(s),
+            "`{}` stdout lacks {s:?}:\n{}\nstderr:\n{}",
+            self.desc,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+    pub fn stderr_contains(&self, s: &str) -> &Self {
+        assert!(
+            self.stderr.contains(s),
+            "`{}` stderr lacks {s:?}:\n{}",
+            self.desc,
+            self.stderr
+        );
+        self
+    }
+    pub fn stderr_lacks(&self, s: &str) -> &Self {
+        assert!(
+            !self.stderr.contains(s),
+            "`{}` stderr has {s:?}:\n{}",
+            self.desc,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Runs a Python snippet with the venv python; returns stdout, panicking with stderr on failure.
+pub fn python(code: &str, envs: &BTreeMap<&str, String>) -> String {
+    let out = Command::new(venv_python())
+        .arg("-c")
+        .arg(code)
+        .envs(envs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        code
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("accel-test-")
+        .tempdir()
+        .unwrap()
+}
