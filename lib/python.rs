@@ -1,8 +1,9 @@
-//! The user's Python, asked once and quickly: which interpreter, and the versions of the packages a
-//! distributed run depends on. Versions come from package metadata (importlib.metadata), never from
-//! importing torch, so the probe takes tens of milliseconds instead of seconds.
+//! The user's Python, asked once and quickly: which interpreter, its version and `sys.path`. Package
+//! versions are then read from the `*.dist-info` directory names on that path, in Rust — importing
+//! `importlib.metadata` alone costs ~50 ms and importing torch seconds, while this probe takes ~15 ms.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
@@ -24,36 +25,24 @@ pub fn find_python(env: &Environment) -> Option<PathBuf> {
 pub struct PythonInfo {
     pub executable: String,
     pub version: String,
-    pub platform: String,
     /// Package name → version (None when not installed).
-    pub packages: std::collections::BTreeMap<String, Option<String>>,
+    pub packages: BTreeMap<String, Option<String>>,
     /// NCCL version of the pip `nvidia-nccl-*` package, if any.
     pub nccl: Option<String>,
-    pub accelerate_cli: Option<String>,
 }
 
-const PROBE: &str = r#"
-import json, platform, shutil, sys
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-def v(name):
-    try:
-        return metadata.version(name)
-    except Exception:
-        return None
-pk = {n: v(n) for n in ("torch", "accelerate", "numpy", "transformers", "safetensors", "deepspeed")}
-nccl = None
-if metadata is not None:
-    for d in metadata.distributions():
-        n = (d.metadata.get("Name") or "").lower()
-        if n.startswith("nvidia-nccl"):
-            nccl = d.version
-print(json.dumps({"executable": sys.executable, "version": platform.python_version(),
-                  "platform": platform.platform(), "packages": pk, "nccl": nccl,
-                  "accelerate_cli": shutil.which("accelerate")}))
-"#;
+/// The packages the report names.
+pub const PACKAGES: &[&str] = &[
+    "torch",
+    "accelerate",
+    "numpy",
+    "transformers",
+    "safetensors",
+    "deepspeed",
+];
+
+const PROBE: &str =
+    "import sys, json; print(json.dumps([sys.executable, sys.version.split()[0], sys.path]))";
 
 /// Runs the probe. `Err` carries a one-line reason for the report.
 pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
@@ -70,6 +59,67 @@ pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
             err.lines().last().unwrap_or("")
         ));
     }
-    serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("unexpected probe output from {}: {e}", python.display()))
+    let (executable, version, path): (String, String, Vec<String>) =
+        serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("unexpected probe output from {}: {e}", python.display()))?;
+    let installed = installed_distributions(path.iter().map(Path::new));
+    let packages = PACKAGES
+        .iter()
+        .map(|p| (p.to_string(), installed.get(&normalize(p)).cloned()))
+        .collect();
+    let nccl = installed
+        .iter()
+        .find(|(name, _)| name.starts_with("nvidia_nccl"))
+        .map(|(_, v)| v.clone());
+    Ok(PythonInfo {
+        executable,
+        version,
+        packages,
+        nccl,
+    })
+}
+
+/// PEP 503-style normalisation as used in dist-info directory names.
+fn normalize(name: &str) -> String {
+    name.to_ascii_lowercase().replace(['-', '.'], "_")
+}
+
+/// `name → version` from `<name>-<version>.dist-info` directories; the first one on the path wins, as
+/// for imports.
+pub fn installed_distributions<'a>(
+    dirs: impl Iterator<Item = &'a Path>,
+) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".dist-info")) else {
+                continue;
+            };
+            if let Some((pkg, version)) = stem.split_once('-') {
+                found
+                    .entry(normalize(pkg))
+                    .or_insert_with(|| version.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_dist_info_names() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("torch-2.13.0.dist-info")).unwrap();
+        std::fs::create_dir(dir.path().join("nvidia_nccl_cu13-2.29.7.dist-info")).unwrap();
+        let found = installed_distributions(std::iter::once(dir.path()));
+        assert_eq!(found["torch"], "2.13.0");
+        assert_eq!(found["nvidia_nccl_cu13"], "2.29.7");
+    }
 }

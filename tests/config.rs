@@ -11,12 +11,24 @@ use crate::util::{python, tempdir, venv_python, Run};
 
 /// accelerate's own reading of a config file: `load_config_from_file(path).to_dict()` as JSON.
 fn accelerate_load(path: &Path) -> Value {
+    accelerate_load_many(&[path.to_path_buf()]).remove(0)
+}
+
+/// Several files in one interpreter: importing accelerate costs seconds.
+fn accelerate_load_many(paths: &[std::path::PathBuf]) -> Vec<Value> {
+    let list: Vec<String> = paths
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
     let code = format!(
         "import json; from accelerate.commands.config.config_args import load_config_from_file as l\n\
-         print(json.dumps(l({:?}).to_dict(), sort_keys=True))",
-        path.display().to_string()
+         for p in [{}]: print(json.dumps(l(p).to_dict(), sort_keys=True))",
+        list.join(", ")
     );
-    serde_json::from_str(&python(&code, &BTreeMap::new())).unwrap()
+    python(&code, &BTreeMap::new())
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn show_json(home: &Path, file: &Path) -> Value {
@@ -178,8 +190,9 @@ fn yaml_json_toml_resolve_identically() {
         seen.push(show_json(home.path(), &f));
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:#?}");
-    assert_eq!(seen[0], accelerate_load(&home.path().join("c.yaml")));
-    assert_eq!(seen[0], accelerate_load(&home.path().join("c.json")));
+    for theirs in accelerate_load_many(&[home.path().join("c.yaml"), home.path().join("c.json")]) {
+        assert_eq!(seen[0], theirs);
+    }
 }
 
 #[test]
@@ -460,4 +473,24 @@ fn get_for_scripts() {
     get("bogus")
         .code_is(2)
         .stderr_contains("unknown config key `bogus`");
+}
+
+#[test]
+fn example_configs_are_valid_here_and_in_accelerate() {
+    let home = tempdir();
+    let dir = crate::util::repo().join("configs");
+    let paths: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(paths.len() >= 7, "expected the example configs in configs/");
+    let theirs = accelerate_load_many(&paths);
+    for (path, theirs) in paths.iter().zip(theirs) {
+        let out = Run::new("accel-config", home.path())
+            .arg("validate")
+            .arg(path)
+            .run();
+        out.success().stderr_lacks("warning");
+        assert_eq!(show_json(home.path(), path), theirs, "{}", path.display());
+    }
 }

@@ -40,6 +40,15 @@ pub fn run(cli: EnvCli, env: &Environment) -> Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
+/// Python's `platform.platform()` for Linux: `Linux-<release>-<machine>-with-glibc<version>`.
+fn platform_string(os: &str, kernel: &str, arch: &str) -> String {
+    // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
+    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }
+        .to_string_lossy()
+        .into_owned();
+    format!("{os}-{kernel}-{arch}-with-glibc{glibc}")
+}
+
 fn uname() -> (String, String, String) {
     match nix::sys::utsname::uname() {
         Ok(u) => (
@@ -144,7 +153,8 @@ pub fn collect(cli: &EnvCli, env: &Environment) -> Value {
 
     json!({
         "accel_version": env!("CARGO_PKG_VERSION"),
-        "platform": {"os": os, "kernel": kernel, "arch": arch},
+        "platform": {"os": os, "kernel": kernel, "arch": arch, "description": platform_string(&os, &kernel, &arch)},
+        "accelerate_cli": env.get(env_vars::PATH).and_then(|p| which::which_in("accelerate", Some(p), "/").ok()).map(|p| p.display().to_string()),
         "python": py,
         "cpu": cpu,
         "gpus": gpus.gpus,
@@ -178,21 +188,13 @@ pub fn markdown(r: &Value) -> String {
         text(r.get("accel_version"))
     ));
     o.push_str(&format!("- `Accelerate` version: {}\n", pkg("accelerate")));
-    let platform = s(r, &["python", "platform"])
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            format!(
-                "{}-{}-{}",
-                text(s(r, &["platform", "os"])),
-                text(s(r, &["platform", "kernel"])),
-                text(s(r, &["platform", "arch"]))
-            )
-        });
-    o.push_str(&format!("- Platform: {platform}\n"));
+    o.push_str(&format!(
+        "- Platform: {}\n",
+        text(s(r, &["platform", "description"]))
+    ));
     o.push_str(&format!(
         "- `accelerate` bash location: {}\n",
-        text(s(r, &["python", "accelerate_cli"]))
+        text(r.get("accelerate_cli"))
     ));
     if let Some(err) = s(r, &["python", "error"]) {
         o.push_str(&format!("- Python: {}\n", text(Some(err))));
