@@ -53,7 +53,7 @@ vars! {
     ACCEL_NO_PROGRESS = "ACCEL_NO_PROGRESS", Accel,
         "When set and non-empty, never draw progress bars.";
     ACCEL_LOG = "ACCEL_LOG", Accel,
-        "Debug logging to stderr when set to `debug` (or `trace`).";
+        "Debug logging to stderr: `debug`, `trace`, or env_logger filters such as `accel::launch=trace`.";
     ACCEL_PYTHON = "ACCEL_PYTHON", Accel,
         "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH).";
     ACCEL_CONFIG_OVERRIDE_PREFIX = "ACCEL_CONFIG_", Accel,

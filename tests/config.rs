@@ -494,3 +494,17 @@ fn example_configs_are_valid_here_and_in_accelerate() {
         assert_eq!(show_json(home.path(), path), theirs, "{}", path.display());
     }
 }
+
+#[test]
+fn debug_logging_goes_to_stderr_only() {
+    let home = tempdir();
+    let quiet = Run::new("accel-config", home.path()).arg("show").run();
+    let loud = Run::new("accel-config", home.path())
+        .env("ACCEL_LOG", "debug")
+        .arg("show")
+        .run();
+    loud.success()
+        .stderr_contains("accel-config: debug: no config file");
+    assert_eq!(quiet.stdout, loud.stdout);
+    quiet.stderr_lacks("debug");
+}

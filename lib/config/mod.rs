@@ -624,7 +624,10 @@ pub fn resolve(
 ) -> Result<Resolved, ConfigError> {
     let loaded = match choose_file(cli_file, env) {
         Some((path, _)) => Some(load(&path)?),
-        None => None,
+        None => {
+            log::debug!("no config file: defaults, ACCEL_CONFIG_* and the command line only");
+            None
+        }
     };
     Resolved::resolve(loaded.as_ref(), env, cli)
 }

@@ -21,6 +21,7 @@ pub fn main<C: clap::Parser>(
     run: fn(C, &Environment) -> Result<ExitStatus>,
 ) -> ExitCode {
     let env = Environment::capture();
+    init_logging(tool, &env);
     let cli = match C::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -36,6 +37,26 @@ pub fn main<C: clap::Parser>(
         Ok(status) => status.into(),
         Err(err) => render(tool, &err, &env).into(),
     }
+}
+
+/// Debug logging to stderr, off unless `ACCEL_LOG` asks for it (`debug`, `trace`, or env_logger filters
+/// such as `accel::launch=trace`).
+fn init_logging(tool: &'static str, env: &Environment) {
+    let Some(filter) = env.non_empty(crate::env_vars::ACCEL_LOG) else {
+        return;
+    };
+    let _ = env_logger::Builder::new()
+        .parse_filters(filter)
+        .format(move |buf, record| {
+            writeln!(
+                buf,
+                "{tool}: {}: {}",
+                record.level().as_str().to_lowercase(),
+                record.args()
+            )
+        })
+        .target(env_logger::Target::Stderr)
+        .try_init();
 }
 
 /// Writes data to stdout. A closed pipe (`accel-env | head -1`) ends the tool quietly, as in ripgrep.
