@@ -940,3 +940,404 @@ fn fp8(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::prompt::script::{Answer, Answer::*, Script};
+    use super::*;
+    use crate::config::{file, Document, Format};
+    use serde_json::json;
+
+    fn ctx() -> Context {
+        Context {
+            home: Some("/home/u".into()),
+            cwd: Some(PathBuf::from("/work/run")),
+        }
+    }
+
+    /// Runs the flow on scripted answers; every answer must be used, and the result must be a config
+    /// the core accepts without warnings.
+    fn run(answers: Vec<Answer>) -> (Result<Map<String, Value>, QuestionnaireError>, Script) {
+        let mut script = Script::new(answers);
+        let result = ask(&mut Fields { io: &mut script }, &ctx());
+        if let Ok(map) = &result {
+            assert!(
+                script.answers.is_empty(),
+                "unused answers: {:?}",
+                script.answers
+            );
+            for format in ["c.yaml", "c.json", "c.toml"] {
+                let path = Path::new(format);
+                let text = file::render(map, Format::from_path(path)).unwrap();
+                let loaded =
+                    crate::config::normalize(Document::parse(path, text).unwrap()).unwrap();
+                assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+            }
+        }
+        (result, script)
+    }
+
+    fn ok(answers: Vec<Answer>) -> (Map<String, Value>, Script) {
+        let (result, script) = run(answers);
+        match result {
+            Ok(map) => (map, script),
+            Err(e) => panic!("{e}; asked {:#?}", script.asked),
+        }
+    }
+
+    #[test]
+    fn fsdp1_size_based_wrap() {
+        let (m, s) = ok(vec![
+            Enter,
+            Pick(4),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("yes"),
+            Pick(0),
+            Pick(3),
+            Text(""),
+            Pick(1),
+            Text("1e7"),
+            Pick(1),
+            Pick(2),
+            Text("yes"),
+            Text(""),
+            Text("no"),
+            Text("no"),
+            Text(""),
+            Text("8"),
+            Pick(1),
+        ]);
+        assert_eq!(m["distributed_type"], "FSDP");
+        assert_eq!(m["num_processes"], 8);
+        assert_eq!(m["mixed_precision"], "fp16");
+        assert_eq!(
+            m["fsdp_config"],
+            json!({
+                "fsdp_version": 1,
+                "fsdp_reshard_after_forward": "HYBRID_SHARD",
+                "fsdp_offload_params": false,
+                "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
+                "fsdp_min_num_params": 10_000_000,
+                "fsdp_backward_prefetch": "BACKWARD_POST",
+                "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+                "fsdp_forward_prefetch": true,
+                "fsdp_use_orig_params": true,
+                "fsdp_cpu_ram_efficient_loading": false,
+                "fsdp_sync_module_states": false,
+                "fsdp_activation_checkpointing": false
+            })
+        );
+        // FSDP1: no parallelism config, and no Megatron-LM once FSDP is chosen.
+        assert!(!s
+            .asked
+            .iter()
+            .any(|q| q.contains("parallelism config") || q.contains("Megatron")));
+        assert!(!m.contains_key("gpu_ids") && !m.contains_key("parallelism_config"));
+    }
+
+    #[test]
+    fn megatron_lm() {
+        let (m, _) = ok(vec![
+            Enter,
+            Pick(4),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("yes"),
+            Text("2"),
+            Text(""),
+            Text("2"),
+            Text("4"),
+            Text("no"),
+            Text(""),
+            Text("0"),
+            Text("8"),
+            Pick(2),
+        ]);
+        assert_eq!(m["distributed_type"], "MEGATRON_LM");
+        assert_eq!(
+            m["megatron_lm_config"],
+            json!({
+                "megatron_lm_tp_degree": 2,
+                "megatron_lm_sequence_parallelism": true,
+                "megatron_lm_pp_degree": 2,
+                "megatron_lm_num_micro_batches": 4,
+                "megatron_lm_recompute_activations": false,
+                "megatron_lm_use_distributed_optimizer": true,
+                "megatron_lm_gradient_clipping": 0.0
+            })
+        );
+    }
+
+    #[test]
+    fn tpu_cluster() {
+        let (m, s) = ok(vec![
+            Enter,
+            Pick(10),
+            Text(""),
+            Text("8"),
+            Text(""),
+            Text("yes"),
+            Text("tpu1"),
+            Text("us-central1-a"),
+            Text("yes"),
+            Text("yes"),
+            Text("no"),
+            Text("pip install x"),
+            Text("yes"),
+            Text("echo hi"),
+            Text(""),
+            Text("vm1, vm2"),
+            Text(""),
+        ]);
+        assert!(s
+            .asked
+            .iter()
+            .any(|q| q == "How many XLA(s) should be used for distributed training? [1]:"));
+        assert_eq!(m["distributed_type"], "XLA");
+        assert_eq!(m["mixed_precision"], "no");
+        assert_eq!(m["num_processes"], 8);
+        assert_eq!(m["tpu_use_cluster"], true);
+        assert_eq!(m["tpu_use_sudo"], true);
+        assert_eq!(m["tpu_name"], "tpu1");
+        assert_eq!(m["tpu_zone"], "us-central1-a");
+        assert_eq!(m["commands"], json!(["pip install x", "echo hi"]));
+        assert_eq!(m["tpu_vm"], json!(["vm1", "vm2"]));
+        assert_eq!(m["tpu_env"], json!([]));
+        assert_eq!(m["main_training_function"], "main");
+    }
+
+    #[test]
+    fn tpu_command_file_is_made_absolute() {
+        let (m, _) = ok(vec![
+            Enter,
+            Pick(10),
+            Text(""),
+            Text(""),
+            Text("train"),
+            Text("yes"),
+            Text("t"),
+            Text("z"),
+            Text(""),
+            Text("yes"),
+            Text("yes"),
+            Text("../setup.sh"),
+            Text(""),
+            Text("A=1,B=2"),
+        ]);
+        assert_eq!(m["command_file"], "/work/setup.sh");
+        assert_eq!(m["main_training_function"], "train");
+        assert_eq!(m["tpu_env"], json!(["A=1", "B=2"]));
+    }
+
+    #[test]
+    fn fp8_transformer_engine_uses_the_names_the_launcher_reads() {
+        let (m, s) = ok(vec![
+            Enter,
+            Enter,
+            Text(""),
+            Text("yes"),
+            Enter,
+            Text(""),
+            Text(""),
+            Text("0"),
+            Text(""),
+            Pick(3),
+            Pick(1),
+            Text(""),
+            Text(""),
+            Text(""),
+            Pick(1),
+            Text(""),
+            Pick(1),
+            Text("yes"),
+            Text("yes"),
+            Text(""),
+            Text("yes"),
+        ]);
+        assert_eq!(m["dynamo_config"], json!({"dynamo_backend": "INDUCTOR"}));
+        assert_eq!(m["gpu_ids"], "0");
+        assert_eq!(
+            m["fp8_config"],
+            json!({
+                "backend": "TE",
+                "use_autocast_during_eval": false,
+                "margin": 0,
+                "interval": 1,
+                "fp8_format": "E4M3",
+                "amax_history_len": 1024,
+                "amax_compute_algo": "most_recent",
+                "override_linear_precision": [true, false, true]
+            })
+        );
+        // fp8 is mixed precision: no TF32 note.
+        assert!(s.said.is_empty(), "{:?}", s.said);
+    }
+
+    #[test]
+    fn fp8_msamp_and_ao() {
+        let base = || vec![Enter, Enter, Text("yes"), Text(""), Text(""), Pick(3)];
+        let (m, _) = ok([base(), vec![Pick(2), Enter]].concat());
+        assert_eq!(
+            m["fp8_config"],
+            json!({"backend": "MSAMP", "opt_level": "O2"})
+        );
+        let (m, _) = ok([base(), vec![Enter, Text(""), Text("no")]].concat());
+        assert_eq!(
+            m["fp8_config"],
+            json!({"backend": "AO", "enable_fsdp_float8_all_gather": true, "pad_inner_dim": false})
+        );
+    }
+
+    #[test]
+    fn dynamo_without_mixed_precision_notes_tf32() {
+        let (m, s) = ok(vec![
+            Enter,
+            Enter,
+            Text(""),
+            Text("yes"),
+            Pick(11),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Enter,
+        ]);
+        // accelerate's menu entry `torhchxla_trace_once` would crash; accel stores the valid name.
+        assert_eq!(
+            m["dynamo_config"],
+            json!({"dynamo_backend": "TORCHXLA_TRACE_ONCE"})
+        );
+        assert_eq!(s.said.len(), 1);
+        assert!(s.said[0].contains("TF32"));
+    }
+
+    #[test]
+    fn deepspeed_multinode_with_a_json_config() {
+        let (m, s) = ok(vec![
+            Enter,
+            Pick(4),
+            Text("2"),
+            Enter,
+            Text(""),
+            Text("h0"),
+            Text("port"),
+            Text("70000"),
+            Text("29500"),
+            Text("no"),
+            Text("foo"),
+            Text("c10d"),
+            Text(""),
+            Text(""),
+            Text("yes"),
+            Text("yes"),
+            Text("/cfg/ds.json"),
+            Text(""),
+            Text("yes"),
+            Text("MixtralSparseMoeBlock"),
+            Enter,
+            Text("/etc/hostfile"),
+            Text("yes"),
+            Text("node1"),
+            Text(""),
+            Text("16"),
+        ]);
+        assert_eq!(m["distributed_type"], "DEEPSPEED");
+        assert_eq!(m["machine_rank"], 0);
+        assert_eq!(m["main_process_ip"], "h0");
+        assert_eq!(m["main_process_port"], 29500);
+        assert_eq!(m["same_network"], false);
+        assert_eq!(m["rdzv_backend"], "c10d");
+        assert_eq!(m["num_processes"], 16);
+        // The DeepSpeed JSON decides the precision: no key, as accelerate writes none.
+        assert!(!m.contains_key("mixed_precision"));
+        assert_eq!(
+            m["deepspeed_config"],
+            json!({
+                "deepspeed_config_file": "/cfg/ds.json",
+                "zero3_init_flag": false,
+                "deepspeed_moe_layer_cls_names": "MixtralSparseMoeBlock",
+                "deepspeed_multinode_launcher": "pdsh",
+                "deepspeed_hostfile": "/etc/hostfile",
+                "deepspeed_exclusion_filter": "node1"
+            })
+        );
+        assert_eq!(
+            s.said,
+            [
+                "Please enter a value.",
+                "Please enter an integer.",
+                "Please enter an integer from 0 to 65535.",
+                "Please enter one of: static, c10d, etcd, etcd-v2."
+            ]
+        );
+    }
+
+    #[test]
+    fn neuron_refuses_deepspeed_and_fsdp() {
+        let (r, _) = run(vec![
+            Enter,
+            Pick(9),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("yes"),
+        ]);
+        assert!(matches!(r, Err(QuestionnaireError::Unsupported(m)) if m.contains("DeepSpeed")));
+        let (r, _) = run(vec![
+            Enter,
+            Pick(9),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("yes"),
+        ]);
+        assert!(matches!(r, Err(QuestionnaireError::Unsupported(m)) if m.contains("FSDP")));
+    }
+
+    #[test]
+    fn sagemaker_is_refused_before_any_other_question() {
+        let (r, s) = run(vec![Pick(1)]);
+        assert!(matches!(r, Err(QuestionnaireError::SageMaker)));
+        assert_eq!(s.asked.len(), 1);
+    }
+
+    #[test]
+    fn device_word_follows_the_machine_type() {
+        let (m, s) = ok(vec![
+            Enter,
+            Pick(5),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("4"),
+            Text(""),
+            Enter,
+        ]);
+        assert_eq!(m["distributed_type"], "MULTI_NPU");
+        assert_eq!(m["gpu_ids"], "all");
+        assert!(s.asked.iter().any(|q| q.starts_with("How many NPU(s)")));
+        assert!(s.asked.iter().any(|q| q.starts_with("What NPU(s) (by id)")));
+        // numa efficiency is asked for NO and MULTI_GPU only.
+        assert!(!s.asked.iter().any(|q| q.contains("numa")));
+    }
+
+    #[test]
+    fn paths_like_python() {
+        let c = ctx();
+        assert_eq!(expand_user("~/hostfile", &c), "/home/u/hostfile");
+        assert_eq!(expand_user("~", &c), "/home/u");
+        assert_eq!(expand_user("/etc/hosts", &c), "/etc/hosts");
+        assert_eq!(expand_user("~root/h", &c), "/root/h");
+        assert_eq!(abspath("a/./b/../c.sh", &c), "/work/run/a/c.sh");
+        assert_eq!(abspath("/x/../y", &c), "/y");
+    }
+}

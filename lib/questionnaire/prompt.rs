@@ -144,6 +144,8 @@ pub mod script {
 
     #[derive(Debug, Clone)]
     pub enum Answer {
+        /// Enter on a menu: its default.
+        Enter,
         Pick(usize),
         Text(&'static str),
     }
@@ -174,8 +176,9 @@ pub mod script {
     }
 
     impl Ask for Script {
-        fn menu(&mut self, prompt: &str, items: &[String], _default: usize) -> io::Result<usize> {
+        fn menu(&mut self, prompt: &str, items: &[String], default: usize) -> io::Result<usize> {
             match self.next(prompt)? {
+                Answer::Enter => Ok(default),
                 Answer::Pick(i) if i < items.len() => Ok(i),
                 other => Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
