@@ -281,8 +281,9 @@ const CPU_ONLY: &[Step] = &[
     Menu("Do you wish to use mixed precision?", ENTER),
 ];
 
+/// accel writes to the default path (creating its directory), accelerate to an explicit one.
 #[test]
-fn cpu_only_defaults_to_the_default_path() {
+fn cpu_only_defaults_match_accelerate() {
     let home = tempdir();
     let (status, transcript) = accel(home.path(), None, CPU_ONLY);
     let path = home
@@ -308,17 +309,21 @@ fn cpu_only_defaults_to_the_default_path() {
          tpu_use_sudo: false\n\
          use_cpu: true\n"
     );
-    let loaded = accelerate_load(&[&path]).remove(0);
-    assert_eq!(loaded["distributed_type"], "NO");
-    assert_eq!(loaded["mixed_precision"], "no");
-    assert_eq!(loaded["use_cpu"], true);
-    assert_eq!(loaded["num_processes"], 1);
-    assert_eq!(loaded["same_network"], true);
-}
-
-#[test]
-fn cpu_only_matches_accelerate() {
-    same_as_accelerate(&tempdir(), CPU_ONLY, "cpu.yaml");
+    let theirs = home.path().join("accelerate.yaml");
+    let (status, transcript) = accelerate(home.path(), &theirs, CPU_ONLY);
+    assert!(
+        status.success(),
+        "accelerate config: exit {status}:\n{transcript}"
+    );
+    let mut loaded = accelerate_load(&[&path, &theirs]).into_iter();
+    let ours = without_downcast(loaded.next().unwrap(), json!(false));
+    let theirs = without_downcast(loaded.next().unwrap(), json!("no"));
+    assert_eq!(ours, theirs, "accel (left) and accelerate (right) differ");
+    assert_eq!(ours["distributed_type"], "NO");
+    assert_eq!(ours["mixed_precision"], "no");
+    assert_eq!(ours["use_cpu"], true);
+    assert_eq!(ours["num_processes"], 1);
+    assert_eq!(ours["same_network"], true);
 }
 
 #[test]
@@ -455,6 +460,89 @@ fn multi_cpu_mpirun_json_matches_accelerate() {
         hostfile.ends_with("/hostfile") && !hostfile.starts_with('~'),
         "{hostfile}"
     );
+}
+
+#[test]
+fn fsdp1_matches_accelerate() {
+    let steps = [
+        Menu("In which compute environment are you running?", ENTER),
+        Menu("Which type of machine are you using?", "4\r"),
+        Text("How many different machines will you use", ""),
+        Text("Should distributed operations be checked", "yes"),
+        Text("optimize your script with torch dynamo?", ""),
+        Text("Do you want to use DeepSpeed?", ""),
+        Text("Do you want to use FullyShardedDataParallel?", "yes"),
+        Menu("What should be your FSDP version?", "0\r"),
+        Menu("What should be your sharding strategy?", "1\r"),
+        Text("offload parameters and gradients to CPU?", "yes"),
+        Menu("What should be your auto wrap policy?", "1\r"),
+        Text("minimum number of parameters", "2000000"),
+        Menu("backward prefetch policy?", "\x1b[B\r"),
+        Menu("What should be your FSDP's state dict type?", "2\r"),
+        Text("forward prefetch policy?", ""),
+        Text("`use_orig_params`", "no"),
+        Text("CPU RAM efficient model loading?", "no"),
+        Text("broadcast module parameters from rank 0", "no"),
+        Text("FSDP activation checkpointing?", ""),
+        Text(
+            "How many GPU(s) should be used for distributed training?",
+            "4",
+        ),
+        Menu("Do you wish to use mixed precision?", "1\r"),
+    ];
+    let home = tempdir();
+    let (_, loaded) = same_as_accelerate(&home, &steps, "fsdp1.yaml");
+    assert_eq!(loaded["fsdp_config"]["fsdp_version"], 1);
+    assert_eq!(
+        loaded["fsdp_config"]["fsdp_reshard_after_forward"],
+        "SHARD_GRAD_OP"
+    );
+    assert_eq!(loaded["fsdp_config"]["fsdp_sync_module_states"], false);
+}
+
+#[test]
+fn tpu_pod_matches_accelerate() {
+    let steps = [
+        Menu("In which compute environment are you running?", ENTER),
+        Menu("Which type of machine are you using?", "\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\x1b[B\r"),
+        Text("optimize your script with torch dynamo?", ""),
+        Text("How many XLA(s) should be used for distributed training?", "8"),
+        Text("launched in all parallel scripts? [main]:", ""),
+        Text("Are you using a TPU cluster?", "yes"),
+        Text("name of your TPU cluster?", "pod"),
+        Text("zone of your TPU cluster?", "europe-west4-a"),
+        Text("should `sudo` be used?", ""),
+        Text("run on startup in each pod?", "yes"),
+        Text("located in a bash script?", "yes"),
+        Text("path to your bash script?", "setup/start.sh"),
+        Text("names of the Compute VM instances", "vm-a,vm-b"),
+        Text("environment variables do you wish to set in each pod", "A=1"),
+    ];
+    let home = tempdir();
+    let (_, loaded) = same_as_accelerate(&home, &steps, "tpu.yaml");
+    assert_eq!(loaded["distributed_type"], "XLA");
+    assert_eq!(
+        loaded["command_file"],
+        home.path().join("setup/start.sh").display().to_string()
+    );
+    assert_eq!(loaded["tpu_vm"], json!(["vm-a", "vm-b"]));
+}
+
+#[test]
+fn interrupt_writes_nothing() {
+    let home = tempdir();
+    let path = home.path().join("c.yaml");
+    let mut cmd = command(&bin("accel-config"), home.path());
+    cmd.arg("--config_file").arg(&path);
+    let mut pty = Pty::spawn(cmd);
+    pty.drive(&[
+        Menu("In which compute environment are you running?", ENTER),
+        Menu("Which type of machine are you using?", "\x03"),
+    ]);
+    let (status, transcript) = pty.finish();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(2), "{status}: {transcript}");
+    assert!(!path.exists());
 }
 
 #[test]
