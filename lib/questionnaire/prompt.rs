@@ -96,8 +96,16 @@ impl Ask for Terminal {
     }
 
     fn line(&mut self, prompt: &str) -> io::Result<String> {
+        // dialoguer redraws the prompt line after Enter counting newlines, not wrapped rows, so a
+        // prompt wider than the terminal (many of accelerate's are) would leave half of itself behind:
+        // such prompts are printed once, and the answer is typed on the line below.
+        let width = self.term.size().1 as usize;
+        let inline = console::measure_text_width(prompt) + 16 <= width;
+        if !inline {
+            self.term.write_line(prompt.trim_end())?;
+        }
         Input::<String>::with_theme(&Verbatim)
-            .with_prompt(prompt)
+            .with_prompt(if inline { prompt } else { "> " })
             .allow_empty(true)
             .interact_text_on(&self.term)
             .map_err(|dialoguer::Error::IO(e)| e)
