@@ -78,8 +78,8 @@ fn strip_ansi(raw: &[u8]) -> String {
 impl Pty {
     fn spawn(mut cmd: Command) -> Pty {
         let size = Winsize {
-            ws_row: 50,
-            ws_col: 200,
+            ws_row: 24,
+            ws_col: 80,
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
@@ -598,9 +598,10 @@ fn deepspeed_zero3_with_offload() {
 }
 
 #[test]
-fn sagemaker_is_refused_and_nothing_is_written() {
+fn sagemaker_is_refused_and_the_existing_file_kept() {
     let home = tempdir();
     let path = home.path().join("sm.yaml");
+    std::fs::write(&path, "distributed_type: MULTI_GPU\n").unwrap();
     let (status, transcript) = accel(
         home.path(),
         Some(&path),
@@ -612,7 +613,12 @@ fn sagemaker_is_refused_and_nothing_is_written() {
         "{transcript}"
     );
     assert!(transcript.contains("hint: "), "{transcript}");
-    assert!(!path.exists());
+    assert!(transcript.contains("exists and is replaced once the questions are answered"));
+    // The file that was there is left as it was.
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "distributed_type: MULTI_GPU\n"
+    );
     assert!(!home.path().join(".cache").exists());
 }
 

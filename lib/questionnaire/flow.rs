@@ -49,7 +49,24 @@ const DYNAMO_BACKENDS: &[&str] = &[
     "TVM",
 ];
 const TORCH_DYNAMO_MODES: &[&str] = &["default", "reduce-overhead", "max-autotune"];
+// The menus of `accelerate.utils.constants`, in their order (the order is what number keys pick, so these
+// are kept here rather than borrowed from the schema's validation lists).
+const FSDP_SHARDING_STRATEGIES: &[&str] = &[
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+];
+const FSDP_AUTO_WRAP_POLICIES: &[&str] = &["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"];
+const FSDP_BACKWARD_PREFETCH: &[&str] = &["BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"];
+const FSDP_STATE_DICT_TYPES: &[&str] =
+    &["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"];
 const FSDP2_STATE_DICT_TYPES: &[&str] = &["SHARDED_STATE_DICT", "FULL_STATE_DICT"];
+const DEEPSPEED_OFFLOAD_DEVICES: &[&str] = &["none", "cpu", "nvme"];
+const DEEPSPEED_MULTINODE_LAUNCHERS: &[&str] = &[
+    "pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm",
+];
 const MIXED_PRECISION: &[&str] = &["no", "fp16", "bf16", "fp8"];
 
 /// Every `MULTI_*` type.
@@ -579,11 +596,11 @@ fn deepspeed(
         if stage >= 2 {
             let optimizer = q.choose(
                 "Where to offload optimizer states?",
-                schema::OFFLOAD_DEVICES,
+                DEEPSPEED_OFFLOAD_DEVICES,
                 0,
             )?;
             set(c, "offload_optimizer_device", optimizer);
-            let param = q.choose("Where to offload parameters?", schema::OFFLOAD_DEVICES, 0)?;
+            let param = q.choose("Where to offload parameters?", DEEPSPEED_OFFLOAD_DEVICES, 0)?;
             set(c, "offload_param_device", param);
             if param == "nvme" {
                 let p = q.text("Nvme Path to offload parameters?", Some("/nvme"))?;
@@ -632,7 +649,7 @@ fn deepspeed(
     if num_machines > 1 {
         let launcher = q.choose(
             "Which Type of launcher do you want to use?",
-            schema::DS_LAUNCHERS,
+            DEEPSPEED_MULTINODE_LAUNCHERS,
             0,
         )?;
         set(c, "deepspeed_multinode_launcher", launcher);
@@ -667,7 +684,7 @@ fn fsdp(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
     if version == 1 {
         let strategy = q.choose(
             "What should be your sharding strategy?",
-            schema::SHARDING_STRATEGIES,
+            FSDP_SHARDING_STRATEGIES,
             0,
         )?;
         set(c, "fsdp_reshard_after_forward", strategy);
@@ -685,7 +702,7 @@ fn fsdp(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
     set(c, "fsdp_offload_params", offload);
     let policy = q.choose(
         "What should be your auto wrap policy?",
-        schema::AUTO_WRAP_POLICIES,
+        FSDP_AUTO_WRAP_POLICIES,
         0,
     )?;
     set(c, "fsdp_auto_wrap_policy", policy);
@@ -713,13 +730,13 @@ fn fsdp(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
     if version == 1 {
         let prefetch = q.choose(
             "What should be your FSDP's backward prefetch policy?",
-            schema::BACKWARD_PREFETCH,
+            FSDP_BACKWARD_PREFETCH,
             0,
         )?;
         set(c, "fsdp_backward_prefetch", prefetch);
     }
     let types = if version == 1 {
-        schema::STATE_DICT_TYPES
+        FSDP_STATE_DICT_TYPES
     } else {
         FSDP2_STATE_DICT_TYPES
     };

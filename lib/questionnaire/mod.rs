@@ -74,6 +74,13 @@ pub fn run(path: &Path, env: &Environment) -> Result<ExitStatus> {
         }
     }
 
+    if path.exists() {
+        // accelerate replaces it without a word; saying so lets the user keep it with Ctrl-C.
+        eprintln!(
+            "{TOOL}: `{}` exists and is replaced once the questions are answered (Ctrl-C keeps it)",
+            path.display()
+        );
+    }
     let mut terminal = prompt::Terminal::new(crate::error::stderr_color(env));
     let ctx = flow::Context {
         home: env.non_empty(env_vars::HOME).map(str::to_string),
