@@ -69,6 +69,9 @@ const DEEPSPEED_MULTINODE_LAUNCHERS: &[&str] = &[
 ];
 const MIXED_PRECISION: &[&str] = &["no", "fp16", "bf16", "fp8"];
 
+/// Above this many machines the rank is typed rather than picked from a menu of every rank.
+const MAX_RANK_MENU: i64 = 128;
+
 /// Every `MULTI_*` type.
 fn is_multi(dt: &str) -> bool {
     dt.starts_with("MULTI_")
@@ -195,8 +198,17 @@ fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
             i64::MAX,
         )?;
         if num_machines > 1 {
-            let ranks: Vec<String> = (0..num_machines).map(|r| r.to_string()).collect();
-            machine_rank = q.options("What is the rank of this machine?", &ranks, 0)? as i64;
+            machine_rank = if num_machines <= MAX_RANK_MENU {
+                let ranks: Vec<String> = (0..num_machines).map(|r| r.to_string()).collect();
+                q.options("What is the rank of this machine?", &ranks, 0)? as i64
+            } else {
+                q.int(
+                    "What is the rank of this machine? ",
+                    None,
+                    0,
+                    num_machines - 1,
+                )?
+            };
             main_process_ip = Some(q.text(
                 "What is the IP address of the machine that will host the main process? ",
                 None,
@@ -1293,6 +1305,28 @@ mod tests {
                 "Please enter one of: static, c10d, etcd, etcd-v2."
             ]
         );
+    }
+
+    #[test]
+    fn rank_of_a_large_job_is_typed() {
+        let (m, s) = ok(vec![
+            Enter,
+            Pick(1),
+            Text("1000"),
+            Text("1000"),
+            Text("999"),
+            Text("h0"),
+            Text("0"),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text(""),
+            Text("8000"),
+            Enter,
+        ]);
+        assert_eq!(m["machine_rank"], 999);
+        assert_eq!(m["num_processes"], 8000);
+        assert_eq!(s.said, ["Please enter an integer from 0 to 999."]);
     }
 
     #[test]
