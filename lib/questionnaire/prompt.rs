@@ -37,7 +37,7 @@ impl Terminal {
     }
 
     fn draw_rows(&self, items: &[String], pos: usize, rows: usize) -> io::Result<usize> {
-        // A window around the cursor when the list is taller than the terminal (a 64-machine rank menu).
+        // A window around the cursor when the list is taller than the terminal (the rank menu of a large job).
         let start = pos
             .saturating_sub(rows.saturating_sub(1))
             .min(items.len().saturating_sub(rows));
