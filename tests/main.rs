@@ -8,3 +8,4 @@ mod util;
 mod config;
 mod docs;
 mod env;
+mod questionnaire;
