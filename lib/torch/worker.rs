@@ -509,7 +509,10 @@ fn finish(r: &Rank, store: &Store, dead: &[usize]) {
         wait += r.opts.timeout * 2 + Duration::from_secs(60);
     }
     let deadline = Instant::now() + wait;
-    for q in (1..c.world_size).filter(|q| !dead.contains(q)) {
+    // Ranks that never announced themselves (a plain torch.distributed rank in the world) are not
+    // waited for.
+    let ours = |q: &usize| store.check(&format!("{KEY}/arrived/{q}")).unwrap_or(false);
+    for q in (1..c.world_size).filter(|q| !dead.contains(q) && ours(q)) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || store.get(&format!("{KEY}/finished/{q}"), left).is_err() {
             break;
