@@ -8,6 +8,9 @@
 //! libtorch. Link arguments go to the accel-test binary only, so the other five tools never link
 //! libtorch, even in a `--features torch` build.
 
+// A build script reads cargo's environment; accel's Environment snapshot is for the tools.
+#![allow(clippy::disallowed_methods)]
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,12 +120,7 @@ fn main() {
     let extra: Vec<PathBuf> = rerun_env("ACCEL_CUDA_EXTRA_INCLUDE")
         .map(|v| env::split_paths(&v).collect())
         .unwrap_or_default();
-    let found = |rel: &str| {
-        cuda_inc
-            .iter()
-            .chain(&extra)
-            .any(|p| p.join(rel).is_file())
-    };
+    let found = |rel: &str| cuda_inc.iter().chain(&extra).any(|p| p.join(rel).is_file());
     let crt_ok = found("crt/host_config.h") && found("nv/target");
     let with_nccl = rerun_env("ACCEL_NO_NCCL").is_none()
         && cuda_inc.is_some()

@@ -1,5 +1,6 @@
 //! accel-test against real gloo ranks, real torch.distributed processes and real signals. Needs the
 //! `torch` feature (the whole module is gated in tests/main.rs).
+#![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -56,7 +57,12 @@ fn passes_with(ranks: usize) {
             "{c} missing:\n{t}"
         );
     }
-    for p in ["preflight.resolve", "preflight.reach", "preflight.devices", "rendezvous"] {
+    for p in [
+        "preflight.resolve",
+        "preflight.reach",
+        "preflight.devices",
+        "rendezvous",
+    ] {
         assert!(t.contains(&format!("PASS  {p}")), "{p}:\n{t}");
     }
     assert!(!t.contains("FAIL"), "{t}");
@@ -86,7 +92,14 @@ fn four_cpu_ranks_pass_every_collective() {
 
 #[test]
 fn json_report() {
-    let o = accel_test(&["--cpu", "--num_processes", "2", "--check", "barrier", "--json"]);
+    let o = accel_test(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--check",
+        "barrier",
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["verdict"], "PASS");
@@ -97,13 +110,19 @@ fn json_report() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert!(names.contains(&"barrier") && names.contains(&"rendezvous"), "{names:?}");
+    assert!(
+        names.contains(&"barrier") && names.contains(&"rendezvous"),
+        "{names:?}"
+    );
 }
 
 /// The direct children of `pid` and their RANK.
 fn ranks_of(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         for c in children.split_whitespace() {
             let c: u32 = c.parse().unwrap();
@@ -123,7 +142,16 @@ fn ranks_of(pid: u32) -> Vec<(u32, String)> {
 #[test]
 fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
     let mut child = Command::new(BIN)
-        .args(["--cpu", "--num_processes", "3", "--timeout", "10", "--bench", "--max_size", "64M"])
+        .args([
+            "--cpu",
+            "--num_processes",
+            "3",
+            "--timeout",
+            "10",
+            "--bench",
+            "--max_size",
+            "64M",
+        ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -145,8 +173,11 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
     assert_eq!(ranks.len(), 3, "{ranks:?}");
     let victim = ranks.iter().find(|(_, r)| r == "1").expect("rank 1").0;
     let killed_at = Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim as i32), nix::sys::signal::SIGKILL)
-        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
     for line in lines {
         seen.push_str(&line.unwrap());
         seen.push('\n');
@@ -170,26 +201,50 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
 #[test]
 fn unresolvable_master_fails_the_preflight() {
     let o = accel_test(&[
-        "--cpu", "--num_machines", "2", "--num_processes", "2", "--machine_rank", "1",
-        "--main_process_ip", "no-such-host.invalid", "--timeout", "5",
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "no-such-host.invalid",
+        "--timeout",
+        "5",
     ]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("FAIL  preflight.resolve"), "{t}");
-    assert!(t.contains("rank 1: MASTER_ADDR: `no-such-host.invalid` does not resolve"), "{t}");
+    assert!(
+        t.contains("rank 1: MASTER_ADDR: `no-such-host.invalid` does not resolve"),
+        "{t}"
+    );
     assert!(!t.contains("rendezvous"), "{t}");
 }
 
 #[test]
 fn loopback_master_on_a_multi_node_job_fails_the_preflight() {
     let o = accel_test(&[
-        "--cpu", "--num_machines", "2", "--num_processes", "2", "--machine_rank", "1",
-        "--main_process_ip", "127.0.0.1", "--timeout", "5",
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--timeout",
+        "5",
     ]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("FAIL  preflight.not_loopback"), "{t}");
-    assert!(t.contains("is a loopback address on a 2-machine job"), "{t}");
+    assert!(
+        t.contains("is a loopback address on a 2-machine job"),
+        "{t}"
+    );
 }
 
 fn events(o: &Output) -> Vec<serde_json::Value> {
@@ -222,7 +277,10 @@ fn wrong_master_port_fails_reach_within_the_timeout() {
         .unwrap_or_else(|| panic!("{}", text(&o)));
     assert_eq!(reach["ok"], false);
     let detail = reach["detail"].as_str().unwrap();
-    assert!(detail.contains(&format!("cannot reach 127.0.0.1:{port}")), "{detail}");
+    assert!(
+        detail.contains(&format!("cannot reach 127.0.0.1:{port}")),
+        "{detail}"
+    );
     assert!(ev.iter().all(|e| e["name"] != "rendezvous"), "{}", text(&o));
 }
 
@@ -238,7 +296,10 @@ fn invalid_contract_is_named() {
     assert_eq!(o.status.code(), Some(1));
     let ev = events(&o);
     assert_eq!(ev[0]["name"], "preflight.contract");
-    assert!(ev[0]["detail"].as_str().unwrap().contains("RANK 2 is not below WORLD_SIZE 2"));
+    assert!(ev[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("RANK 2 is not below WORLD_SIZE 2"));
 }
 
 const WIRE: &str = r#"
@@ -274,7 +335,13 @@ fn wire_compatible_with_torch_distributed() {
         .iter()
         .map(|r| {
             Command::new(BIN)
-                .args(["--worker", "--timeout", "60", "--check", "all_reduce.sum float32"])
+                .args([
+                    "--worker",
+                    "--timeout",
+                    "60",
+                    "--check",
+                    "all_reduce.sum float32",
+                ])
                 .envs(contract(r))
                 .stdout(Stdio::piped())
                 .spawn()
@@ -286,15 +353,26 @@ fn wire_compatible_with_torch_distributed() {
         .envs(contract("2"))
         .output()
         .unwrap();
-    let outs: Vec<Output> = workers.into_iter().map(|w| w.wait_with_output().unwrap()).collect();
+    let outs: Vec<Output> = workers
+        .into_iter()
+        .map(|w| w.wait_with_output().unwrap())
+        .collect();
     assert!(py.status.success(), "{}", text(&py));
-    assert!(String::from_utf8_lossy(&py.stdout).contains("PY OK"), "{}", text(&py));
+    assert!(
+        String::from_utf8_lossy(&py.stdout).contains("PY OK"),
+        "{}",
+        text(&py)
+    );
     for o in &outs {
         assert_eq!(o.status.code(), Some(0), "{}", text(o));
         let ev = events(o);
         let sums: Vec<_> = ev
             .iter()
-            .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("all_reduce.sum float32")))
+            .filter(|e| {
+                e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("all_reduce.sum float32"))
+            })
             .collect();
         assert_eq!(sums.len(), 3, "{}", text(o));
         assert!(sums.iter().all(|e| e["ok"] == true), "{}", text(o));
@@ -304,19 +382,40 @@ fn wire_compatible_with_torch_distributed() {
 #[test]
 fn python_side_is_checked_with_the_users_python() {
     let o = Command::new(BIN)
-        .args(["--cpu", "--num_processes", "2", "--check", "barrier", "--python"])
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--check",
+            "barrier",
+            "--python",
+        ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .env("ACCEL_PYTHON", PYTHON)
         .output()
         .unwrap();
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    for c in ["python.import torch", "python.init_process_group", "python.all_reduce.sum", "python.all_gather", "python.barrier", "PASS  python "] {
+    for c in [
+        "python.import torch",
+        "python.init_process_group",
+        "python.all_reduce.sum",
+        "python.all_gather",
+        "python.barrier",
+        "PASS  python ",
+    ] {
         assert!(t.contains(c), "{c}:\n{t}");
     }
     // A python without torch is a clear failure.
     let o = Command::new(BIN)
-        .args(["--cpu", "--num_processes", "1", "--check", "barrier", "--python"])
+        .args([
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--check",
+            "barrier",
+            "--python",
+        ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .env("ACCEL_PYTHON", "/usr/bin/python3")
         .output()
@@ -328,7 +427,17 @@ fn python_side_is_checked_with_the_users_python() {
 
 #[test]
 fn bench_reports_nccl_tests_columns() {
-    let o = accel_test(&["--cpu", "--num_processes", "2", "--check", "barrier", "--bench", "--max_size", "64K", "--json"]);
+    let o = accel_test(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--check",
+        "barrier",
+        "--bench",
+        "--max_size",
+        "64K",
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["bench"].as_array().unwrap();

@@ -24,13 +24,7 @@ use crate::env_vars::Group;
 /// On a multi-node job run accel-test on every node with the same flags and its --machine_rank, as
 /// with accel-launch (under SLURM the node rank and the master are taken from the allocation).
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-test",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-test", version, about, long_about, max_term_width = 100)]
 pub struct TestCli {
     /// Config file (default: ACCEL_CONFIG_FILE, else accelerate's default config path).
     #[arg(long = "config_file", visible_alias = "config-file", value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
@@ -41,24 +35,44 @@ pub struct TestCli {
     pub cpu: bool,
 
     /// Total number of ranks, over all machines.
-    #[arg(long = "num_processes", visible_alias = "num-processes", value_name = "N")]
+    #[arg(
+        long = "num_processes",
+        visible_alias = "num-processes",
+        value_name = "N"
+    )]
     pub num_processes: Option<u32>,
 
     /// Number of machines (nodes) in the job.
-    #[arg(long = "num_machines", visible_alias = "num-machines", value_name = "N")]
+    #[arg(
+        long = "num_machines",
+        visible_alias = "num-machines",
+        value_name = "N"
+    )]
     pub num_machines: Option<u32>,
 
     /// Rank of this machine (0 hosts the rendezvous).
-    #[arg(long = "machine_rank", visible_alias = "machine-rank", value_name = "N")]
+    #[arg(
+        long = "machine_rank",
+        visible_alias = "machine-rank",
+        value_name = "N"
+    )]
     pub machine_rank: Option<u32>,
 
     /// Address of machine 0 (MASTER_ADDR). Required on multi-node jobs.
-    #[arg(long = "main_process_ip", visible_alias = "main-process-ip", value_name = "HOST")]
+    #[arg(
+        long = "main_process_ip",
+        visible_alias = "main-process-ip",
+        value_name = "HOST"
+    )]
     pub main_process_ip: Option<String>,
 
     /// Port of the rendezvous on machine 0 (MASTER_PORT). Default: 29500 on multi-node jobs, a free
     /// port on a single machine.
-    #[arg(long = "main_process_port", visible_alias = "main-process-port", value_name = "PORT")]
+    #[arg(
+        long = "main_process_port",
+        visible_alias = "main-process-port",
+        value_name = "PORT"
+    )]
     pub main_process_port: Option<u16>,
 
     /// GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. `0,1`), or `all`.

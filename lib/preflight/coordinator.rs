@@ -136,7 +136,11 @@ pub fn supervise(
         Some(p) => p,
         None => super::network::free_port().map_err(PreflightError::Port)?,
     };
-    let backend = if world.device == Device::Cuda { "nccl" } else { "gloo" };
+    let backend = if world.device == Device::Cuda {
+        "nccl"
+    } else {
+        "gloo"
+    };
     let what = format!(
         "{} rank(s) on machine {} of {}, {}, {}:{}",
         world.nproc_per_node,
@@ -203,8 +207,10 @@ pub fn supervise(
                 last_activity = Instant::now();
                 match serde_json::from_str::<Event>(&line) {
                     Ok(ev) => {
-                        if matches!(ev, Event::Check { ok: false, .. } | Event::Done { ok: false, .. })
-                            && grace.is_none()
+                        if matches!(
+                            ev,
+                            Event::Check { ok: false, .. } | Event::Done { ok: false, .. }
+                        ) && grace.is_none()
                         {
                             grace = Some(Instant::now() + timeout + Duration::from_secs(5));
                         }
@@ -261,7 +267,10 @@ pub fn supervise(
                         timeout.as_secs_f64() + 5.0
                     )
                 } else {
-                    format!("no rank made progress for {:.0} s", idle_limit.as_secs_f64())
+                    format!(
+                        "no rank made progress for {:.0} s",
+                        idle_limit.as_secs_f64()
+                    )
                 };
                 report.notes.push(why);
             }

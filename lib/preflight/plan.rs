@@ -67,11 +67,17 @@ impl Reduce {
 pub enum Collective {
     AllReduce(Reduce),
     /// Reduce (sum) to the root.
-    Reduce { root: usize },
+    Reduce {
+        root: usize,
+    },
     AllGather,
     /// Gather to the root.
-    Gather { root: usize },
-    Broadcast { root: usize },
+    Gather {
+        root: usize,
+    },
+    Broadcast {
+        root: usize,
+    },
     Barrier,
 }
 
@@ -165,7 +171,11 @@ pub fn plan(world: usize) -> Vec<Check> {
     for d in [DType::Float32, DType::Int64] {
         checks.push(c(Collective::Reduce { root: 0 }, d, n));
     }
-    for (d, numel) in [(DType::Float32, n), (DType::Int32, 1), (DType::Float64, big / 2)] {
+    for (d, numel) in [
+        (DType::Float32, n),
+        (DType::Int32, 1),
+        (DType::Float64, big / 2),
+    ] {
         checks.push(c(Collective::AllGather, d, numel));
     }
     for d in [DType::Float32, DType::Int64] {
@@ -196,7 +206,11 @@ pub fn select(checks: Vec<Check>, only: &[String]) -> Vec<Check> {
 /// with a relative tolerance (a division rounds); everything else must be exact.
 pub fn first_mismatch(want: &[f64], got: &[f64], exact: bool) -> Option<(usize, f64, f64)> {
     if want.len() != got.len() {
-        return Some((want.len().min(got.len()), want.len() as f64, got.len() as f64));
+        return Some((
+            want.len().min(got.len()),
+            want.len() as f64,
+            got.len() as f64,
+        ));
     }
     want.iter()
         .zip(got)
@@ -244,7 +258,10 @@ mod tests {
                 "broadcast<-0",
                 "barrier",
             ] {
-                assert!(names.iter().any(|n| n.starts_with(prefix)), "{prefix} {world}");
+                assert!(
+                    names.iter().any(|n| n.starts_with(prefix)),
+                    "{prefix} {world}"
+                );
             }
             assert!(checks.iter().any(|c| c.numel > 1 && c.numel % world != 0));
             let mut unique = names.clone();

@@ -84,16 +84,14 @@ sys.exit(0 if ok_all else 1)
 
 /// Runs the embedded check with `python` (inheriting this rank's contract) and waits at most `limit`. Its events go
 /// straight to this worker's stdout. Returns whether it exited 0, and why not.
-pub fn run(
-    python: &Path,
-    device: &str,
-    timeout: Duration,
-    limit: Duration,
-) -> Result<(), String> {
+pub fn run(python: &Path, device: &str, timeout: Duration, limit: Duration) -> Result<(), String> {
     let mut child = Command::new(python)
         .arg("-c")
         .arg(SCRIPT)
-        .env(env_vars::ACCEL_TEST_TIMEOUT, format!("{}", timeout.as_secs_f64()))
+        .env(
+            env_vars::ACCEL_TEST_TIMEOUT,
+            format!("{}", timeout.as_secs_f64()),
+        )
         .env(env_vars::ACCEL_TEST_DEVICE, device)
         .env(env_vars::PYTHONUNBUFFERED, "1")
         .stdin(Stdio::null())
@@ -105,9 +103,7 @@ pub fn run(
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => {
-                return Err(format!("{} ended with {status}", python.display()))
-            }
+            Ok(Some(status)) => return Err(format!("{} ended with {status}", python.display())),
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();

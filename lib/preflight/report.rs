@@ -131,7 +131,11 @@ fn rank_list(ranks: &[usize]) -> String {
         }
         _ => format!(
             "ranks {}",
-            ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")
+            ranks
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
     }
 }
@@ -265,9 +269,10 @@ impl Report {
     /// Whether everything passed: every check on every rank, every rank done and exited 0.
     pub fn passed(&self) -> bool {
         !self.checks.is_empty()
-            && self.checks.iter().all(|c| {
-                c.ok() && self.ranks.iter().all(|r| c.ranks.contains_key(r))
-            })
+            && self
+                .checks
+                .iter()
+                .all(|c| c.ok() && self.ranks.iter().all(|r| c.ranks.contains_key(r)))
             && self.ranks.iter().all(|r| {
                 self.done.get(r) == Some(&true) && self.ends.get(r) == Some(&RankEnd::Exited(0))
             })
@@ -314,7 +319,11 @@ mod tests {
             rank,
             name: name.into(),
             ok,
-            detail: if ok { String::new() } else { "expected 3, got 2".into() },
+            detail: if ok {
+                String::new()
+            } else {
+                "expected 3, got 2".into()
+            },
             ms: 0.5,
         }
     }
@@ -326,13 +335,22 @@ mod tests {
         assert!(r.add(check(1, "a", true)).starts_with("PASS  a"));
         assert_eq!(r.add(check(0, "b", false)), "");
         let text = r.ended(1, RankEnd::Signaled(9));
-        assert!(text.contains("FAIL  b") && text.contains("rank 0: expected 3, got 2"), "{text}");
-        assert!(text.contains("rank 1: no result (died: killed by signal 9 (SIGKILL))"), "{text}");
+        assert!(
+            text.contains("FAIL  b") && text.contains("rank 0: expected 3, got 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank 1: no result (died: killed by signal 9 (SIGKILL))"),
+            "{text}"
+        );
         r.add(Event::Done { rank: 0, ok: false });
         r.ended(0, RankEnd::Exited(1));
         assert!(!r.passed());
         let v = r.verdict(1.0, "gloo");
-        assert!(v.starts_with("verdict: FAIL") && v.contains("rank 1 died"), "{v}");
+        assert!(
+            v.starts_with("verdict: FAIL") && v.contains("rank 1 died"),
+            "{v}"
+        );
     }
 
     #[test]
@@ -342,7 +360,9 @@ mod tests {
         r.add(Event::Done { rank: 0, ok: true });
         r.ended(0, RankEnd::Exited(0));
         assert!(r.passed());
-        assert!(r.verdict(0.2, "gloo").starts_with("verdict: PASS  1 checks passed on rank 0"));
+        assert!(r
+            .verdict(0.2, "gloo")
+            .starts_with("verdict: PASS  1 checks passed on rank 0"));
     }
 
     #[test]

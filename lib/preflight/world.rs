@@ -72,7 +72,11 @@ fn cli_values(cli: &TestCli) -> Vec<CliValue> {
         push("machine_rank", Value::from(n), "--machine_rank");
     }
     if let Some(ip) = &cli.main_process_ip {
-        push("main_process_ip", Value::from(ip.clone()), "--main_process_ip");
+        push(
+            "main_process_ip",
+            Value::from(ip.clone()),
+            "--main_process_ip",
+        );
     }
     if let Some(p) = cli.main_process_port {
         push("main_process_port", Value::from(p), "--main_process_port");
@@ -111,7 +115,11 @@ pub fn first_slurm_host(list: &str) -> Option<String> {
 }
 
 /// Resolves this machine's world from the command line, the environment and the config file.
-pub fn resolve(cli: &TestCli, env: &Environment, gpus_here: usize) -> Result<World, crate::error::Error> {
+pub fn resolve(
+    cli: &TestCli,
+    env: &Environment,
+    gpus_here: usize,
+) -> Result<World, crate::error::Error> {
     let resolved = config::resolve(cli.config_file.as_deref(), env, &cli_values(cli))?;
     for w in &resolved.warnings {
         crate::error::warn("accel-test", &w.0, env);
@@ -125,8 +133,10 @@ pub fn resolve(cli: &TestCli, env: &Environment, gpus_here: usize) -> Result<Wor
     // Inside a multi-node SLURM step, the allocation says who is who when nothing else does.
     if cli.num_machines.is_none() && num_machines == 1 {
         if let (Some(nn), Some(id)) = (
-            env.non_empty(env_vars::SLURM_NNODES).and_then(|v| v.parse::<usize>().ok()),
-            env.non_empty(env_vars::SLURM_NODEID).and_then(|v| v.parse::<usize>().ok()),
+            env.non_empty(env_vars::SLURM_NNODES)
+                .and_then(|v| v.parse::<usize>().ok()),
+            env.non_empty(env_vars::SLURM_NODEID)
+                .and_then(|v| v.parse::<usize>().ok()),
         ) {
             if nn > 1 {
                 num_machines = nn;
@@ -270,19 +280,46 @@ mod tests {
     fn resolves_like_the_launcher() {
         let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
         let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 8).unwrap();
-        assert_eq!((w.nproc_per_node, w.world_size(), w.device), (4, 4, Device::Cpu));
+        assert_eq!(
+            (w.nproc_per_node, w.world_size(), w.device),
+            (4, 4, Device::Cpu)
+        );
         assert_eq!(w.master_port, None);
         let w = resolve(&cli(&[]), &env, 0).unwrap();
         assert_eq!((w.world_size(), w.device), (1, Device::Cpu));
         let w = resolve(
-            &cli(&["--num_processes", "8", "--num_machines", "2", "--machine_rank", "1", "--main_process_ip", "n0"]),
+            &cli(&[
+                "--num_processes",
+                "8",
+                "--num_machines",
+                "2",
+                "--machine_rank",
+                "1",
+                "--main_process_ip",
+                "n0",
+            ]),
             &env,
             4,
         )
         .unwrap();
-        assert_eq!((w.nproc_per_node, w.global_rank(0), w.master_port), (4, 4, Some(29500)));
+        assert_eq!(
+            (w.nproc_per_node, w.global_rank(0), w.master_port),
+            (4, 4, Some(29500))
+        );
         assert!(resolve(&cli(&["--num_machines", "2"]), &env, 0).is_err());
-        assert!(resolve(&cli(&["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "x"]), &env, 0).is_err());
+        assert!(resolve(
+            &cli(&[
+                "--num_processes",
+                "3",
+                "--num_machines",
+                "2",
+                "--main_process_ip",
+                "x"
+            ]),
+            &env,
+            0
+        )
+        .is_err());
     }
 
     #[test]
@@ -295,7 +332,10 @@ mod tests {
             ("SLURM_JOB_ID", "1234"),
         ]);
         let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 0).unwrap();
-        assert_eq!((w.num_machines, w.machine_rank, w.master_addr.as_str()), (2, 1, "gpu07"));
+        assert_eq!(
+            (w.num_machines, w.machine_rank, w.master_addr.as_str()),
+            (2, 1, "gpu07")
+        );
         assert_eq!(w.master_port, Some(11234));
         assert_eq!(first_slurm_host("a1,b[1-2]").as_deref(), Some("a1"));
         assert_eq!(first_slurm_host("n[3,5-6],m").as_deref(), Some("n3"));
@@ -314,12 +354,18 @@ mod tests {
         assert_eq!((c.rank, c.local_world_size, c.num_nodes), (1, 2, 1));
         let mut bad = Environment::from_pairs(base);
         bad.set("RANK", "2");
-        assert!(Contract::from_env(&bad).unwrap_err().to_string().contains("RANK 2"));
+        assert!(Contract::from_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("RANK 2"));
         let mut bad = Environment::from_pairs(base);
         bad.set("MASTER_PORT", "70000");
         assert!(Contract::from_env(&bad).is_err());
         let mut bad = Environment::from_pairs(base);
         bad.remove("MASTER_ADDR");
-        assert!(Contract::from_env(&bad).unwrap_err().to_string().contains("MASTER_ADDR"));
+        assert!(Contract::from_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("MASTER_ADDR"));
     }
 }

@@ -33,8 +33,12 @@ extern "C" {
         out: *mut *mut RawStore,
     ) -> Err;
     fn accel_store_free(store: *mut RawStore);
-    fn accel_store_set(store: *mut RawStore, key: *const c_char, value: *const u8, len: usize)
-        -> Err;
+    fn accel_store_set(
+        store: *mut RawStore,
+        key: *const c_char,
+        value: *const u8,
+        len: usize,
+    ) -> Err;
     fn accel_store_check(store: *mut RawStore, key: *const c_char, exists: *mut c_int) -> Err;
     fn accel_store_get(
         store: *mut RawStore,
@@ -193,7 +197,13 @@ impl Store {
         let mut len = 0usize;
         // SAFETY: live handle; on success the shim hands us a malloc'd buffer of `len` bytes.
         check("store.get", unsafe {
-            accel_store_get(self.raw, key.as_ptr(), millis(timeout), &mut value, &mut len)
+            accel_store_get(
+                self.raw,
+                key.as_ptr(),
+                millis(timeout),
+                &mut value,
+                &mut len,
+            )
         })?;
         let out = unsafe { std::slice::from_raw_parts(value, len) }.to_vec();
         unsafe { accel_free_bytes(value) };
@@ -278,10 +288,7 @@ impl ProcessGroup {
                 accel_pg_new_nccl(store.raw, rank as i64, size as i64, t, &mut raw)
             })?,
         }
-        Ok(ProcessGroup {
-            raw,
-            timeout_ms: t,
-        })
+        Ok(ProcessGroup { raw, timeout_ms: t })
     }
 
     pub fn all_reduce(&self, t: &mut Tensor, op: ReduceOp) -> Result<(), TorchError> {
@@ -321,7 +328,11 @@ impl ProcessGroup {
     }
 
     /// `torch.distributed.all_gather_into_tensor`.
-    pub fn all_gather_flat(&self, output: &mut Tensor, input: &mut Tensor) -> Result<(), TorchError> {
+    pub fn all_gather_flat(
+        &self,
+        output: &mut Tensor,
+        input: &mut Tensor,
+    ) -> Result<(), TorchError> {
         // SAFETY: as above.
         check("all_gather", unsafe {
             accel_pg_allgather_flat(self.raw, ptr(output), ptr(input), self.timeout_ms)
@@ -351,7 +362,9 @@ impl ProcessGroup {
 
     pub fn barrier(&self) -> Result<(), TorchError> {
         // SAFETY: live handle.
-        check("barrier", unsafe { accel_pg_barrier(self.raw, self.timeout_ms) })
+        check("barrier", unsafe {
+            accel_pg_barrier(self.raw, self.timeout_ms)
+        })
     }
 }
 

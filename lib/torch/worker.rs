@@ -122,7 +122,7 @@ fn run_check(
             };
             pg.all_reduce(&mut t, native)?;
             if op == Reduce::Avg && backend != Backend::Nccl {
-                t = t / world as f64;
+                t /= world as f64;
             }
             compare(&t, &plan::reduced(d, op, world, n), op != Reduce::Avg, "")
         }
@@ -142,7 +142,12 @@ fn run_check(
                 .collect();
             pg.all_gather(&mut outs, &mut input)?;
             outs.iter().enumerate().try_for_each(|(j, o)| {
-                compare(o, &plan::input(d, j, n), true, &format!("part from rank {j}, "))
+                compare(
+                    o,
+                    &plan::input(d, j, n),
+                    true,
+                    &format!("part from rank {j}, "),
+                )
             })
         }
         Collective::Gather { root } => {
@@ -156,7 +161,12 @@ fn run_check(
             };
             pg.gather(&mut outs, &mut input, root)?;
             outs.iter().enumerate().try_for_each(|(j, o)| {
-                compare(o, &plan::input(d, j, n), true, &format!("part from rank {j}, "))
+                compare(
+                    o,
+                    &plan::input(d, j, n),
+                    true,
+                    &format!("part from rank {j}, "),
+                )
             })
         }
         Collective::Broadcast { root } => {
@@ -172,7 +182,12 @@ fn run_check(
 }
 
 /// Ranks (other than `me`) for which none of the `keys(r)` is in the store.
-fn silent(store: &Store, world: usize, me: usize, keys: impl Fn(usize) -> Vec<String>) -> Result<Vec<usize>, TorchError> {
+fn silent(
+    store: &Store,
+    world: usize,
+    me: usize,
+    keys: impl Fn(usize) -> Vec<String>,
+) -> Result<Vec<usize>, TorchError> {
     let mut out = Vec::new();
     for r in (0..world).filter(|&r| r != me) {
         let mut any = false;
@@ -230,7 +245,11 @@ fn name_silent(store: &Store, c: &Contract, i: usize, timeout: Duration) -> Stri
 }
 
 /// `accel-test --worker`.
-pub fn run_cli(cli: &accel::cli::test::TestCli, timeout: Duration, env: &Environment) -> ExitStatus {
+pub fn run_cli(
+    cli: &accel::cli::test::TestCli,
+    timeout: Duration,
+    env: &Environment,
+) -> ExitStatus {
     let device = if cli.device == "cuda" {
         Device::Cuda
     } else {
@@ -375,7 +394,10 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
             Err(e) => {
                 r.emit(
                     "rendezvous.host_store",
-                    Err(format!("cannot host the store on port {port}: {}", short(&e))),
+                    Err(format!(
+                        "cannot host the store on port {port}: {}",
+                        short(&e)
+                    )),
                     since_ms(t),
                 );
                 return false;
@@ -386,7 +408,12 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
     let reached = r.emit(
         "preflight.reach",
         accel::preflight::network::reach(&addrs, Instant::now() + timeout)
-            .map(|d| format!("{host}:{port} accepted a connection after {:.0} ms", d.as_secs_f64() * 1e3))
+            .map(|d| {
+                format!(
+                    "{host}:{port} accepted a connection after {:.0} ms",
+                    d.as_secs_f64() * 1e3
+                )
+            })
             .map_err(|e| format!("cannot reach {host}:{port}: {e}")),
         since_ms(t),
     );
@@ -400,7 +427,10 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
             Err(e) => {
                 r.emit(
                     "rendezvous",
-                    Err(format!("cannot join the store at {host}:{port}: {}", short(&e))),
+                    Err(format!(
+                        "cannot join the store at {host}:{port}: {}",
+                        short(&e)
+                    )),
                     since_ms(t),
                 );
                 return false;
@@ -438,7 +468,11 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                     timeout.as_secs_f64()
                 )
             };
-            r.emit("rendezvous", Err(format!("{}{who}", short(&e))), since_ms(t));
+            r.emit(
+                "rendezvous",
+                Err(format!("{}{who}", short(&e))),
+                since_ms(t),
+            );
             finish(r, &store, &[]);
             return false;
         }
@@ -467,7 +501,10 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                 let ms = since_ms(t);
                 let who = name_silent(&store, &c, i, timeout);
                 dead = silent(&store, c.world_size, c.rank, |q| {
-                    vec![format!("{KEY}/done/{i}/{q}"), format!("{KEY}/failed/{i}/{q}")]
+                    vec![
+                        format!("{KEY}/done/{i}/{q}"),
+                        format!("{KEY}/failed/{i}/{q}"),
+                    ]
                 })
                 .unwrap_or_default();
                 r.emit(&check.name(), Err(format!("{}; {who}", short(&e))), ms);
@@ -578,7 +615,10 @@ fn bench(r: &mut Rank, pg: &ProcessGroup, dev: TchDevice) -> Result<(), TorchErr
             // The slowest rank's time is the operation's time.
             let mut slowest = Tensor::from_slice(&[mine]).to_device(dev);
             pg.all_reduce(&mut slowest, ReduceOp::Max)?;
-            let time_us = values(&slowest).ok().and_then(|v| v.first().copied()).unwrap_or(mine);
+            let time_us = values(&slowest)
+                .ok()
+                .and_then(|v| v.first().copied())
+                .unwrap_or(mine);
             if r.c.rank == 0 {
                 let (algbw, busbw) = bandwidth(op, world, total, time_us);
                 let _ = accel::tools::print(
