@@ -143,7 +143,14 @@ pub fn doc() -> ToolDoc {
     ToolDoc {
         name: "accel-test",
         command: super::command_of::<TestCli>,
-        env_groups: &[Group::Accel, Group::Paths, Group::Contract, Group::Slurm, Group::Output],
+        env_groups: &[
+            Group::Accel,
+            Group::Paths,
+            Group::Contract,
+            Group::Slurm,
+            Group::Device,
+            Group::Output,
+        ],
         examples: &[
             ("accel-test", "Check the world of the default config: pre-flight, rendezvous, every collective."),
             ("accel-test --cpu --num_processes 4", "Four CPU ranks on this machine, over gloo."),
