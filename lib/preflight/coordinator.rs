@@ -233,10 +233,7 @@ pub fn supervise(
                 last_activity = Instant::now();
                 let end = match (status.code(), status.signal()) {
                     (Some(c), _) => RankEnd::Exited(c),
-                    (None, Some(s)) if killed => {
-                        let _ = s;
-                        RankEnd::Killed
-                    }
+                    (None, Some(_)) if killed => RankEnd::Killed,
                     (None, Some(s)) => RankEnd::Signaled(s),
                     _ => RankEnd::Exited(-1),
                 };

@@ -414,7 +414,14 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                     d.as_secs_f64() * 1e3
                 )
             })
-            .map_err(|e| format!("cannot reach {host}:{port}: {e}")),
+            .map_err(|e| {
+                let whose = if c.rank == 0 {
+                    "this rank hosts the store, so MASTER_ADDR does not lead back to this machine"
+                } else {
+                    "rank 0 hosts the rendezvous there: it never came up, or MASTER_ADDR/MASTER_PORT are wrong"
+                };
+                format!("cannot reach {host}:{port}: {e}; {whose}")
+            }),
         since_ms(t),
     );
     if !reached {
