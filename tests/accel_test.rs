@@ -247,6 +247,32 @@ fn loopback_master_on_a_multi_node_job_fails_the_preflight() {
     );
 }
 
+#[test]
+fn unreachable_master_fails_reach_within_the_timeout() {
+    // TEST-NET-1: routable nowhere, so the connection attempt can only end by the timeout or an error.
+    let o = accel_test(&[
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "192.0.2.1",
+        "--main_process_port",
+        "29999",
+        "--timeout",
+        "3",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("PASS  preflight.resolve"), "{t}");
+    assert!(t.contains("FAIL  preflight.reach"), "{t}");
+    assert!(t.contains("rank 1: cannot reach 192.0.2.1:29999"), "{t}");
+    assert!(t.contains("rank 0 hosts the rendezvous there"), "{t}");
+}
+
 fn events(o: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
