@@ -3,6 +3,8 @@
 //! that reaches c10d — the `TCPStore` rendezvous and the gloo/NCCL process groups the training will
 //! use. Tensors are tch tensors; every C++ exception comes back as a [`TorchError`].
 
+pub mod worker;
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::Duration;
 
@@ -374,5 +376,3 @@ impl Drop for ProcessGroup {
         unsafe { accel_pg_free(self.raw) }
     }
 }
-
-pub mod worker;

@@ -580,7 +580,7 @@ pub fn bench_sizes(max: u64) -> Vec<u64> {
 
 /// Iterations at one size: many for latency-bound sizes, a few for bandwidth-bound ones.
 pub fn bench_iters(size: u64) -> u32 {
-    ((64u64 << 20) / size.max(1)).clamp(3, 100) as u32
+    ((256u64 << 20) / size.max(1)).clamp(3, 100) as u32
 }
 
 fn bench(r: &mut Rank, pg: &ProcessGroup, dev: TchDevice) -> Result<(), TorchError> {
