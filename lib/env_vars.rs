@@ -56,6 +56,10 @@ vars! {
         "Debug logging to stderr: `debug`, `trace`, or env_logger filters such as `accel::launch=trace`.";
     ACCEL_PYTHON = "ACCEL_PYTHON", Accel,
         "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH).";
+    ACCEL_TEST_TIMEOUT = "ACCEL_TEST_TIMEOUT", Accel,
+        "Set by accel-test --python for its embedded torch.distributed check: the timeout in seconds.";
+    ACCEL_TEST_DEVICE = "ACCEL_TEST_DEVICE", Accel,
+        "Set by accel-test --python for its embedded torch.distributed check: `cpu` or `cuda`.";
     ACCEL_CONFIG_OVERRIDE_PREFIX = "ACCEL_CONFIG_", Accel,
         "ACCEL_CONFIG_<KEY> (e.g. ACCEL_CONFIG_MIXED_PRECISION=bf16, ACCEL_CONFIG_FSDP_CONFIG__FSDP_VERSION=2) overrides that config key; it beats the file and loses to a command-line flag. A double underscore separates a section from its key.";
     HF_HOME = "HF_HOME", Paths,
@@ -106,6 +110,8 @@ vars! {
     CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES", Device, "GPUs a rank may use; set from gpu_ids.";
     NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES", Device, "GPUs a container exposes (reported only).";
     NCCL_DEBUG = "NCCL_DEBUG", Device, "NCCL logging (reported; every NCCL_* variable is reported).";
+    GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME", Device, "Network interfaces (comma-separated) gloo binds to; accel-test's gloo process group honours it as torch.distributed does.";
+    TORCH_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL", Device, "libtorch's C++ log level; accel-test sets ERROR for its ranks unless it is set.";
 
     SLURM_JOB_ID = "SLURM_JOB_ID", Slurm, "Job id; the rendezvous port is derived from it when none is given.";
     SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST", Slurm, "Nodes of the job (hostlist syntax, e.g. node[01-04,07]); the first is the rendezvous host.";

@@ -5,6 +5,10 @@
 
 mod util;
 
+#[cfg(feature = "torch")]
+mod accel_test;
+#[cfg(not(feature = "torch"))]
+mod accel_test_without_torch;
 mod config;
 mod docs;
 mod env;

@@ -1,0 +1,59 @@
+//! accel-test's pre-flight of a distributed world: resolve the world as accel-launch does, start its
+//! ranks, and in each rank check the network, the rendezvous and every collective on libtorch's own
+//! c10d stack, with every wait bounded so a broken world is named in seconds, not after a 30-minute
+//! NCCL timeout.
+//!
+//! The parts that need libtorch (lib/torch: the c10d binding and the rank itself) are compiled into the
+//! accel-test binary only, behind the `torch` feature, so no other tool links libtorch; the world, the
+//! plan of checks, the network probes, the report and the coordinator are plain Rust, always built.
+
+pub mod coordinator;
+pub mod network;
+pub mod plan;
+pub mod python;
+pub mod report;
+pub mod world;
+
+use crate::error::Diagnostic;
+use crate::exit_status::ExitStatus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("invalid rank contract: {0}")]
+    Contract(String),
+    #[error("cannot start rank process `{0}`")]
+    Spawn(String, #[source] std::io::Error),
+    #[error("cannot find a free port for the rendezvous")]
+    Port(#[source] std::io::Error),
+    #[error("cannot locate the accel-test executable")]
+    Exe(#[source] std::io::Error),
+    #[error("accel-test was built without libtorch support")]
+    NoTorch,
+    #[error("--timeout must be a positive number of seconds, not {0}")]
+    Timeout(f64),
+}
+
+impl Diagnostic for PreflightError {
+    fn hints(&self) -> Vec<String> {
+        match self {
+            PreflightError::NoTorch => vec![
+                "rebuild with `LIBTORCH_USE_PYTORCH=1 cargo build --release --features torch` and torch 2.13 importable by `python` (see README)".into(),
+            ],
+            PreflightError::Contract(_) => vec![
+                "--worker is internal: it expects the torchrun rank contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)".into(),
+            ],
+            _ => Vec::new(),
+        }
+    }
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            PreflightError::Usage(_) | PreflightError::Timeout(_) => ExitStatus::Usage,
+            PreflightError::Spawn(..) | PreflightError::Port(_) | PreflightError::Exe(_) => {
+                ExitStatus::LauncherFailed
+            }
+            PreflightError::Contract(_) | PreflightError::NoTorch => ExitStatus::Failure,
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The world accel-test checks: resolved on the coordinator side from the config exactly as
+//! accel-launch resolves it, and read back on the worker side from the torchrun rank contract
+//! (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, …) that every rank receives.
+
+use serde_json::Value;
+
+use super::PreflightError;
+use crate::cli::test::TestCli;
+use crate::config::{self, CliValue, DistributedType};
+use crate::env_vars::{self, Environment};
+
+/// Where rank tensors live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
+
+/// This machine's share of the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct World {
+    pub num_machines: usize,
+    pub machine_rank: usize,
+    pub nproc_per_node: usize,
+    pub master_addr: String,
+    /// None: pick a free port (single machine only).
+    pub master_port: Option<u16>,
+    pub device: Device,
+    /// CUDA_VISIBLE_DEVICES for the ranks, from gpu_ids.
+    pub gpu_ids: Option<String>,
+}
+
+impl World {
+    pub fn world_size(&self) -> usize {
+        self.num_machines * self.nproc_per_node
+    }
+    /// Global rank of this machine's `local`-th rank.
+    pub fn global_rank(&self, local: usize) -> usize {
+        self.machine_rank * self.nproc_per_node + local
+    }
+}
+
+/// The command-line values that shape the world, as config keys (what accel-launch passes too).
+fn cli_values(cli: &TestCli) -> Vec<CliValue> {
+    let mut v = Vec::new();
+    let mut push = |key: &str, value: Value, flag: &str| {
+        v.push(CliValue {
+            key: key.into(),
+            value,
+            flag: flag.into(),
+        })
+    };
+    if cli.cpu {
+        push("use_cpu", Value::from(true), "--cpu");
+    }
+    if let Some(n) = cli.num_processes {
+        push("num_processes", Value::from(n), "--num_processes");
+    }
+    if let Some(n) = cli.num_machines {
+        push("num_machines", Value::from(n), "--num_machines");
+    }
+    if let Some(n) = cli.machine_rank {
+        push("machine_rank", Value::from(n), "--machine_rank");
+    }
+    if let Some(ip) = &cli.main_process_ip {
+        push(
+            "main_process_ip",
+            Value::from(ip.clone()),
+            "--main_process_ip",
+        );
+    }
+    if let Some(p) = cli.main_process_port {
+        push("main_process_port", Value::from(p), "--main_process_port");
+    }
+    if let Some(ids) = &cli.gpu_ids {
+        push("gpu_ids", Value::from(ids.clone()), "--gpu_ids");
+    }
+    v
+}
+
+/// The first host of a SLURM hostlist: `node[01-04,07],gpu9` → `node01`.
+pub fn first_slurm_host(list: &str) -> Option<String> {
+    let list = list.trim();
+    let end = list
+        .char_indices()
+        .scan(0i32, |depth, (i, c)| {
+            match c {
+                '[' => *depth += 1,
+                ']' => *depth -= 1,
+                _ => {}
+            }
+            Some((i, c, *depth))
+        })
+        .find(|&(_, c, d)| c == ',' && d == 0)
+        .map(|(i, _, _)| i)
+        .unwrap_or(list.len());
+    let first = &list[..end];
+    match first.split_once('[') {
+        None => (!first.is_empty()).then(|| first.to_string()),
+        Some((prefix, rest)) => {
+            let range = rest.trim_end_matches(']').split(',').next()?;
+            let lo = range.split('-').next()?;
+            Some(format!("{prefix}{lo}"))
+        }
+    }
+}
+
+/// Resolves this machine's world from the command line, the environment and the config file.
+pub fn resolve(
+    cli: &TestCli,
+    env: &Environment,
+    gpus_here: usize,
+) -> Result<World, crate::error::Error> {
+    let resolved = config::resolve(cli.config_file.as_deref(), env, &cli_values(cli))?;
+    for w in &resolved.warnings {
+        crate::error::warn("accel-test", &w.0, env);
+    }
+    let cfg = resolved.config()?;
+    let cpu = cfg.use_cpu || cfg.distributed_type == DistributedType::MULTI_CPU || gpus_here == 0;
+    let mut num_machines = cfg.num_machines.max(1) as usize;
+    let mut machine_rank = cfg.machine_rank as usize;
+    let mut master_addr = cfg.main_process_ip.clone();
+    let mut master_port = cfg.main_process_port;
+    // Inside a multi-node SLURM step, the allocation says who is who when nothing else does.
+    if cli.num_machines.is_none() && num_machines == 1 {
+        if let (Some(nn), Some(id)) = (
+            env.non_empty(env_vars::SLURM_NNODES)
+                .and_then(|v| v.parse::<usize>().ok()),
+            env.non_empty(env_vars::SLURM_NODEID)
+                .and_then(|v| v.parse::<usize>().ok()),
+        ) {
+            if nn > 1 {
+                num_machines = nn;
+                machine_rank = id;
+                if master_addr.is_none() {
+                    master_addr = env
+                        .non_empty(env_vars::SLURM_JOB_NODELIST)
+                        .or_else(|| env.non_empty(env_vars::SLURM_NODELIST))
+                        .and_then(first_slurm_host);
+                }
+                if master_port.is_none() {
+                    master_port = env
+                        .non_empty(env_vars::SLURM_JOB_ID)
+                        .and_then(|j| j.parse::<u64>().ok())
+                        .map(|j| 10000 + (j % 20000) as u16);
+                }
+            }
+        }
+    }
+    let total = if cfg.num_processes > 0 {
+        cfg.num_processes as usize
+    } else if cpu {
+        num_machines
+    } else {
+        gpus_here.max(1) * num_machines
+    };
+    if total % num_machines != 0 {
+        return Err(PreflightError::Usage(format!(
+            "num_processes ({total}) is not a multiple of num_machines ({num_machines})"
+        ))
+        .into());
+    }
+    if machine_rank >= num_machines {
+        return Err(PreflightError::Usage(format!(
+            "machine_rank {machine_rank} is out of range for {num_machines} machine(s)"
+        ))
+        .into());
+    }
+    if num_machines > 1 && master_addr.is_none() {
+        return Err(PreflightError::Usage(
+            "a multi-node job needs --main_process_ip (the address of machine 0)".into(),
+        )
+        .into());
+    }
+    if num_machines > 1 && master_port.is_none() {
+        master_port = Some(29500);
+    }
+    let gpu_ids = cfg.gpu_ids.filter(|g| !g.is_empty() && g != "all");
+    Ok(World {
+        num_machines,
+        machine_rank,
+        nproc_per_node: total / num_machines,
+        master_addr: master_addr.unwrap_or_else(|| "127.0.0.1".into()),
+        master_port,
+        device: if cpu { Device::Cpu } else { Device::Cuda },
+        gpu_ids,
+    })
+}
+
+/// What one rank was told by its launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contract {
+    pub rank: usize,
+    pub local_rank: usize,
+    pub world_size: usize,
+    pub local_world_size: usize,
+    pub num_nodes: usize,
+    pub master_addr: String,
+    pub master_port: u16,
+}
+
+impl Contract {
+    /// Reads and validates the contract; every problem is named with its variable.
+    pub fn from_env(env: &Environment) -> Result<Contract, PreflightError> {
+        let num = |name: &'static str| -> Result<Option<usize>, PreflightError> {
+            match env.non_empty(name) {
+                None => Ok(None),
+                Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
+                    PreflightError::Contract(format!("{name}=`{v}` is not a non-negative integer"))
+                }),
+            }
+        };
+        let need = |name: &'static str, v: Option<usize>| {
+            v.ok_or_else(|| PreflightError::Contract(format!("{name} is not set")))
+        };
+        let rank = need(env_vars::RANK, num(env_vars::RANK)?)?;
+        let world_size = need(env_vars::WORLD_SIZE, num(env_vars::WORLD_SIZE)?)?;
+        let local_rank = need(env_vars::LOCAL_RANK, num(env_vars::LOCAL_RANK)?)?;
+        let local_world_size = num(env_vars::LOCAL_WORLD_SIZE)?.unwrap_or(world_size);
+        let master_addr = env
+            .non_empty(env_vars::MASTER_ADDR)
+            .ok_or_else(|| PreflightError::Contract("MASTER_ADDR is not set".into()))?
+            .to_string();
+        let port = need(env_vars::MASTER_PORT, num(env_vars::MASTER_PORT)?)?;
+        if world_size == 0 {
+            return Err(PreflightError::Contract("WORLD_SIZE is 0".into()));
+        }
+        if rank >= world_size {
+            return Err(PreflightError::Contract(format!(
+                "RANK {rank} is not below WORLD_SIZE {world_size}"
+            )));
+        }
+        if local_world_size == 0 || local_rank >= local_world_size {
+            return Err(PreflightError::Contract(format!(
+                "LOCAL_RANK {local_rank} is not below LOCAL_WORLD_SIZE {local_world_size}"
+            )));
+        }
+        if local_world_size > world_size {
+            return Err(PreflightError::Contract(format!(
+                "LOCAL_WORLD_SIZE {local_world_size} exceeds WORLD_SIZE {world_size}"
+            )));
+        }
+        let master_port = u16::try_from(port)
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| PreflightError::Contract(format!("MASTER_PORT {port} is not a port")))?;
+        let num_nodes = num(env_vars::GROUP_WORLD_SIZE)?
+            .unwrap_or_else(|| world_size.div_ceil(local_world_size));
+        Ok(Contract {
+            rank,
+            local_rank,
+            world_size,
+            local_world_size,
+            num_nodes,
+            master_addr,
+            master_port,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cli(args: &[&str]) -> TestCli {
+        TestCli::parse_from(std::iter::once("accel-test").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn resolves_like_the_launcher() {
+        let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
+        let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 8).unwrap();
+        assert_eq!(
+            (w.nproc_per_node, w.world_size(), w.device),
+            (4, 4, Device::Cpu)
+        );
+        assert_eq!(w.master_port, None);
+        let w = resolve(&cli(&[]), &env, 0).unwrap();
+        assert_eq!((w.world_size(), w.device), (1, Device::Cpu));
+        let w = resolve(
+            &cli(&[
+                "--num_processes",
+                "8",
+                "--num_machines",
+                "2",
+                "--machine_rank",
+                "1",
+                "--main_process_ip",
+                "n0",
+            ]),
+            &env,
+            4,
+        )
+        .unwrap();
+        assert_eq!(
+            (w.nproc_per_node, w.global_rank(0), w.master_port),
+            (4, 4, Some(29500))
+        );
+        assert!(resolve(&cli(&["--num_machines", "2"]), &env, 0).is_err());
+        assert!(resolve(
+            &cli(&[
+                "--num_processes",
+                "3",
+                "--num_machines",
+                "2",
+                "--main_process_ip",
+                "x"
+            ]),
+            &env,
+            0
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn slurm_allocation() {
+        let env = Environment::from_pairs([
+            ("HF_HOME", "/nonexistent"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+            ("SLURM_JOB_ID", "1234"),
+        ]);
+        let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 0).unwrap();
+        assert_eq!(
+            (w.num_machines, w.machine_rank, w.master_addr.as_str()),
+            (2, 1, "gpu07")
+        );
+        assert_eq!(w.master_port, Some(11234));
+        assert_eq!(first_slurm_host("a1,b[1-2]").as_deref(), Some("a1"));
+        assert_eq!(first_slurm_host("n[3,5-6],m").as_deref(), Some("n3"));
+    }
+
+    #[test]
+    fn contract_validation() {
+        let base = [
+            ("RANK", "1"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let c = Contract::from_env(&Environment::from_pairs(base)).unwrap();
+        assert_eq!((c.rank, c.local_world_size, c.num_nodes), (1, 2, 1));
+        let mut bad = Environment::from_pairs(base);
+        bad.set("RANK", "2");
+        assert!(Contract::from_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("RANK 2"));
+        let mut bad = Environment::from_pairs(base);
+        bad.set("MASTER_PORT", "70000");
+        assert!(Contract::from_env(&bad).is_err());
+        let mut bad = Environment::from_pairs(base);
+        bad.remove("MASTER_ADDR");
+        assert!(Contract::from_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("MASTER_ADDR"));
+    }
+}

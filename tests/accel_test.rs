@@ -1,0 +1,479 @@
+//! accel-test against real gloo ranks, real torch.distributed processes and real signals. Needs the
+//! `torch` feature (the whole module is gated in tests/main.rs).
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-test");
+const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+
+fn accel_test(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("HF_HOME", "/nonexistent-accel-test-home")
+        .env_remove("ACCEL_CONFIG_FILE")
+        .output()
+        .expect("run accel-test")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+const COLLECTIVES: &[&str] = &[
+    "all_reduce.sum",
+    "all_reduce.max",
+    "all_reduce.min",
+    "all_reduce.avg",
+    "reduce.sum->0",
+    "all_gather",
+    "gather->0",
+    "broadcast<-0",
+    "barrier",
+];
+
+fn passes_with(ranks: usize) {
+    let n = ranks.to_string();
+    let o = accel_test(&["--cpu", "--num_processes", &n, "--timeout", "60"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    for c in COLLECTIVES {
+        assert!(
+            t.lines().any(|l| l.starts_with("PASS  ") && l.contains(c)),
+            "{c} missing:\n{t}"
+        );
+    }
+    for p in [
+        "preflight.resolve",
+        "preflight.reach",
+        "preflight.devices",
+        "rendezvous",
+    ] {
+        assert!(t.contains(&format!("PASS  {p}")), "{p}:\n{t}");
+    }
+    assert!(!t.contains("FAIL"), "{t}");
+    let ranks_col = if ranks == 1 {
+        "rank 0".to_string()
+    } else {
+        format!("ranks 0-{}", ranks - 1)
+    };
+    assert!(t.contains(&ranks_col), "{t}");
+    assert!(t.contains("verdict: PASS"), "{t}");
+}
+
+#[test]
+fn one_cpu_rank_passes_every_collective() {
+    passes_with(1);
+}
+
+#[test]
+fn two_cpu_ranks_pass_every_collective() {
+    passes_with(2);
+}
+
+#[test]
+fn four_cpu_ranks_pass_every_collective() {
+    passes_with(4);
+}
+
+#[test]
+fn json_report() {
+    let o = accel_test(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--check",
+        "barrier",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"], "PASS");
+    assert_eq!(v["world"]["world_size"], 2);
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"barrier") && names.contains(&"rendezvous"),
+        "{names:?}"
+    );
+}
+
+/// The direct children of `pid` and their RANK.
+fn ranks_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for c in children.split_whitespace() {
+            let c: u32 = c.parse().unwrap();
+            let env = std::fs::read(format!("/proc/{c}/environ")).unwrap_or_default();
+            let rank = env
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix("RANK="))
+                .unwrap_or("")
+                .to_string();
+            out.push((c, rank));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
+    let mut child = Command::new(BIN)
+        .args([
+            "--cpu",
+            "--num_processes",
+            "3",
+            "--timeout",
+            "10",
+            "--bench",
+            "--max_size",
+            "64M",
+        ])
+        .env("HF_HOME", "/nonexistent-accel-test-home")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    // Wait until the world is up and running collectives.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with("PASS  rendezvous") {
+            break;
+        }
+    }
+    assert!(seen.contains("PASS  rendezvous"), "{seen}");
+    let ranks = ranks_of(child.id());
+    assert_eq!(ranks.len(), 3, "{ranks:?}");
+    let victim = ranks.iter().find(|(_, r)| r == "1").expect("rank 1").0;
+    let killed_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    for line in lines {
+        seen.push_str(&line.unwrap());
+        seen.push('\n');
+    }
+    let status = child.wait().unwrap();
+    let took = killed_at.elapsed();
+    assert!(!status.success(), "{seen}");
+    assert!(seen.contains("verdict: FAIL"), "{seen}");
+    assert!(seen.contains("rank 1 died: killed by signal 9"), "{seen}");
+    // The survivors name the dead rank themselves, well within the coordinator's limit.
+    assert!(seen.contains("no word from rank 1"), "{seen}");
+    assert!(took < Duration::from_secs(60), "{took:?}\n{seen}");
+    for (pid, _) in ranks {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "rank process {pid} survived:\n{seen}"
+        );
+    }
+}
+
+#[test]
+fn unresolvable_master_fails_the_preflight() {
+    let o = accel_test(&[
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "no-such-host.invalid",
+        "--timeout",
+        "5",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL  preflight.resolve"), "{t}");
+    assert!(
+        t.contains("rank 1: MASTER_ADDR: `no-such-host.invalid` does not resolve"),
+        "{t}"
+    );
+    assert!(!t.contains("rendezvous"), "{t}");
+}
+
+#[test]
+fn loopback_master_on_a_multi_node_job_fails_the_preflight() {
+    let o = accel_test(&[
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--timeout",
+        "5",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL  preflight.not_loopback"), "{t}");
+    assert!(
+        t.contains("is a loopback address on a 2-machine job"),
+        "{t}"
+    );
+}
+
+#[test]
+fn unreachable_master_fails_reach_within_the_timeout() {
+    // TEST-NET-1: routable nowhere, so the connection attempt can only end by the timeout or an error.
+    let o = accel_test(&[
+        "--cpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "192.0.2.1",
+        "--main_process_port",
+        "29999",
+        "--timeout",
+        "3",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("PASS  preflight.resolve"), "{t}");
+    assert!(t.contains("FAIL  preflight.reach"), "{t}");
+    assert!(t.contains("rank 1: cannot reach 192.0.2.1:29999"), "{t}");
+    assert!(t.contains("rank 0 hosts the rendezvous there"), "{t}");
+}
+
+fn events(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn wrong_master_port_fails_reach_within_the_timeout() {
+    let port = free_port().to_string();
+    let o = Command::new(BIN)
+        .args(["--worker", "--timeout", "3"])
+        .envs([
+            ("RANK", "1"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", port.as_str()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let ev = events(&o);
+    let reach = ev
+        .iter()
+        .find(|e| e["name"] == "preflight.reach")
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    assert_eq!(reach["ok"], false);
+    let detail = reach["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("cannot reach 127.0.0.1:{port}")),
+        "{detail}"
+    );
+    assert!(ev.iter().all(|e| e["name"] != "rendezvous"), "{}", text(&o));
+}
+
+#[test]
+fn invalid_contract_is_named() {
+    let o = Command::new(BIN)
+        .args(["--worker"])
+        .envs([("RANK", "2"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")])
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let ev = events(&o);
+    assert_eq!(ev[0]["name"], "preflight.contract");
+    assert!(ev[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("RANK 2 is not below WORLD_SIZE 2"));
+}
+
+const WIRE: &str = r#"
+import datetime, torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+r, w = dist.get_rank(), dist.get_world_size()
+ok = True
+for n in (1009, 1, 262144):
+    x = torch.tensor([(r + 1) * (i % 7 + 1) for i in range(n)], dtype=torch.float32)
+    dist.all_reduce(x)
+    want = torch.tensor([sum((q + 1) * (i % 7 + 1) for q in range(w)) for i in range(n)], dtype=torch.float32)
+    ok = ok and torch.equal(x, want)
+print("PY", "OK" if ok else "WRONG", flush=True)
+dist.destroy_process_group()
+"#;
+
+#[test]
+fn wire_compatible_with_torch_distributed() {
+    assert!(std::path::Path::new(PYTHON).exists(), "missing {PYTHON}");
+    let port = free_port().to_string();
+    let contract = |r: &str| {
+        vec![
+            ("RANK", r.to_string()),
+            ("LOCAL_RANK", r.to_string()),
+            ("WORLD_SIZE", "3".to_string()),
+            ("LOCAL_WORLD_SIZE", "3".to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.clone()),
+        ]
+    };
+    // accel-test ranks 0 (hosting the store) and 1, and a torch.distributed rank 2.
+    let workers: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            Command::new(BIN)
+                .args([
+                    "--worker",
+                    "--timeout",
+                    "60",
+                    "--check",
+                    "all_reduce.sum float32",
+                ])
+                .envs(contract(r))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let py = Command::new(PYTHON)
+        .args(["-c", WIRE])
+        .envs(contract("2"))
+        .output()
+        .unwrap();
+    let outs: Vec<Output> = workers
+        .into_iter()
+        .map(|w| w.wait_with_output().unwrap())
+        .collect();
+    assert!(py.status.success(), "{}", text(&py));
+    assert!(
+        String::from_utf8_lossy(&py.stdout).contains("PY OK"),
+        "{}",
+        text(&py)
+    );
+    for o in &outs {
+        assert_eq!(o.status.code(), Some(0), "{}", text(o));
+        let ev = events(o);
+        let sums: Vec<_> = ev
+            .iter()
+            .filter(|e| {
+                e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("all_reduce.sum float32"))
+            })
+            .collect();
+        assert_eq!(sums.len(), 3, "{}", text(o));
+        assert!(sums.iter().all(|e| e["ok"] == true), "{}", text(o));
+    }
+}
+
+#[test]
+fn python_side_is_checked_with_the_users_python() {
+    let o = Command::new(BIN)
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--check",
+            "barrier",
+            "--python",
+        ])
+        .env("HF_HOME", "/nonexistent-accel-test-home")
+        .env("ACCEL_PYTHON", PYTHON)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    for c in [
+        "python.import torch",
+        "python.init_process_group",
+        "python.all_reduce.sum",
+        "python.all_gather",
+        "python.barrier",
+        "PASS  python ",
+    ] {
+        assert!(t.contains(c), "{c}:\n{t}");
+    }
+    // A python without torch is a clear failure.
+    let o = Command::new(BIN)
+        .args([
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--check",
+            "barrier",
+            "--python",
+        ])
+        .env("HF_HOME", "/nonexistent-accel-test-home")
+        .env("ACCEL_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL  python.import torch"), "{t}");
+}
+
+#[test]
+fn bench_reports_nccl_tests_columns() {
+    let o = accel_test(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--check",
+        "barrier",
+        "--bench",
+        "--max_size",
+        "64K",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["bench"].as_array().unwrap();
+    // 1K, 4K, 16K, 64K for both operations.
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    for r in rows {
+        let alg = r["algbw"].as_f64().unwrap();
+        let bus = r["busbw"].as_f64().unwrap();
+        let factor = if r["op"] == "all_reduce" { 1.0 } else { 0.5 };
+        assert!((bus - alg * factor).abs() <= 1e-9 * alg.max(1.0), "{r}");
+        assert!(r["time_us"].as_f64().unwrap() > 0.0);
+    }
+}
