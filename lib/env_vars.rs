@@ -135,6 +135,7 @@ vars! {
     HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";
     HF_TOKEN = "HF_TOKEN", Hub, "Bearer token for gated or private repositories.";
     HF_HUB_OFFLINE = "HF_HUB_OFFLINE", Hub, "When 1, never contact the Hub.";
+    HTTPS_PROXY = "HTTPS_PROXY", Hub, "Proxy for Hub requests (not used for a loopback HF_ENDPOINT).";
 }
 
 /// Prefixes whose variables are reported by accel-env and warned about when they would leak into a run.

@@ -1,0 +1,223 @@
+//! Safetensors headers, and only headers: an 8-byte little-endian length and a JSON table of tensor
+//! names, dtypes, shapes and byte ranges. The `safetensors` crate wants the whole buffer to validate
+//! against, which is exactly what must not be read (or downloaded) here, so the header is parsed
+//! directly and checked against the file's length instead.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::error::EstimateError;
+use super::tensors::{DType, Tensor};
+use crate::error::{IoError, Result};
+
+/// The safetensors crate's own limit; anything larger is not a header.
+pub const MAX_HEADER: u64 = 100_000_000;
+
+/// The header length from a file's first 8 bytes.
+pub fn header_len(prefix: &[u8], path: &str) -> Result<u64, EstimateError> {
+    let Some(bytes) = prefix.get(..8) else {
+        return Err(EstimateError::NotSafetensors {
+            path: path.into(),
+            reason: format!("only {} bytes long", prefix.len()),
+        });
+    };
+    let mut le = [0u8; 8];
+    le.copy_from_slice(bytes);
+    let n = u64::from_le_bytes(le);
+    if !(2..=MAX_HEADER).contains(&n) {
+        return Err(EstimateError::NotSafetensors {
+            path: path.into(),
+            reason: format!("its first 8 bytes give a header length of {n}"),
+        });
+    }
+    if let Some(&first) = prefix.get(8) {
+        if first != b'{' {
+            return Err(EstimateError::NotSafetensors {
+                path: path.into(),
+                reason: "the header does not start with `{`".into(),
+            });
+        }
+    }
+    Ok(n)
+}
+
+/// A parsed header: the tensors and how many bytes of data they say follow the header.
+#[derive(Debug)]
+pub struct Header {
+    pub tensors: Vec<Tensor>,
+    pub data_len: u64,
+}
+
+/// Parses the JSON header (the bytes after the length).
+pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
+    let bad = |reason: String| EstimateError::BadHeader {
+        path: path.into(),
+        reason,
+    };
+    let value: Value = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+    let Value::Object(map) = value else {
+        return Err(bad("not a JSON object".into()));
+    };
+    let mut tensors = Vec::with_capacity(map.len());
+    let mut data_len = 0u64;
+    for (name, entry) in map {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype_name = entry
+            .get("dtype")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("tensor `{name}` has no dtype")))?;
+        let dtype = DType::from_safetensors(dtype_name)
+            .ok_or_else(|| bad(format!("tensor `{name}` has unknown dtype `{dtype_name}`")))?;
+        let shape = entry
+            .get("shape")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("tensor `{name}` has no shape")))?;
+        let mut numel = 1u64;
+        for dim in shape {
+            let dim = dim
+                .as_u64()
+                .ok_or_else(|| bad(format!("tensor `{name}` has a bad shape")))?;
+            numel = numel
+                .checked_mul(dim)
+                .ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
+        }
+        let end = entry
+            .get("data_offsets")
+            .and_then(Value::as_array)
+            .and_then(|o| o.get(1))
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad(format!("tensor `{name}` has no data_offsets")))?;
+        data_len = data_len.max(end);
+        tensors.push(Tensor {
+            name,
+            dtype,
+            numel,
+            buffer: false,
+        });
+    }
+    Ok(Header { tensors, data_len })
+}
+
+/// Reads the header of a local file, checking that the file is as long as the header says.
+pub fn read_file(path: &Path) -> Result<Header> {
+    let shown = path.display().to_string();
+    let mut file = File::open(path).map_err(|e| IoError::new("open", path, e))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| IoError::new("read", path, e))?
+        .len();
+    let mut prefix = [0u8; 9];
+    let got = read_up_to(&mut file, &mut prefix).map_err(|e| IoError::new("read", path, e))?;
+    let n = header_len(&prefix[..got], &shown)?;
+    if file_len < 8 + n {
+        return Err(EstimateError::TruncatedHeader {
+            path: shown,
+            need: n,
+            have: file_len.saturating_sub(8),
+        }
+        .into());
+    }
+    let mut json = vec![0u8; n as usize];
+    json[0] = prefix[8];
+    file.read_exact(&mut json[1..])
+        .map_err(|e| IoError::new("read", path, e))?;
+    let header = parse_header(&json, &shown)?;
+    if file_len < 8 + n + header.data_len {
+        return Err(EstimateError::TruncatedData {
+            path: shown,
+            need: 8 + n + header.data_len,
+            have: file_len,
+        }
+        .into());
+    }
+    Ok(header)
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
+/// The shard files a `*.index.json` names, in first-mention order.
+pub fn parse_index(text: &str, path: &str) -> Result<Vec<String>, EstimateError> {
+    let bad = |reason: String| EstimateError::BadIndex {
+        path: path.into(),
+        reason,
+    };
+    let value: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let map = value
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    let mut shards: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for file in map.values() {
+        let file = file
+            .as_str()
+            .ok_or_else(|| bad("a `weight_map` value is not a file name".into()))?;
+        if file.starts_with('/') || file.split('/').any(|part| part == "..") {
+            return Err(bad(format!(
+                "shard name `{file}` points outside the directory"
+            )));
+        }
+        if seen.insert(file) {
+            shards.push(file.to_string());
+        }
+    }
+    Ok(shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_length_rejects_other_formats() {
+        // A zip (torch.save) starts with "PK\x03\x04".
+        let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00";
+        assert!(matches!(
+            header_len(zip, "x"),
+            Err(EstimateError::NotSafetensors { .. })
+        ));
+        let mut ok = 20u64.to_le_bytes().to_vec();
+        ok.push(b'{');
+        assert_eq!(header_len(&ok, "x").unwrap_or(0), 20);
+        let mut not_json = 20u64.to_le_bytes().to_vec();
+        not_json.push(b'x');
+        assert!(header_len(&not_json, "x").is_err());
+    }
+
+    #[test]
+    fn parses_tensors_and_data_length() {
+        let json = br#"{"__metadata__":{"format":"pt"},"a.weight":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},"b":{"dtype":"I64","shape":[],"data_offsets":[12,20]}}"#;
+        let h = parse_header(json, "x").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(h.data_len, 20);
+        assert_eq!(h.tensors.len(), 2);
+        assert_eq!(h.tensors[0].numel, 6);
+        assert_eq!(h.tensors[1].numel, 1);
+        let bad = br#"{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}"#;
+        assert!(parse_header(bad, "x").is_err());
+    }
+
+    #[test]
+    fn index_lists_unique_shards() {
+        let text = r#"{"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s1.safetensors"}}"#;
+        assert_eq!(
+            parse_index(text, "i").unwrap_or_default(),
+            ["s1.safetensors", "s2.safetensors"]
+        );
+        let escape = r#"{"weight_map":{"a":"../x.safetensors"}}"#;
+        assert!(parse_index(escape, "i").is_err());
+    }
+}
