@@ -8,4 +8,5 @@ mod util;
 mod config;
 mod docs;
 mod env;
+mod estimate;
 mod questionnaire;

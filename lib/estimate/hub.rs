@@ -1,17 +1,22 @@
 //! The Hub, touched as lightly as possible: `config.json`, the shard index, and of each safetensors
-//! file only its header, fetched with HTTP range requests — a 140 GB checkpoint costs a few hundred
-//! kilobytes. `HF_ENDPOINT` and `HF_TOKEN` are honoured; `HF_HUB_OFFLINE` refuses before any request.
+//! file only its header, fetched with two HTTP range requests (the 8-byte length, then exactly the
+//! header) — a 140 GB checkpoint costs a few hundred kilobytes. Shards are fetched concurrently so the
+//! second round trip costs no wall time. `HF_ENDPOINT` and `HF_TOKEN` are honoured; `HF_HUB_OFFLINE`
+//! refuses before any request.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::error::EstimateError;
 use super::safetensors;
 use crate::env_vars::{self, Environment};
 
-/// The first request for a header asks for this many bytes, enough for the whole header of most
-/// shards, so one round trip usually suffices.
-const FIRST_RANGE: u64 = 64 * 1024;
+/// A response body and the file's total length, when the server said.
+type Body = (Vec<u8>, Option<u64>);
+
+/// Shards whose headers are fetched at once.
+const CONCURRENCY: usize = 8;
 
 pub struct Hub {
     agent: ureq::Agent,
@@ -20,9 +25,9 @@ pub struct Hub {
     repo: String,
     revision: String,
     /// Response body bytes received so far.
-    pub bytes_received: u64,
+    bytes_received: AtomicU64,
     /// Requests made so far.
-    pub requests: u64,
+    requests: AtomicU64,
 }
 
 /// Whether `name` looks like a Hub repository id (`org/name`, or a bare `name`).
@@ -75,9 +80,17 @@ impl Hub {
             token: env.non_empty(env_vars::HF_TOKEN).map(str::to_string),
             repo: repo.into(),
             revision: revision.into(),
-            bytes_received: 0,
-            requests: 0,
+            bytes_received: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
         })
+    }
+
+    /// `(requests, body bytes received)` so far.
+    pub fn traffic(&self) -> (u64, u64) {
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.bytes_received.load(Ordering::Relaxed),
+        )
     }
 
     fn url(&self, file: &str) -> String {
@@ -89,11 +102,11 @@ impl Hub {
 
     /// One GET, at most `limit` body bytes read. `Ok(None)` for a missing file.
     fn get(
-        &mut self,
+        &self,
         file: &str,
         range: Option<(u64, u64)>,
         limit: u64,
-    ) -> Result<Option<(Vec<u8>, Option<u64>)>, EstimateError> {
+    ) -> Result<Option<Body>, EstimateError> {
         let url = self.url(file);
         let mut request = self.agent.get(&url);
         if let Some(token) = &self.token {
@@ -102,7 +115,7 @@ impl Hub {
         if let Some((start, end)) = range {
             request = request.header("Range", format!("bytes={start}-{end}"));
         }
-        self.requests += 1;
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let response = request.call().map_err(|e| EstimateError::HubUnreachable {
             repo: self.repo.clone(),
             endpoint: self.endpoint.clone(),
@@ -158,7 +171,8 @@ impl Hub {
             .into_reader()
             .take(limit)
             .read_to_end(&mut body);
-        self.bytes_received += body.len() as u64;
+        self.bytes_received
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
         read.map_err(|e| EstimateError::HubUnreachable {
             repo: self.repo.clone(),
             endpoint: self.endpoint.clone(),
@@ -168,7 +182,7 @@ impl Hub {
     }
 
     /// A small text file (config, index); `None` when the repository does not have it.
-    pub fn text(&mut self, file: &str) -> Result<Option<String>, EstimateError> {
+    pub fn text(&self, file: &str) -> Result<Option<String>, EstimateError> {
         Ok(self
             .get(file, None, 64 << 20)?
             .map(|(body, _)| String::from_utf8_lossy(&body).into_owned()))
@@ -176,48 +190,73 @@ impl Hub {
 
     /// The header of a safetensors file in the repository; `None` when it does not exist.
     pub fn safetensors_header(
-        &mut self,
+        &self,
         file: &str,
     ) -> Result<Option<safetensors::Header>, EstimateError> {
         let shown = format!("{}/{file}", self.repo);
-        let Some((mut bytes, total)) = self.get(file, Some((0, FIRST_RANGE - 1)), FIRST_RANGE)?
-        else {
+        let Some((prefix, total)) = self.get(file, Some((0, 7)), 8)? else {
             return Ok(None);
         };
-        let n = safetensors::header_len(&bytes, &shown)?;
-        let want = 8 + n;
-        if (bytes.len() as u64) < want {
-            let have = bytes.len() as u64;
-            if total.is_some_and(|t| t < want) || have < FIRST_RANGE {
-                return Err(EstimateError::TruncatedHeader {
-                    path: shown,
-                    need: n,
-                    have: total.unwrap_or(have).saturating_sub(8),
-                });
-            }
-            let Some((rest, _)) = self.get(file, Some((have, want - 1)), want - have)? else {
-                return Ok(None);
-            };
-            bytes.extend_from_slice(&rest);
-            if (bytes.len() as u64) < want {
-                return Err(EstimateError::TruncatedHeader {
-                    path: shown,
-                    need: n,
-                    have: bytes.len() as u64 - 8,
-                });
-            }
+        let n = safetensors::header_len(&prefix, &shown)?;
+        if total.is_some_and(|t| t < 8 + n) {
+            return Err(EstimateError::TruncatedHeader {
+                path: shown,
+                need: n,
+                have: total.unwrap_or(0).saturating_sub(8),
+            });
         }
-        let header = safetensors::parse_header(&bytes[8..want as usize], &shown)?;
+        let Some((json, _)) = self.get(file, Some((8, 8 + n - 1)), n)? else {
+            return Ok(None);
+        };
+        if (json.len() as u64) < n {
+            return Err(EstimateError::TruncatedHeader {
+                path: shown,
+                need: n,
+                have: json.len() as u64,
+            });
+        }
+        let header = safetensors::parse_header(&json, &shown)?;
         if let Some(total) = total {
-            if total < want + header.data_len {
+            if total < 8 + n + header.data_len {
                 return Err(EstimateError::TruncatedData {
                     path: shown,
-                    need: want + header.data_len,
+                    need: 8 + n + header.data_len,
                     have: total,
                 });
             }
         }
         Ok(Some(header))
+    }
+
+    /// The headers of several files, fetched concurrently, in the order given.
+    pub fn safetensors_headers(
+        &self,
+        files: &[String],
+    ) -> Result<Vec<Option<safetensors::Header>>, EstimateError> {
+        let mut out = Vec::with_capacity(files.len());
+        for chunk in files.chunks(CONCURRENCY) {
+            let results: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|file| scope.spawn(move || self.safetensors_header(file)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(EstimateError::HubHttp {
+                                url: self.endpoint.clone(),
+                                status: 0,
+                            })
+                        })
+                    })
+                    .collect()
+            });
+            for r in results {
+                out.push(r?);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -247,17 +247,17 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
 }
 
 fn load_hub(repo: &str, from: From, revision: &str, env: &Environment) -> Result<Model> {
-    let mut hub = Hub::new(repo, revision, env)?;
+    let hub = Hub::new(repo, revision, env)?;
     let config = match hub.text("config.json")? {
         Some(text) => Some(Config::parse(&text, &format!("{repo}/config.json"))?),
         None => None,
     };
-    let mut model = load_hub_model(&mut hub, repo, from, config.as_ref())?;
-    model.hub_traffic = Some((hub.requests, hub.bytes_received));
+    let mut model = load_hub_model(&hub, repo, from, config.as_ref())?;
+    model.hub_traffic = Some(hub.traffic());
     Ok(model)
 }
 
-fn load_hub_model(hub: &mut Hub, repo: &str, from: From, config: Option<&Config>) -> Result<Model> {
+fn load_hub_model(hub: &Hub, repo: &str, from: From, config: Option<&Config>) -> Result<Model> {
     if let Some(c) = config {
         if from == From::Config || (from == From::Auto && c.is_known()) {
             return from_config(c);
@@ -270,8 +270,8 @@ fn load_hub_model(hub: &mut Hub, repo: &str, from: From, config: Option<&Config>
         None => vec!["model.safetensors".into()],
     };
     let mut tensors = Vec::new();
-    for file in &files {
-        match hub.safetensors_header(file)? {
+    for (file, header) in files.iter().zip(hub.safetensors_headers(&files)?) {
+        match header {
             Some(header) => tensors.extend(header.tensors),
             None if files.len() == 1 => {
                 return Err(match config {

@@ -51,11 +51,11 @@ pub fn rows(sizes: &MaximumSizes, dtypes: &[TableDtype]) -> Vec<Row> {
         .map(|&dtype| {
             let (largest_layer, total) = match dtype.divisor() {
                 None => (sizes.largest_layer, sizes.total),
-                Some(d) => (sizes.largest_layer.div(d), sizes.total.div(d)),
+                Some(d) => (sizes.largest_layer.divided(d), sizes.total.divided(d)),
             };
             let training_adam = match dtype {
-                TableDtype::Float32 => Some(sizes.total.mul(4)),
-                TableDtype::Float16 => Some(sizes.total.mul(2)),
+                TableDtype::Float32 => Some(sizes.total.times(4)),
+                TableDtype::Float16 => Some(sizes.total.times(2)),
                 TableDtype::Int8 | TableDtype::Int4 => None,
             };
             Row {
@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn convert_bytes_matches_python() {
         assert_eq!(convert_bytes(Bytes::int(512)), "512 bytes");
-        assert_eq!(convert_bytes(Bytes::int(512).div(1.0)), "512.0 bytes");
+        assert_eq!(convert_bytes(Bytes::int(512).divided(1.0)), "512.0 bytes");
         assert_eq!(convert_bytes(Bytes::int(1024)), "1.0 KB");
         assert_eq!(convert_bytes(Bytes::int(90_669_056)), "86.47 MB");
         assert_eq!(convert_bytes(Bytes::int(268_435_456)), "256.0 MB");

@@ -161,14 +161,14 @@ impl Bytes {
         }
     }
     /// Python's `self / d`: true division always gives a float.
-    pub fn div(self, d: f64) -> Bytes {
+    pub fn divided(self, d: f64) -> Bytes {
         Bytes {
             value: self.value / d,
             is_float: true,
         }
     }
     /// Python's `self * k` for an int `k`.
-    pub fn mul(self, k: u64) -> Bytes {
+    pub fn times(self, k: u64) -> Bytes {
         Bytes {
             value: self.value * k as f64,
             is_float: self.is_float,

@@ -67,7 +67,7 @@ impl Plan {
             }
             return Ok(Plan::Inference);
         }
-        if cli.offload && cli.strategy.is_none_or(|s| s == per_gpu::Strategy::Ddp) {
+        if cli.offload && matches!(cli.strategy, None | Some(per_gpu::Strategy::Ddp)) {
             return Err(EstimateError::Usage(
                 "--offload needs a sharded --strategy (zero1, zero2, zero3 or fsdp)".into(),
             ));
