@@ -352,6 +352,37 @@ fn sharded_directory_counts_bf16_as_float32_like_accelerate() {
     assert_eq!(again["total_size"], total);
 }
 
+#[test]
+fn pytorch_bin_index_is_sized_by_its_config() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("bin-ckpt");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("pytorch_model.bin.index.json"),
+        json!({"metadata": {"total_size": 8}, "weight_map": {"model.norm.weight": "pytorch_model-00001-of-00001.bin"}}).to_string(),
+    )
+    .expect("write index");
+    let out = run(&[&dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("has a PyTorch .bin index but no config.json"),
+        "{}",
+        stderr(&out)
+    );
+    let config = hand_config(&tmp.path().join("cfg"));
+    std::fs::copy(&config, dir.join("config.json")).expect("copy");
+    let (from_bin, code) = run_json(&[
+        "--json",
+        &dir.join("pytorch_model.bin.index.json")
+            .display()
+            .to_string(),
+    ]);
+    assert_eq!(code, Some(0));
+    let (from_config, _) = run_json(&["--json", &config.display().to_string()]);
+    assert_eq!(from_bin["total_size"], from_config["total_size"]);
+    assert_eq!(from_bin["source"]["kind"], "config");
+}
+
 fn run_json(args: &[&str]) -> (Value, Option<i32>) {
     let out = run(args);
     let code = out.status.code();

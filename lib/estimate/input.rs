@@ -188,9 +188,40 @@ fn load_index_dir(dir: &Path, index: &Path, from: From) -> Result<Model> {
 }
 
 fn headers_of(files: &[PathBuf], config: Option<&Config>) -> Result<Model> {
+    // Shard headers are independent; reading them on all cores matters for MoE checkpoints with
+    // a hundred shards and tens of thousands of tensors.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let chunk = files.len().div_ceil(threads).max(1);
+    let results: Vec<Result<Vec<Tensor>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || -> Result<Vec<Tensor>> {
+                    let mut tensors = Vec::new();
+                    for file in part {
+                        tensors.extend(safetensors::read_file(file)?.tensors);
+                    }
+                    Ok(tensors)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::error::Error::msg(
+                        crate::exit_status::ExitStatus::Failure,
+                        "a header-reading thread panicked",
+                    ))
+                })
+            })
+            .collect()
+    });
     let mut tensors = Vec::new();
-    for file in files {
-        tensors.extend(safetensors::read_file(file)?.tensors);
+    for r in results {
+        tensors.extend(r?);
     }
     Ok(from_headers(
         tensors,

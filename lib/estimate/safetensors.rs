@@ -51,50 +51,73 @@ pub struct Header {
     pub data_len: u64,
 }
 
+/// One header entry as stored; borrowed so thousands of tensors parse without a copy each.
+#[derive(serde::Deserialize)]
+struct Entry<'a> {
+    #[serde(borrow)]
+    dtype: std::borrow::Cow<'a, str>,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+/// The header's top-level object: tensors, plus `__metadata__` which is skipped. A typed visitor
+/// rather than `serde_json::Value`, because a 36k-tensor MoE header is parsed per run.
+struct Entries<'a>(Vec<(std::borrow::Cow<'a, str>, Entry<'a>)>);
+
+impl<'de> serde::Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "__metadata__" {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    } else {
+                        let entry = map.next_value::<Entry<'de>>().map_err(|e| {
+                            serde::de::Error::custom(format!("tensor `{key}`: {e}"))
+                        })?;
+                        out.push((key, entry));
+                    }
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 /// Parses the JSON header (the bytes after the length).
 pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
     let bad = |reason: String| EstimateError::BadHeader {
         path: path.into(),
         reason,
     };
-    let value: Value = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
-    let Value::Object(map) = value else {
-        return Err(bad("not a JSON object".into()));
-    };
-    let mut tensors = Vec::with_capacity(map.len());
+    let Entries(entries) = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+    let mut tensors = Vec::with_capacity(entries.len());
     let mut data_len = 0u64;
-    for (name, entry) in map {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype_name = entry
-            .get("dtype")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("tensor `{name}` has no dtype")))?;
-        let dtype = DType::from_safetensors(dtype_name)
-            .ok_or_else(|| bad(format!("tensor `{name}` has unknown dtype `{dtype_name}`")))?;
-        let shape = entry
-            .get("shape")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad(format!("tensor `{name}` has no shape")))?;
-        let mut numel = 1u64;
-        for dim in shape {
-            let dim = dim
-                .as_u64()
-                .ok_or_else(|| bad(format!("tensor `{name}` has a bad shape")))?;
-            numel = numel
-                .checked_mul(dim)
-                .ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
-        }
-        let end = entry
-            .get("data_offsets")
-            .and_then(Value::as_array)
-            .and_then(|o| o.get(1))
-            .and_then(Value::as_u64)
-            .ok_or_else(|| bad(format!("tensor `{name}` has no data_offsets")))?;
-        data_len = data_len.max(end);
+    for (name, entry) in entries {
+        let dtype = DType::from_safetensors(&entry.dtype).ok_or_else(|| {
+            bad(format!(
+                "tensor `{name}` has unknown dtype `{}`",
+                entry.dtype
+            ))
+        })?;
+        let numel = entry
+            .shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
+        data_len = data_len.max(entry.data_offsets[1]);
         tensors.push(Tensor {
-            name,
+            name: name.into_owned(),
             dtype,
             numel,
             buffer: false,

@@ -146,8 +146,10 @@ fn per_gpu_estimate(
             PerGpu {
                 plan,
                 title: format!(
-                    "Inference per GPU: {num_gpus} GPU(s), {} weights, {} KV cache, {batch} x {context} tokens",
-                    name(&cli.dtype), name(&cli.kv_dtype)
+                    "Inference: {num_gpus} GPU{}, {} weights, {} KV cache, {batch} x {context} tokens",
+                    plural(num_gpus),
+                    name(&cli.dtype),
+                    name(&cli.kv_dtype)
                 ),
                 breakdown,
                 setup: json!({
@@ -197,15 +199,16 @@ fn per_gpu_estimate(
                 _ => None,
             };
             let mut title = format!(
-                "Training per GPU: {} on {num_gpus} GPU(s), {} precision",
+                "Training: {} on {num_gpus} GPU{}, {}",
                 strategy.name(),
+                plural(num_gpus),
                 name(&cli.precision)
             );
             if cli.offload {
                 title.push_str(", CPU offload");
             }
             if let (Some(b), Some(s)) = (training.batch_size, training.seq_len) {
-                title.push_str(&format!(", batch {b} x {s} tokens"));
+                title.push_str(&format!(", {b} x {s} tokens"));
                 if cli.grad_checkpointing {
                     title.push_str(", checkpointing");
                 }
@@ -230,6 +233,14 @@ fn per_gpu_estimate(
         .gpu_memory
         .map(|m| out.breakdown.gpu_total() <= m as f64);
     Ok(out)
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 fn name<T: serde::Serialize>(v: &T) -> String {
@@ -289,8 +300,7 @@ impl PerGpu {
                 human(self.breakdown.cpu_offloaded),
             ]);
         }
-        let mut text = table::ascii_table(&["Component", "Memory"], &rows, &self.title);
-        text.push('\n');
+        let mut text = table::box_table(&["Component", "Per GPU"], &rows, &self.title);
         match (self.gpu_memory, self.fits) {
             (Some(m), Some(fits)) => {
                 let verdict = if fits { "fits" } else { "does NOT fit" };
