@@ -539,6 +539,42 @@ fn activations_fit_and_largest_batch_by_hand() {
 }
 
 #[test]
+fn detected_gpus_give_the_count_and_memory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = hand_config(&tmp.path().join("m")).display().to_string();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho '0, NVIDIA H200, 143771, 570.86.15, GPU-a'\necho '1, NVIDIA H200, 143771, 570.86.15, GPU-b'\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let out = run_in(
+        tmp.path(),
+        &["--json", &cfg, "--strategy", "zero2"],
+        &[("PATH", &path)],
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 2);
+    assert_eq!(v["per_gpu"]["gpu_memory"], 143_771u64 << 20);
+    assert_eq!(v["per_gpu"]["fits"], true);
+    // Explicit flags win over detection.
+    let out = run_in(
+        tmp.path(),
+        &["--json", &cfg, "--num-gpus", "3", "--gpu-memory", "1KB"],
+        &[("PATH", &path)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 3);
+    assert_eq!(v["per_gpu"]["gpu_memory"], 1024);
+}
+
+#[test]
 fn kv_cache_is_gqa_aware_and_longest_context_fits() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let cfg = hand_config(&tmp.path().join("m")).display().to_string();
@@ -736,7 +772,12 @@ mod hub {
             let rel = path.replacen("/resolve/main/", "/", 1);
             let file = root.join(rel.trim_start_matches('/'));
             let gated = path.contains("/gated") && auth.as_deref() != Some("Bearer sesame");
-            let response: (String, Vec<u8>) = if gated {
+            let response: (String, Vec<u8>) = if let Some(rest) = path.strip_prefix("/moved/") {
+                (
+                    format!("307 Temporary Redirect\r\nLocation: /org/{rest}"),
+                    Vec::new(),
+                )
+            } else if gated {
                 (
                     "401 Unauthorized\r\nX-Error-Code: GatedRepo".into(),
                     b"gated".to_vec(),
@@ -895,6 +936,24 @@ mod hub {
             &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
         );
         assert!(stdout(&out).contains("`org/gated-model`"));
+        // A renamed repository: the same-host redirect keeps the token (and, for headers, the Range).
+        let out = run_in(
+            tmp.path(),
+            &["--json", "--from", "weights", "moved/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
+        );
+        assert_eq!(out.status.code(), Some(3));
+        assert!(
+            stderr(&out).contains("`moved/gated-model` has no `model.safetensors` on the Hub"),
+            "{}",
+            stderr(&out)
+        );
+        let out = run_in(
+            tmp.path(),
+            &["moved/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
+        );
+        assert!(stdout(&out).contains("`moved/gated-model`"));
         // Offline: refused before any request.
         let out = run_in(
             tmp.path(),

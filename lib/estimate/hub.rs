@@ -68,6 +68,9 @@ impl Hub {
             .filter(|_| !is_loopback(&endpoint));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // The Hub redirects renamed repositories on the same host; the token must follow them
+            // (and must not follow a redirect to a CDN).
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::SameHost)
             .proxy(proxy)
             .timeout_connect(Some(Duration::from_secs(10)))
             .timeout_global(Some(Duration::from_secs(60)))

@@ -105,14 +105,10 @@ fn load_file(path: &Path, from: From) -> Result<Model> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if file_name.ends_with(".json") {
-        let text = read_text(path)?;
-        let is_index = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .is_some_and(|v| v.get("weight_map").is_some());
-        if is_index {
+        if file_name.ends_with(".index.json") {
             return load_index_dir(dir, path, from);
         }
-        let config = Config::parse(&text, &path.display().to_string())?;
+        let config = read_config(path)?;
         if from == From::Weights {
             return Err(EstimateError::Usage(format!(
                 "--from weights needs safetensors files; `{}` is a config",
@@ -306,8 +302,12 @@ fn load_hub_model(hub: &Hub, repo: &str, from: From, config: Option<&Config>) ->
             Some(header) => tensors.extend(header.tensors),
             None if files.len() == 1 => {
                 return Err(match config {
-                    Some(c) => EstimateError::UnknownArchitecture {
+                    Some(c) if from != From::Weights => EstimateError::UnknownArchitecture {
                         model_type: c.model_type.clone(),
+                    },
+                    Some(_) => EstimateError::HubNotFound {
+                        repo: repo.into(),
+                        file: "model.safetensors".into(),
                     },
                     None => EstimateError::HubNotFound {
                         repo: repo.into(),

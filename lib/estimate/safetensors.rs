@@ -7,8 +7,6 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::error::EstimateError;
 use super::tensors::{DType, Tensor};
 use crate::error::{IoError, Result};
@@ -172,30 +170,59 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
+/// The shard names of an index's `weight_map`, deduplicated while parsing: an index of a 36k-tensor
+/// MoE is megabytes of JSON naming a hundred files.
+struct WeightMap(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for WeightMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = WeightMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of tensor names to shard files")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut shards: Vec<String> = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                while let Some((_, file)) =
+                    map.next_entry::<serde::de::IgnoredAny, std::borrow::Cow<'de, str>>()?
+                {
+                    if !seen.contains(file.as_ref()) {
+                        seen.insert(file.to_string());
+                        shards.push(file.into_owned());
+                    }
+                }
+                Ok(WeightMap(shards))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Index {
+    weight_map: Option<WeightMap>,
+}
+
 /// The shard files a `*.index.json` names, in first-mention order.
 pub fn parse_index(text: &str, path: &str) -> Result<Vec<String>, EstimateError> {
     let bad = |reason: String| EstimateError::BadIndex {
         path: path.into(),
         reason,
     };
-    let value: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-    let map = value
-        .get("weight_map")
-        .and_then(Value::as_object)
+    let index: Index = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let WeightMap(shards) = index
+        .weight_map
         .ok_or_else(|| bad("no `weight_map` object".into()))?;
-    let mut shards: Vec<String> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for file in map.values() {
-        let file = file
-            .as_str()
-            .ok_or_else(|| bad("a `weight_map` value is not a file name".into()))?;
+    for file in &shards {
         if file.starts_with('/') || file.split('/').any(|part| part == "..") {
             return Err(bad(format!(
                 "shard name `{file}` points outside the directory"
             )));
-        }
-        if seen.insert(file) {
-            shards.push(file.to_string());
         }
     }
     Ok(shards)
