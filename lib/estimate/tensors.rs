@@ -2,8 +2,6 @@
 //! and accelerate's `calculate_maximum_sizes` over it. Safetensors headers and the per-architecture
 //! formulas both produce this list, so the two routes cannot disagree on the arithmetic.
 
-use std::collections::BTreeMap;
-
 /// Element types as safetensors names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -210,58 +208,59 @@ pub struct MaximumSizes {
     pub largest_layer: Bytes,
 }
 
-#[derive(Default)]
-struct Node<'a> {
-    bits: u128,
-    tensor: bool,
-    children: BTreeMap<&'a str, Node<'a>>,
-}
-
 /// `calculate_maximum_sizes`: the total over all tensors, and the largest "layer" found by walking the
 /// root's direct tensors and children, where a layer is a module with no child modules or a no-split
 /// module, and other modules are expanded into their child *modules* only (their own direct tensors are
 /// never candidates, exactly as in `get_max_layer_size`).
+///
+/// The module tree is not built: sorted by name, every module's tensors are one contiguous run (they
+/// share the prefix `path.`), so the walk splits runs by the next name component. A 36k-tensor MoE
+/// would otherwise allocate a map per module.
 pub fn maximum_sizes(tensors: &[Tensor], no_split: &NoSplit) -> MaximumSizes {
     let is_float = tensors.iter().any(|t| t.dtype == DType::Bool);
-    let mut root = Node::default();
-    for t in tensors {
-        let bits = t.bits();
-        let mut node = &mut root;
-        node.bits += bits;
-        for part in t.name.split('.') {
-            node = node.children.entry(part).or_default();
-            node.bits += bits;
-        }
-        node.tensor = true;
-    }
+    let mut entries: Vec<(Vec<&str>, u128)> = tensors
+        .iter()
+        .map(|t| (t.name.split('.').collect(), t.bits()))
+        .collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let total = entries.iter().map(|e| e.1).sum();
     let mut largest = 0u128;
-    let mut path = String::new();
-    for (name, child) in &root.children {
-        if child.tensor {
-            largest = largest.max(child.bits);
+    for group in runs(&entries, 0) {
+        if group.len() == 1 && group[0].0.len() == 1 {
+            largest = largest.max(group[0].1);
         } else {
-            path.clear();
-            path.push_str(name);
-            largest = largest.max(largest_in(child, &mut path, no_split));
+            let mut path = group[0].0[0].to_string();
+            largest = largest.max(largest_in(group, 1, &mut path, no_split));
         }
     }
     MaximumSizes {
-        total: Bytes::from_bits(root.bits, is_float),
+        total: Bytes::from_bits(total, is_float),
         largest_layer: Bytes::from_bits(largest, is_float),
     }
 }
 
-fn largest_in(module: &Node, path: &mut String, no_split: &NoSplit) -> u128 {
-    let has_child_modules = module.children.values().any(|c| !c.tensor);
+type Entry<'a> = (Vec<&'a str>, u128);
+
+/// Consecutive runs of `entries` with the same component at `depth`.
+fn runs<'e, 'a>(entries: &'e [Entry<'a>], depth: usize) -> impl Iterator<Item = &'e [Entry<'a>]> {
+    entries.chunk_by(move |a, b| a.0.get(depth) == b.0.get(depth))
+}
+
+/// The largest layer inside the module whose tensors are `module` (names share `depth` components).
+fn largest_in(module: &[Entry], depth: usize, path: &mut String, no_split: &NoSplit) -> u128 {
+    let has_child_modules = module.iter().any(|e| e.0.len() > depth + 1);
     if !has_child_modules || no_split.matches(path) {
-        return module.bits;
+        return module.iter().map(|e| e.1).sum();
     }
     let mut largest = 0;
-    for (name, child) in module.children.iter().filter(|(_, c)| !c.tensor) {
+    for child in runs(module, depth) {
+        if child.iter().all(|e| e.0.len() == depth + 1) {
+            continue;
+        }
         let len = path.len();
         path.push('.');
-        path.push_str(name);
-        largest = largest.max(largest_in(child, path, no_split));
+        path.push_str(child[0].0[depth]);
+        largest = largest.max(largest_in(child, depth + 1, path, no_split));
         path.truncate(len);
     }
     largest
