@@ -258,7 +258,7 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
         return headers_of(&files, config.as_ref());
     }
     match config {
-        Some(c) => Err(EstimateError::UnknownArchitecture {
+        Some(c) if from != From::Weights => Err(EstimateError::UnknownArchitecture {
             model_type: c.model_type,
         }
         .into()),
@@ -266,7 +266,7 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
             dir: dir.display().to_string(),
         }
         .into()),
-        None => Err(EstimateError::EmptyDir {
+        _ => Err(EstimateError::EmptyDir {
             dir: dir.display().to_string(),
         }
         .into()),

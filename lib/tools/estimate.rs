@@ -363,9 +363,10 @@ fn to_json(
     sizes: &MaximumSizes,
     per_gpu: Option<&PerGpu>,
 ) -> Value {
-    let rows: Vec<Value> = table::rows(sizes, &cli.dtypes)
+    let numbers = table::rows(sizes, &cli.dtypes);
+    let rows: Vec<Value> = numbers
         .iter()
-        .zip(table::cells(&table::rows(sizes, &cli.dtypes)))
+        .zip(table::cells(&numbers))
         .map(|(r, cells)| {
             json!({
                 "dtype": r.dtype,
