@@ -966,6 +966,26 @@ mod hub {
             "{}",
             stderr(&out)
         );
+        // Offline but in huggingface_hub's download cache: read from there.
+        let snapshot = tmp
+            .path()
+            .join("hf/hub/models--org--gated-model/snapshots/abc123");
+        std::fs::create_dir_all(&snapshot).expect("mkdir");
+        std::fs::create_dir_all(tmp.path().join("hf/hub/models--org--gated-model/refs"))
+            .expect("mkdir");
+        std::fs::write(
+            tmp.path().join("hf/hub/models--org--gated-model/refs/main"),
+            "abc123",
+        )
+        .expect("ref");
+        std::fs::copy(repo.join("config.json"), snapshot.join("config.json")).expect("copy");
+        let hf_home = tmp.path().join("hf").display().to_string();
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[("HF_HOME", &hf_home), ("HF_HUB_OFFLINE", "1")],
+        );
+        assert!(stdout(&out).contains("`org/gated-model`"));
         // Unreachable endpoint.
         let port = TcpListener::bind("127.0.0.1:0")
             .expect("bind")

@@ -15,7 +15,8 @@ use crate::estimate::table::TableDtype;
 /// `.safetensors` file, a directory of shards with `model.safetensors.index.json`, a
 /// `pytorch_model.bin.index.json` with its config, or a `config.json`, and never the weights
 /// themselves; a Hub id (`org/name`) fetches `config.json`, the index and only the safetensors
-/// headers, with HTTP range requests. No Python, no transformers, no remote code.
+/// headers, with HTTP range requests (offline, or with the Hub out of reach, from huggingface_hub's
+/// download cache). No Python, no transformers, no remote code.
 ///
 /// With --strategy/--num-gpus (training) or --context (inference) it adds memory per GPU — weights,
 /// gradients, optimizer state, master weights, activations, KV cache — and with --gpu-memory (or the

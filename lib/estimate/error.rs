@@ -87,9 +87,10 @@ impl Diagnostic for EstimateError {
             EstimateError::NeedsConfig { .. } => vec![
                 "put the model's config.json next to the weights, or pass the config.json".into(),
             ],
-            EstimateError::HubOffline { .. } | EstimateError::HubUnreachable { .. } => {
-                vec![local.into()]
-            }
+            EstimateError::HubOffline { .. } | EstimateError::HubUnreachable { .. } => vec![
+                local.into(),
+                "a repository in huggingface_hub's cache (HF_HUB_CACHE) is used when offline; it is not there".into(),
+            ],
             EstimateError::HubGated { token, .. } => {
                 let mut hints = Vec::new();
                 if *token {

@@ -263,6 +263,31 @@ impl Hub {
     }
 }
 
+/// The snapshot directory of `repo` at `revision` in huggingface_hub's cache, when it is there:
+/// `models--org--name/snapshots/<commit>`, the commit read from `refs/<revision>`.
+pub fn cached_snapshot(
+    repo: &str,
+    revision: &str,
+    env: &Environment,
+) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let cache = if let Some(c) = env.non_empty(env_vars::HF_HUB_CACHE) {
+        PathBuf::from(c)
+    } else if let Some(h) = env.non_empty(env_vars::HF_HOME) {
+        PathBuf::from(h).join("hub")
+    } else if let Some(x) = env.non_empty(env_vars::XDG_CACHE_HOME) {
+        PathBuf::from(x).join("huggingface/hub")
+    } else {
+        PathBuf::from(env.non_empty(env_vars::HOME)?).join(".cache/huggingface/hub")
+    };
+    let dir = cache.join(format!("models--{}", repo.replace('/', "--")));
+    let commit = std::fs::read_to_string(dir.join("refs").join(revision))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|_| revision.to_string());
+    let snapshot = dir.join("snapshots").join(commit);
+    snapshot.is_dir().then_some(snapshot)
+}
+
 fn is_loopback(endpoint: &str) -> bool {
     let host = endpoint
         .split("://")

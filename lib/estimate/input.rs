@@ -274,10 +274,23 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
 }
 
 fn load_hub(repo: &str, from: From, revision: &str, env: &Environment) -> Result<Model> {
-    let hub = Hub::new(repo, revision, env)?;
-    let config = match hub.text("config.json")? {
-        Some(text) => Some(Config::parse(&text, &format!("{repo}/config.json"))?),
-        None => None,
+    // Offline, or the Hub out of reach: huggingface_hub's download cache stands in when it has the
+    // repository, as it does for transformers.
+    let from_cache = |err: EstimateError| -> Result<Model> {
+        match hub::cached_snapshot(repo, revision, env) {
+            Some(snapshot) => load_dir(&snapshot, from),
+            None => Err(err.into()),
+        }
+    };
+    let hub = match Hub::new(repo, revision, env) {
+        Ok(hub) => hub,
+        Err(e) => return from_cache(e),
+    };
+    let config = match hub.text("config.json") {
+        Ok(Some(text)) => Some(Config::parse(&text, &format!("{repo}/config.json"))?),
+        Ok(None) => None,
+        Err(e @ EstimateError::HubUnreachable { .. }) => return from_cache(e),
+        Err(e) => return Err(e.into()),
     };
     let mut model = load_hub_model(&hub, repo, from, config.as_ref())?;
     model.hub_traffic = Some(hub.traffic());
