@@ -353,6 +353,65 @@ fn sharded_directory_counts_bf16_as_float32_like_accelerate() {
 }
 
 #[test]
+fn real_save_pretrained_checkpoints_are_read() {
+    // transformers writes the shards, the index and the config; safetensors writes the headers.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("saved");
+    let script = r#"
+import json, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from safetensors.torch import save_file
+cfg = LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained(sys.argv[1], max_shard_size="100KB")
+sd = model.state_dict()
+odd = {"mask": torch.ones(3, 5, dtype=torch.bool), "ids": torch.arange(7), "w": torch.zeros(4, 4, dtype=torch.float16)}
+save_file(odd, sys.argv[2], metadata={"format": "pt"})
+print(json.dumps({"total": sum(t.numel() * 4 for t in sd.values()), "tensors": len(sd)}))
+"#;
+    let odd = tmp.path().join("odd.safetensors");
+    let out = Command::new(PYTHON)
+        .args(["-c", script])
+        .arg(&dir)
+        .arg(&odd)
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        dir.join("model.safetensors.index.json").is_file(),
+        "expected shards"
+    );
+    let (v, code) = run_json(&["--json", "--from", "weights", &dir.display().to_string()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["total_size"], want["total"]);
+    assert_eq!(v["tensors"], want["tensors"]);
+    assert!(v["source"]["files"].as_array().map_or(0, Vec::len) > 1);
+    // The directory in auto mode is accelerate's AutoModel, exactly.
+    let refs = reference(tmp.path(), &json!([{"dir": dir, "names": ["saved"]}]));
+    assert_eq!(
+        stdout(&run_in(tmp.path(), &["saved"], &[])),
+        refs[0]["tables"][0].as_str().unwrap_or("")
+    );
+    // bool (1/8 byte, which makes accelerate's sizes floats), int64 at 8 bytes, fp16 counted as fp32.
+    let (v, _) = run_json(&["--json", &odd.display().to_string()]);
+    assert_eq!(v["total_size"], 15.0 / 8.0 + 7.0 * 8.0 + 16.0 * 4.0);
+    let text = stdout(&run(&[&odd.display().to_string(), "--dtypes", "float32"]));
+    // Python: round(121.875, 2) == 121.88 (an exact tie, to even).
+    // The largest layer, `w`, holds no bool: an int in Python, printed without `.0`.
+    assert!(
+        text.contains("│float32│   64 bytes  │121.88 bytes│"),
+        "{text}"
+    );
+}
+
+#[test]
 fn pytorch_bin_index_is_sized_by_its_config() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("bin-ckpt");

@@ -217,50 +217,78 @@ pub struct MaximumSizes {
 /// share the prefix `path.`), so the walk splits runs by the next name component. A 36k-tensor MoE
 /// would otherwise allocate a map per module.
 pub fn maximum_sizes(tensors: &[Tensor], no_split: &NoSplit) -> MaximumSizes {
-    let is_float = tensors.iter().any(|t| t.dtype == DType::Bool);
-    let mut entries: Vec<(Vec<&str>, u128)> = tensors
+    let mut entries: Vec<Entry> = tensors
         .iter()
-        .map(|t| (t.name.split('.').collect(), t.bits()))
+        .map(|t| Entry {
+            parts: t.name.split('.').collect(),
+            size: Size {
+                bits: t.bits(),
+                bool: t.dtype == DType::Bool,
+            },
+        })
         .collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let total = entries.iter().map(|e| e.1).sum();
-    let mut largest = 0u128;
+    entries.sort_unstable_by(|a, b| a.parts.cmp(&b.parts));
+    let total = sum(&entries);
+    let mut largest = Size::default();
     for group in runs(&entries, 0) {
-        if group.len() == 1 && group[0].0.len() == 1 {
-            largest = largest.max(group[0].1);
+        let candidate = if group.len() == 1 && group[0].parts.len() == 1 {
+            group[0].size
         } else {
-            let mut path = group[0].0[0].to_string();
-            largest = largest.max(largest_in(group, 1, &mut path, no_split));
+            let mut path = group[0].parts[0].to_string();
+            largest_in(group, 1, &mut path, no_split)
+        };
+        if candidate.bits > largest.bits {
+            largest = candidate;
         }
     }
     MaximumSizes {
-        total: Bytes::from_bits(total, is_float),
-        largest_layer: Bytes::from_bits(largest, is_float),
+        total: Bytes::from_bits(total.bits, total.bool),
+        largest_layer: Bytes::from_bits(largest.bits, largest.bool),
     }
 }
 
-type Entry<'a> = (Vec<&'a str>, u128);
+/// A size in bits, and whether a bool tensor is part of it (which makes Python's sum a float).
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    bits: u128,
+    bool: bool,
+}
+
+struct Entry<'a> {
+    parts: Vec<&'a str>,
+    size: Size,
+}
+
+fn sum(entries: &[Entry]) -> Size {
+    entries.iter().fold(Size::default(), |acc, e| Size {
+        bits: acc.bits + e.size.bits,
+        bool: acc.bool || e.size.bool,
+    })
+}
 
 /// Consecutive runs of `entries` with the same component at `depth`.
 fn runs<'e, 'a>(entries: &'e [Entry<'a>], depth: usize) -> impl Iterator<Item = &'e [Entry<'a>]> {
-    entries.chunk_by(move |a, b| a.0.get(depth) == b.0.get(depth))
+    entries.chunk_by(move |a, b| a.parts.get(depth) == b.parts.get(depth))
 }
 
 /// The largest layer inside the module whose tensors are `module` (names share `depth` components).
-fn largest_in(module: &[Entry], depth: usize, path: &mut String, no_split: &NoSplit) -> u128 {
-    let has_child_modules = module.iter().any(|e| e.0.len() > depth + 1);
+fn largest_in(module: &[Entry], depth: usize, path: &mut String, no_split: &NoSplit) -> Size {
+    let has_child_modules = module.iter().any(|e| e.parts.len() > depth + 1);
     if !has_child_modules || no_split.matches(path) {
-        return module.iter().map(|e| e.1).sum();
+        return sum(module);
     }
-    let mut largest = 0;
+    let mut largest = Size::default();
     for child in runs(module, depth) {
-        if child.iter().all(|e| e.0.len() == depth + 1) {
+        if child.iter().all(|e| e.parts.len() == depth + 1) {
             continue;
         }
         let len = path.len();
         path.push('.');
-        path.push_str(child[0].0[depth]);
-        largest = largest.max(largest_in(child, depth + 1, path, no_split));
+        path.push_str(child[0].parts[depth]);
+        let candidate = largest_in(child, depth + 1, path, no_split);
+        if candidate.bits > largest.bits {
+            largest = candidate;
+        }
         path.truncate(len);
     }
     largest
