@@ -125,6 +125,7 @@ impl Hub {
             source: Box::new(e),
         })?;
         let status = response.status().as_u16();
+        log::debug!("GET {url} range {range:?}: HTTP {status}");
         let header = |name: &str| {
             response
                 .headers()

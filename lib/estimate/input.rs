@@ -70,6 +70,11 @@ fn read_config(path: &Path) -> Result<Config> {
 
 fn from_config(config: &Config) -> Result<Model> {
     let built = arch::build(config)?;
+    log::debug!(
+        "{} by formula: {} tensors",
+        config.model_type,
+        built.tensors.len()
+    );
     Ok(Model {
         tensors: built.tensors,
         no_split: built.no_split,
@@ -286,6 +291,7 @@ fn load_hub(repo: &str, from: From, revision: &str, env: &Environment) -> Result
         Ok(hub) => hub,
         Err(e) => return from_cache(e),
     };
+    log::debug!("{repo}: fetching from the Hub");
     let config = match hub.text("config.json") {
         Ok(Some(text)) => Some(Config::parse(&text, &format!("{repo}/config.json"))?),
         Ok(None) => None,
