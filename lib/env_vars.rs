@@ -141,6 +141,8 @@ vars! {
     HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";
     HF_TOKEN = "HF_TOKEN", Hub, "Bearer token for gated or private repositories.";
     HF_HUB_OFFLINE = "HF_HUB_OFFLINE", Hub, "When 1, never contact the Hub.";
+    HTTPS_PROXY = "HTTPS_PROXY", Hub, "Proxy for Hub requests (not used for a loopback HF_ENDPOINT).";
+    HF_HUB_CACHE = "HF_HUB_CACHE", Hub, "huggingface_hub's download cache (default $HF_HOME/hub, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/hub); a Hub id is read from it when HF_HUB_OFFLINE is set or the Hub cannot be reached.";
 }
 
 /// Prefixes whose variables are reported by accel-env and warned about when they would leak into a run.

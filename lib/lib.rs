@@ -10,6 +10,7 @@ pub mod devices;
 pub mod docs;
 pub mod env_vars;
 pub mod error;
+pub mod estimate;
 pub mod exit_status;
 pub mod preflight;
 pub mod python;

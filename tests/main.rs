@@ -12,4 +12,5 @@ mod accel_test_without_torch;
 mod config;
 mod docs;
 mod env;
+mod estimate;
 mod questionnaire;

@@ -1,10 +1,397 @@
-//! Runs `estimate`; filled in by its own issue.
+//! Runs `accel-estimate-memory`: load the model description, print accelerate's table, then the
+//! per-GPU estimate when one was asked for.
+
+use serde_json::{json, Value};
 
 use crate::cli::estimate::EstimateCli;
+use crate::devices;
 use crate::env_vars::Environment;
 use crate::error::Result;
+use crate::estimate::arch::Dims;
+use crate::estimate::error::EstimateError;
+use crate::estimate::input::{self, Model};
+use crate::estimate::per_gpu::{self, Breakdown, Training};
+use crate::estimate::table::{self, convert_bytes};
+use crate::estimate::tensors::{maximum_sizes, Bytes, MaximumSizes};
 use crate::exit_status::ExitStatus;
 
-pub fn run(_cli: EstimateCli, _env: &Environment) -> Result<ExitStatus> {
-    super::not_built(crate::cli::estimate::doc().name)
+pub fn run(cli: EstimateCli, env: &Environment) -> Result<ExitStatus> {
+    let plan = Plan::of(&cli)?;
+    let model = input::load(&cli.model_name, cli.from, &cli.revision, env)?;
+    let sizes = maximum_sizes(&model.tensors, &model.no_split);
+    let per_gpu = match plan {
+        Plan::None => None,
+        plan => Some(per_gpu_estimate(&cli, &model, &sizes, plan, env)?),
+    };
+    let fits = per_gpu.as_ref().and_then(|p| p.fits);
+    if cli.json {
+        let mut text =
+            serde_json::to_string_pretty(&to_json(&cli, &model, &sizes, per_gpu.as_ref()))
+                .unwrap_or_default();
+        text.push('\n');
+        crate::tools::print(&text)?;
+    } else {
+        let mut text = table::render(&cli.model_name, &sizes, &cli.dtypes);
+        text.push('\n');
+        if let Some(p) = &per_gpu {
+            text.push('\n');
+            text.push_str(&p.render());
+        }
+        crate::tools::print(&text)?;
+    }
+    Ok(if fits == Some(false) {
+        ExitStatus::Failure
+    } else {
+        ExitStatus::Success
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Plan {
+    None,
+    Training,
+    Inference,
+}
+
+impl Plan {
+    fn of(cli: &EstimateCli) -> Result<Plan, EstimateError> {
+        let training = cli.strategy.is_some()
+            || cli.offload
+            || cli.seq_len.is_some()
+            || cli.grad_checkpointing;
+        if cli.context.is_some() {
+            if training {
+                return Err(EstimateError::Usage(
+                    "--context estimates inference; --strategy, --offload, --seq-len and --grad-checkpointing are for training: give one or the other".into(),
+                ));
+            }
+            return Ok(Plan::Inference);
+        }
+        if cli.offload && matches!(cli.strategy, None | Some(per_gpu::Strategy::Ddp)) {
+            return Err(EstimateError::Usage(
+                "--offload needs a sharded --strategy (zero1, zero2, zero3 or fsdp)".into(),
+            ));
+        }
+        if training
+            || cli.num_gpus.is_some()
+            || cli.gpu_memory.is_some()
+            || cli.batch_size.is_some()
+        {
+            return Ok(Plan::Training);
+        }
+        Ok(Plan::None)
+    }
+}
+
+struct PerGpu {
+    plan: Plan,
+    title: String,
+    breakdown: Breakdown,
+    setup: Value,
+    gpu_memory: Option<u64>,
+    fits: Option<bool>,
+    /// (what, value) — the largest batch or context that fits.
+    largest: Option<(&'static str, u64)>,
+}
+
+fn dims_or_error<'m>(
+    model: &'m Model,
+    cli: &EstimateCli,
+    what: &str,
+) -> Result<&'m Dims, EstimateError> {
+    model
+        .dims
+        .as_ref()
+        .ok_or_else(|| EstimateError::NeedsConfig {
+            what: what.into(),
+            source_name: cli.model_name.clone(),
+        })
+}
+
+fn per_gpu_estimate(
+    cli: &EstimateCli,
+    model: &Model,
+    sizes: &MaximumSizes,
+    plan: Plan,
+    env: &Environment,
+) -> Result<PerGpu> {
+    let gpu_memory = match &cli.gpu_memory {
+        Some(text) => Some(per_gpu::parse_size(text).map_err(EstimateError::Usage)?),
+        None => None,
+    };
+    let (gpu_memory, detected_gpus) = if gpu_memory.is_none() || cli.num_gpus.is_none() {
+        let gpus = devices::detect_gpus(env).gpus;
+        let memory =
+            gpu_memory.or_else(|| gpus.first().and_then(|g| g.memory_mib).map(|mib| mib << 20));
+        (memory, gpus.len() as u64)
+    } else {
+        (gpu_memory, 0)
+    };
+    let num_gpus = cli.num_gpus.unwrap_or(detected_gpus.max(1));
+    let mut out = match plan {
+        Plan::Inference => {
+            let context = cli.context.unwrap_or(1);
+            let dims = dims_or_error(model, cli, "the KV cache (--context)")?;
+            let batch = cli.batch_size.unwrap_or(1);
+            let weights = sizes.total.value * cli.dtype.bytes() / 4.0;
+            let kv = per_gpu::kv_cache(dims, context, batch, cli.kv_dtype);
+            let breakdown = per_gpu::inference(weights, kv, num_gpus);
+            let largest = gpu_memory.map(|m| {
+                let per_token = per_gpu::kv_cache(dims, 1, batch, cli.kv_dtype) / num_gpus as f64;
+                (
+                    "context",
+                    per_gpu::largest_fitting(m as f64, breakdown.weights, per_token),
+                )
+            });
+            PerGpu {
+                plan,
+                title: format!(
+                    "Inference: {num_gpus} GPU{}, {} weights, {} KV cache, {batch} x {context} tokens",
+                    plural(num_gpus),
+                    name(&cli.dtype),
+                    name(&cli.kv_dtype)
+                ),
+                breakdown,
+                setup: json!({
+                    "num_gpus": num_gpus, "context": context, "batch_size": batch,
+                    "dtype": cli.dtype, "kv_dtype": cli.kv_dtype,
+                }),
+                gpu_memory,
+                fits: None,
+                largest,
+            }
+        }
+        _ => {
+            let strategy = cli.strategy.unwrap_or(per_gpu::Strategy::Ddp);
+            let dims = if cli.seq_len.is_some() || cli.batch_size.is_some() {
+                if cli.seq_len.is_none() {
+                    return Err(EstimateError::Usage(
+                        "activation memory needs --seq-len as well as --batch-size".into(),
+                    )
+                    .into());
+                }
+                Some(dims_or_error(model, cli, "activation memory (--seq-len)")?)
+            } else {
+                None
+            };
+            let training = Training {
+                strategy,
+                num_gpus,
+                offload: cli.offload,
+                precision: cli.precision,
+                batch_size: cli.seq_len.map(|_| cli.batch_size.unwrap_or(1)),
+                seq_len: cli.seq_len,
+                grad_checkpointing: cli.grad_checkpointing,
+            };
+            let params = trained_parameters(model);
+            let largest_params = (sizes.largest_layer.value / 4.0) as u64;
+            let breakdown = per_gpu::training(params, largest_params, dims, &training);
+            let largest = match (gpu_memory, dims, training.seq_len) {
+                (Some(m), Some(d), Some(s)) => {
+                    let per_sample =
+                        per_gpu::activations(d, 1, s, cli.grad_checkpointing, cli.precision);
+                    let fixed = breakdown.gpu_total() - breakdown.activations;
+                    Some((
+                        "batch_size",
+                        per_gpu::largest_fitting(m as f64, fixed, per_sample),
+                    ))
+                }
+                _ => None,
+            };
+            let mut title = format!(
+                "Training: {} on {num_gpus} GPU{}, {}",
+                strategy.name(),
+                plural(num_gpus),
+                name(&cli.precision)
+            );
+            if cli.offload {
+                title.push_str(", CPU offload");
+            }
+            if let (Some(b), Some(s)) = (training.batch_size, training.seq_len) {
+                title.push_str(&format!(", {b} x {s} tokens"));
+                if cli.grad_checkpointing {
+                    title.push_str(", checkpointing");
+                }
+            }
+            PerGpu {
+                plan,
+                title,
+                breakdown,
+                setup: json!({
+                    "strategy": strategy, "num_gpus": num_gpus, "offload": cli.offload,
+                    "precision": cli.precision, "batch_size": training.batch_size,
+                    "seq_len": training.seq_len, "grad_checkpointing": cli.grad_checkpointing,
+                    "parameters": params, "largest_layer_parameters": largest_params,
+                }),
+                gpu_memory,
+                fits: None,
+                largest,
+            }
+        }
+    };
+    out.fits = out
+        .gpu_memory
+        .map(|m| out.breakdown.gpu_total() <= m as f64);
+    Ok(out)
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Parameters that are trained: floating-point tensors that are not buffers.
+fn trained_parameters(model: &Model) -> u64 {
+    model
+        .tensors
+        .iter()
+        .filter(|t| !t.buffer && t.dtype.is_float())
+        .map(|t| t.numel)
+        .sum()
+}
+
+fn human(bytes: f64) -> String {
+    convert_bytes(Bytes {
+        value: bytes.ceil(),
+        is_float: true,
+    })
+}
+
+impl PerGpu {
+    fn components(&self) -> Vec<(&'static str, f64)> {
+        let b = &self.breakdown;
+        let all = [
+            ("Weights", b.weights),
+            ("Gradients", b.gradients),
+            ("Optimizer states (Adam)", b.optimizer_states),
+            ("Master weights (fp32)", b.master_weights),
+            ("All-gather buffer", b.gather_buffer),
+            ("Activations", b.activations),
+            ("KV cache", b.kv_cache),
+        ];
+        all.into_iter()
+            .filter(|(n, v)| *v > 0.0 || (*n == "Weights"))
+            .collect()
+    }
+
+    fn render(&self) -> String {
+        let mut rows: Vec<Vec<String>> = self
+            .components()
+            .into_iter()
+            .map(|(n, v)| vec![n.to_string(), human(v)])
+            .collect();
+        rows.push(vec![
+            "Total on each GPU".into(),
+            human(self.breakdown.gpu_total()),
+        ]);
+        if self.breakdown.cpu_offloaded > 0.0 {
+            rows.push(vec![
+                "Offloaded to CPU (per GPU)".into(),
+                human(self.breakdown.cpu_offloaded),
+            ]);
+        }
+        let mut text = table::box_table(&["Component", "Per GPU"], &rows, &self.title);
+        match (self.gpu_memory, self.fits) {
+            (Some(m), Some(fits)) => {
+                let verdict = if fits { "fits" } else { "does NOT fit" };
+                text.push_str(&format!(
+                    "GPU memory {}: {verdict} ({} needed per GPU)\n",
+                    human(m as f64),
+                    human(self.breakdown.gpu_total())
+                ));
+            }
+            _ => text.push_str("GPU memory unknown: pass --gpu-memory SIZE for a verdict\n"),
+        }
+        if let Some((what, value)) = self.largest {
+            let what = if what == "context" {
+                "Longest context that fits (tokens)"
+            } else {
+                "Largest micro-batch per GPU that fits"
+            };
+            text.push_str(&format!("{what}: {value}\n"));
+        }
+        text
+    }
+
+    fn to_json(&self) -> Value {
+        let b = &self.breakdown;
+        let mut v = json!({
+            "mode": if self.plan == Plan::Inference { "inference" } else { "training" },
+            "setup": self.setup,
+            "bytes": {
+                "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
+                "optimizer_states": b.optimizer_states.ceil(), "master_weights": b.master_weights.ceil(),
+                "gather_buffer": b.gather_buffer.ceil(), "activations": b.activations.ceil(),
+                "kv_cache": b.kv_cache.ceil(), "gpu_total": b.gpu_total().ceil(),
+                "cpu_offloaded": b.cpu_offloaded.ceil(),
+            },
+            "gpu_memory": self.gpu_memory,
+            "fits": self.fits,
+        });
+        if let Some((what, value)) = self.largest {
+            v[if what == "context" {
+                "largest_context"
+            } else {
+                "largest_batch_size"
+            }] = json!(value);
+        }
+        v
+    }
+}
+
+fn number(b: Bytes) -> Value {
+    if !b.is_float && b.value.fract() == 0.0 {
+        json!(b.value as u64)
+    } else {
+        json!(b.value)
+    }
+}
+
+fn to_json(
+    cli: &EstimateCli,
+    model: &Model,
+    sizes: &MaximumSizes,
+    per_gpu: Option<&PerGpu>,
+) -> Value {
+    let numbers = table::rows(sizes, &cli.dtypes);
+    let rows: Vec<Value> = numbers
+        .iter()
+        .zip(table::cells(&numbers))
+        .map(|(r, cells)| {
+            json!({
+                "dtype": r.dtype,
+                "largest_layer": number(r.largest_layer),
+                "total_size": number(r.total),
+                "training_using_adam": r.training_adam.map(number),
+                "text": {"largest_layer": cells[1], "total_size": cells[2], "training_using_adam": cells[3]},
+            })
+        })
+        .collect();
+    let mut v = json!({
+        "model": cli.model_name,
+        "source": model.source,
+        "parameters": trained_parameters(model),
+        "tensors": model.tensors.len(),
+        "total_size": number(sizes.total),
+        "largest_layer": number(sizes.largest_layer),
+        "dims": model.dims,
+        "dtypes": rows,
+    });
+    if let Some((requests, bytes)) = model.hub_traffic {
+        v["hub"] = json!({"requests": requests, "bytes_received": bytes});
+    }
+    if let Some(p) = per_gpu {
+        v["per_gpu"] = p.to_json();
+    }
+    v
 }

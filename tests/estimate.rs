@@ -1,0 +1,1063 @@
+//! accel-estimate-memory against accelerate's own arithmetic (run in .venv), hand-computed per-GPU
+//! figures, a loopback Hub with range support, and the errors users meet.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-estimate-memory");
+const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/estimate_reference.py");
+
+fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).current_dir(dir).env_clear();
+    cmd.env("PATH", "/usr/bin:/bin");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run accel-estimate-memory")
+}
+
+fn run(args: &[&str]) -> Output {
+    run_in(Path::new("/"), args, &[])
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs tests/estimate_reference.py: accelerate's `estimate_command` on models built from configs.
+fn reference(dir: &Path, jobs: &Value) -> Vec<Value> {
+    assert!(
+        Path::new(PYTHON).exists(),
+        "{PYTHON} is missing: these tests need the project's .venv (torch, transformers, accelerate)"
+    );
+    let jobs_path = dir.join("jobs.json");
+    std::fs::write(&jobs_path, jobs.to_string()).expect("write jobs");
+    let out = Command::new(PYTHON)
+        .arg(REFERENCE)
+        .arg(&jobs_path)
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "reference failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .expect("reference JSON")
+        .as_array()
+        .cloned()
+        .expect("a list")
+}
+
+/// (case name, config.json) for every family, tiny and real-sized.
+fn configs() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "tiny-llama",
+            json!({"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":3,"num_attention_heads":8,"num_key_value_heads":2}),
+        ),
+        (
+            "llama-3.1-8b",
+            json!({"model_type":"llama","architectures":["LlamaForCausalLM"],"vocab_size":128256,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":131072,"rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},"tie_word_embeddings":false,"torch_dtype":"bfloat16"}),
+        ),
+        (
+            "llama-2-70b",
+            json!({"model_type":"llama","vocab_size":32000,"hidden_size":8192,"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":4096}),
+        ),
+        (
+            "mistral-7b",
+            json!({"model_type":"mistral","vocab_size":32768,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"sliding_window":null}),
+        ),
+        (
+            "mixtral-8x7b",
+            json!({"model_type":"mixtral","vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"num_local_experts":8,"num_experts_per_tok":2}),
+        ),
+        (
+            "qwen2.5-7b",
+            json!({"model_type":"qwen2","vocab_size":152064,"hidden_size":3584,"intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"tie_word_embeddings":false}),
+        ),
+        (
+            "qwen1.5-moe",
+            json!({"model_type":"qwen2_moe","vocab_size":151936,"hidden_size":2048,"intermediate_size":5632,"moe_intermediate_size":1408,"shared_expert_intermediate_size":5632,"num_experts":60,"num_experts_per_tok":4,"num_hidden_layers":24,"num_attention_heads":16,"num_key_value_heads":16,"decoder_sparse_step":1,"mlp_only_layers":[]}),
+        ),
+        (
+            "qwen3-8b",
+            json!({"model_type":"qwen3","vocab_size":151936,"hidden_size":4096,"intermediate_size":12288,"num_hidden_layers":36,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128}),
+        ),
+        (
+            "qwen3-30b-a3b",
+            json!({"model_type":"qwen3_moe","vocab_size":151936,"hidden_size":2048,"intermediate_size":6144,"moe_intermediate_size":768,"num_experts":128,"num_experts_per_tok":8,"num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"mlp_only_layers":[0]}),
+        ),
+        (
+            "gemma-2b",
+            json!({"model_type":"gemma","vocab_size":256000,"hidden_size":2048,"intermediate_size":16384,"num_hidden_layers":18,"num_attention_heads":8,"num_key_value_heads":1,"head_dim":256}),
+        ),
+        (
+            "gemma2-2b",
+            json!({"model_type":"gemma2","vocab_size":256000,"hidden_size":2304,"intermediate_size":9216,"num_hidden_layers":26,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":256}),
+        ),
+        (
+            "phi3-mini",
+            json!({"model_type":"phi3","vocab_size":32064,"hidden_size":3072,"intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"pad_token_id":32000}),
+        ),
+        (
+            "gpt2",
+            json!({"model_type":"gpt2","vocab_size":50257,"n_embd":768,"n_layer":12,"n_head":12,"n_positions":1024,"n_ctx":1024}),
+        ),
+        (
+            "pythia-160m",
+            json!({"model_type":"gpt_neox","vocab_size":50304,"hidden_size":768,"intermediate_size":3072,"num_hidden_layers":12,"num_attention_heads":12,"rotary_pct":0.25,"max_position_embeddings":2048}),
+        ),
+        (
+            "bert-base-cased",
+            json!({"model_type":"bert","vocab_size":28996,"hidden_size":768,"intermediate_size":3072,"num_hidden_layers":12,"num_attention_heads":12,"max_position_embeddings":512,"type_vocab_size":2}),
+        ),
+        (
+            "t5-small",
+            json!({"model_type":"t5","vocab_size":32128,"d_model":512,"d_kv":64,"d_ff":2048,"num_layers":6,"num_heads":8,"feed_forward_proj":"relu"}),
+        ),
+        (
+            "flan-t5-base",
+            json!({"model_type":"t5","vocab_size":32128,"d_model":768,"d_kv":64,"d_ff":2048,"num_layers":12,"num_decoder_layers":12,"num_heads":12,"feed_forward_proj":"gated-gelu"}),
+        ),
+    ]
+}
+
+#[test]
+fn tables_match_accelerate_from_configs_and_safetensors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut jobs = Vec::new();
+    let mut cases = Vec::new();
+    for (name, config) in configs() {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write config");
+        let config_path = dir.join("config.json").display().to_string();
+        let st = tmp.path().join(format!("{name}.safetensors"));
+        let st_path = st.display().to_string();
+        // Long names take accelerate's widening path for long titles, short ones the plain path.
+        jobs.push(
+            json!({"dir": dir, "names": [config_path, "config.json", st_path], "safetensors": st}),
+        );
+        cases.push((name, dir, config_path, st_path));
+    }
+    let refs = reference(tmp.path(), &Value::Array(jobs));
+    for ((name, dir, config_path, st_path), r) in cases.iter().zip(&refs) {
+        let tables = r["tables"].as_array().expect("tables");
+        let from_config = stdout(&run(&[config_path]));
+        assert_eq!(
+            from_config,
+            tables[0].as_str().unwrap_or(""),
+            "{name}: config.json"
+        );
+        let short = stdout(&run_in(dir, &["config.json"], &[]));
+        assert_eq!(
+            short,
+            tables[1].as_str().unwrap_or(""),
+            "{name}: short title"
+        );
+        let from_weights = stdout(&run(&[st_path]));
+        assert_eq!(
+            from_weights,
+            tables[2].as_str().unwrap_or(""),
+            "{name}: safetensors"
+        );
+        let json: Value =
+            serde_json::from_str(&stdout(&run(&["--json", config_path]))).expect("json output");
+        assert_eq!(json["total_size"], r["total"], "{name}: total bytes");
+        assert_eq!(
+            json["largest_layer"], r["largest_layer"],
+            "{name}: largest layer bytes"
+        );
+        // The directory route (config.json present, family known) is the formula.
+        let from_dir = stdout(&run_in(tmp.path(), &[name], &[]));
+        assert!(
+            from_dir.contains(&format!("`{name}`")),
+            "{name}: {from_dir}"
+        );
+    }
+    // accelerate's published reference numbers for bert-base-cased.
+    let bert = &refs[configs()
+        .iter()
+        .position(|c| c.0 == "bert-base-cased")
+        .unwrap_or(0)];
+    assert_eq!(bert["total"], 433_249_280);
+    assert_eq!(bert["largest_layer"], 90_669_056);
+}
+
+#[test]
+fn dtypes_order_and_duplicates_are_kept() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("m");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("config.json"), configs()[0].1.to_string()).expect("write");
+    let refs = reference(
+        tmp.path(),
+        &json!([{"dir": dir, "names": ["m"], "dtypes": ["int4", "float32", "int4"]}]),
+    );
+    let ours = stdout(&run_in(
+        tmp.path(),
+        &["m", "--dtypes", "int4", "float32", "int4"],
+        &[],
+    ));
+    assert_eq!(ours, refs[0]["tables"][0].as_str().unwrap_or(""));
+    // accelerate's other spellings are accepted.
+    let ours = stdout(&run_in(
+        tmp.path(),
+        &[
+            "m",
+            "--library_name",
+            "transformers",
+            "--trust-remote-code",
+            "--dtypes",
+            "int4",
+            "float32",
+            "int4",
+        ],
+        &[],
+    ));
+    assert_eq!(ours, refs[0]["tables"][0].as_str().unwrap_or(""));
+    let bad = run_in(tmp.path(), &["m", "--dtypes", "bfloat16"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+/// Writes a safetensors file: `tensors` are (name, dtype, shape); the data region is sparse.
+fn write_safetensors(path: &Path, tensors: &[(&str, &str, Vec<u64>)]) -> u64 {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0u64;
+    for (name, dtype, shape) in tensors {
+        let size = match *dtype {
+            "F32" | "I32" => 4,
+            "BF16" | "F16" => 2,
+            "I64" => 8,
+            _ => 1,
+        };
+        let n = shape.iter().product::<u64>() * size;
+        header.insert(
+            name.to_string(),
+            json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}),
+        );
+        offset += n;
+    }
+    let text = Value::Object(header).to_string();
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    std::fs::write(path, &bytes).expect("write safetensors");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open");
+    file.set_len(bytes.len() as u64 + offset).expect("extend");
+    bytes.len() as u64 + offset
+}
+
+fn llama_shard_tensors(
+    layers: std::ops::Range<u64>,
+    h: u64,
+    i: u64,
+    kv: u64,
+) -> Vec<(String, Vec<u64>)> {
+    let mut out = Vec::new();
+    for l in layers {
+        let p = format!("model.layers.{l}");
+        for (n, s) in [
+            ("self_attn.q_proj.weight", vec![h, h]),
+            ("self_attn.k_proj.weight", vec![kv, h]),
+            ("self_attn.v_proj.weight", vec![kv, h]),
+            ("self_attn.o_proj.weight", vec![h, h]),
+            ("mlp.gate_proj.weight", vec![i, h]),
+            ("mlp.up_proj.weight", vec![i, h]),
+            ("mlp.down_proj.weight", vec![h, i]),
+            ("input_layernorm.weight", vec![h]),
+            ("post_attention_layernorm.weight", vec![h]),
+        ] {
+            out.push((format!("{p}.{n}"), s));
+        }
+    }
+    out
+}
+
+/// A sharded bf16 checkpoint directory with an index; returns its fp32 total in bytes.
+fn sharded_checkpoint(dir: &Path, shards: u64, layers_per_shard: u64) -> u64 {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let (h, i, kv, v) = (256u64, 512u64, 64u64, 1000u64);
+    let mut weight_map = serde_json::Map::new();
+    let mut numel = 0u64;
+    for s in 0..shards {
+        let file = format!("model-{:05}-of-{shards:05}.safetensors", s + 1);
+        let mut tensors =
+            llama_shard_tensors(s * layers_per_shard..(s + 1) * layers_per_shard, h, i, kv);
+        if s == 0 {
+            tensors.push(("model.embed_tokens.weight".into(), vec![v, h]));
+        }
+        if s == shards - 1 {
+            tensors.push(("model.norm.weight".into(), vec![h]));
+            tensors.push(("lm_head.weight".into(), vec![v, h]));
+        }
+        for (name, shape) in &tensors {
+            weight_map.insert(name.clone(), json!(file));
+            numel += shape.iter().product::<u64>();
+        }
+        let refs: Vec<(&str, &str, Vec<u64>)> = tensors
+            .iter()
+            .map(|(n, s)| (n.as_str(), "BF16", s.clone()))
+            .collect();
+        write_safetensors(&dir.join(&file), &refs);
+    }
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        json!({"metadata": {"total_size": numel * 2}, "weight_map": weight_map}).to_string(),
+    )
+    .expect("write index");
+    numel * 4
+}
+
+#[test]
+fn sharded_directory_counts_bf16_as_float32_like_accelerate() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("ckpt");
+    let total = sharded_checkpoint(&dir, 3, 2);
+    let out: Value =
+        serde_json::from_str(&stdout(&run(&["--json", &dir.display().to_string()]))).expect("json");
+    assert_eq!(out["total_size"], total);
+    assert_eq!(out["source"]["kind"], "safetensors");
+    assert_eq!(out["source"]["files"].as_array().map(Vec::len), Some(3));
+    // Largest layer: a decoder layer (no-split `layers.N`): 2·256² + 2·64·256 + 3·512·256 + 2·256
+    // parameters, more than the 1000×256 embedding or lm_head.
+    assert_eq!(
+        out["largest_layer"],
+        (2 * 65536 + 2 * 16384 + 3 * 131072 + 512) * 4
+    );
+    // The index file itself is accepted too.
+    let index = dir.join("model.safetensors.index.json");
+    let again: Value =
+        serde_json::from_str(&stdout(&run(&["--json", &index.display().to_string()])))
+            .expect("json");
+    assert_eq!(again["total_size"], total);
+}
+
+#[test]
+fn real_save_pretrained_checkpoints_are_read() {
+    // transformers writes the shards, the index and the config; safetensors writes the headers.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("saved");
+    let script = r#"
+import json, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from safetensors.torch import save_file
+cfg = LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained(sys.argv[1], max_shard_size="100KB")
+sd = model.state_dict()
+odd = {"mask": torch.ones(3, 5, dtype=torch.bool), "ids": torch.arange(7), "w": torch.zeros(4, 4, dtype=torch.float16)}
+save_file(odd, sys.argv[2], metadata={"format": "pt"})
+print(json.dumps({"total": sum(t.numel() * 4 for t in sd.values()), "tensors": len(sd)}))
+"#;
+    let odd = tmp.path().join("odd.safetensors");
+    let out = Command::new(PYTHON)
+        .args(["-c", script])
+        .arg(&dir)
+        .arg(&odd)
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        dir.join("model.safetensors.index.json").is_file(),
+        "expected shards"
+    );
+    let (v, code) = run_json(&["--json", "--from", "weights", &dir.display().to_string()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["total_size"], want["total"]);
+    assert_eq!(v["tensors"], want["tensors"]);
+    assert!(v["source"]["files"].as_array().map_or(0, Vec::len) > 1);
+    // The directory in auto mode is accelerate's AutoModel, exactly.
+    let refs = reference(tmp.path(), &json!([{"dir": dir, "names": ["saved"]}]));
+    assert_eq!(
+        stdout(&run_in(tmp.path(), &["saved"], &[])),
+        refs[0]["tables"][0].as_str().unwrap_or("")
+    );
+    // bool (1/8 byte, which makes accelerate's sizes floats), int64 at 8 bytes, fp16 counted as fp32.
+    let (v, _) = run_json(&["--json", &odd.display().to_string()]);
+    assert_eq!(v["total_size"], 15.0 / 8.0 + 7.0 * 8.0 + 16.0 * 4.0);
+    let text = stdout(&run(&[&odd.display().to_string(), "--dtypes", "float32"]));
+    // Python: round(121.875, 2) == 121.88 (an exact tie, to even).
+    // The largest layer, `w`, holds no bool: an int in Python, printed without `.0`.
+    assert!(
+        text.contains("│float32│   64 bytes  │121.88 bytes│"),
+        "{text}"
+    );
+}
+
+#[test]
+fn pytorch_bin_index_is_sized_by_its_config() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("bin-ckpt");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("pytorch_model.bin.index.json"),
+        json!({"metadata": {"total_size": 8}, "weight_map": {"model.norm.weight": "pytorch_model-00001-of-00001.bin"}}).to_string(),
+    )
+    .expect("write index");
+    let out = run(&[&dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("has a PyTorch .bin index but no config.json"),
+        "{}",
+        stderr(&out)
+    );
+    let config = hand_config(&tmp.path().join("cfg"));
+    std::fs::copy(&config, dir.join("config.json")).expect("copy");
+    let (from_bin, code) = run_json(&[
+        "--json",
+        &dir.join("pytorch_model.bin.index.json")
+            .display()
+            .to_string(),
+    ]);
+    assert_eq!(code, Some(0));
+    let (from_config, _) = run_json(&["--json", &config.display().to_string()]);
+    assert_eq!(from_bin["total_size"], from_config["total_size"]);
+    assert_eq!(from_bin["source"]["kind"], "config");
+}
+
+fn run_json(args: &[&str]) -> (Value, Option<i32>) {
+    let out = run(args);
+    let code = out.status.code();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("not JSON ({code:?}): {}", stderr(&out)));
+    (v, code)
+}
+
+/// A config whose numbers are easy by hand: P = 1000·64 + 2·(layer) + 64 parameters.
+fn hand_config(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        json!({"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":128,
+               "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})
+        .to_string(),
+    )
+    .expect("write");
+    path
+}
+
+#[test]
+fn per_gpu_strategies_match_hand_computed_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = hand_config(&tmp.path().join("m")).display().to_string();
+    // Per layer: q 64·64, k 32·64, v 32·64, o 64·64, gate/up/down 3·128·64, two norms 2·64.
+    let layer: u64 = 4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128;
+    let p: f64 = (1000 * 64 + 2 * layer + 64) as f64;
+    // The largest layer is the 1000×64 embedding, bigger than a decoder layer.
+    let lp = layer.max(64_000) as f64;
+    let n = 4.0;
+    let cases: [(&str, bool, [f64; 5]); 7] = [
+        ("ddp", false, [2.0 * p, 2.0 * p, 8.0 * p, 4.0 * p, 0.0]),
+        (
+            "zero1",
+            false,
+            [2.0 * p, 2.0 * p, 8.0 * p / n, 4.0 * p / n, 0.0],
+        ),
+        (
+            "zero2",
+            false,
+            [2.0 * p, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 0.0],
+        ),
+        (
+            "zero3",
+            false,
+            [2.0 * p / n, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 4.0 * lp],
+        ),
+        (
+            "fsdp",
+            false,
+            [2.0 * p / n, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 4.0 * lp],
+        ),
+        ("zero2", true, [2.0 * p, 2.0 * p / n, 0.0, 0.0, 0.0]),
+        ("fsdp", true, [0.0, 0.0, 0.0, 0.0, 4.0 * lp]),
+    ];
+    for (strategy, offload, [w, g, o, m, gather]) in cases {
+        let mut args = vec![
+            "--json",
+            cfg.as_str(),
+            "--strategy",
+            strategy,
+            "--num-gpus",
+            "4",
+        ];
+        if offload {
+            args.push("--offload");
+        }
+        let (v, code) = run_json(&args);
+        assert_eq!(code, Some(0));
+        let b = &v["per_gpu"]["bytes"];
+        let got = [
+            b["weights"].as_f64(),
+            b["gradients"].as_f64(),
+            b["optimizer_states"].as_f64(),
+            b["master_weights"].as_f64(),
+            b["gather_buffer"].as_f64(),
+        ];
+        let want = [w, g, o, m, gather].map(|x| Some(x.ceil()));
+        assert_eq!(got, want, "{strategy} offload={offload}");
+        assert_eq!(v["per_gpu"]["setup"]["parameters"].as_f64(), Some(p));
+    }
+    // fp32: no master weights, 4-byte weights and gradients.
+    let (v, _) = run_json(&["--json", &cfg, "--strategy", "ddp", "--precision", "fp32"]);
+    assert_eq!(v["per_gpu"]["bytes"]["master_weights"], 0.0);
+    assert_eq!(v["per_gpu"]["bytes"]["gpu_total"].as_f64(), Some(16.0 * p));
+}
+
+#[test]
+fn activations_fit_and_largest_batch_by_hand() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = hand_config(&tmp.path().join("m")).display().to_string();
+    let layer: u64 = 4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128;
+    let p = (1000 * 64 + 2 * layer + 64) as f64;
+    let (s, h, l, vocab) = (128.0, 64.0, 2.0, 1000.0);
+    let per_sample = l * 34.0 * s * h + 4.0 * s * vocab;
+    let fixed = 16.0 * p;
+    // Budget for exactly 3 samples and a bit.
+    let budget = (fixed + 3.0 * per_sample + 100.0).ceil() as u64;
+    let budget_arg = budget.to_string();
+    let (v, code) = run_json(&[
+        "--json",
+        &cfg,
+        "--strategy",
+        "ddp",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "128",
+        "--gpu-memory",
+        &budget_arg,
+    ]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        v["per_gpu"]["bytes"]["activations"].as_f64(),
+        Some(2.0 * per_sample)
+    );
+    assert_eq!(v["per_gpu"]["fits"], true);
+    assert_eq!(v["per_gpu"]["largest_batch_size"], 3);
+    // Batch 4 does not fit: exit status 1, and the text says so.
+    let out = run(&[
+        &cfg,
+        "--strategy",
+        "ddp",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "128",
+        "--gpu-memory",
+        &budget_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("does NOT fit"), "{text}");
+    assert!(
+        text.contains("Largest micro-batch per GPU that fits: 3"),
+        "{text}"
+    );
+    // Checkpointing: 2·s·b·h per layer plus one full layer.
+    let (v, _) = run_json(&[
+        "--json",
+        &cfg,
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "128",
+        "--grad-checkpointing",
+    ]);
+    assert_eq!(
+        v["per_gpu"]["bytes"]["activations"].as_f64(),
+        Some(l * 2.0 * s * h + 34.0 * s * h + 4.0 * s * vocab)
+    );
+}
+
+#[test]
+fn detected_gpus_give_the_count_and_memory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = hand_config(&tmp.path().join("m")).display().to_string();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho '0, NVIDIA H200, 143771, 570.86.15, GPU-a'\necho '1, NVIDIA H200, 143771, 570.86.15, GPU-b'\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let out = run_in(
+        tmp.path(),
+        &["--json", &cfg, "--strategy", "zero2"],
+        &[("PATH", &path)],
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 2);
+    assert_eq!(v["per_gpu"]["gpu_memory"], 143_771u64 << 20);
+    assert_eq!(v["per_gpu"]["fits"], true);
+    // Explicit flags win over detection.
+    let out = run_in(
+        tmp.path(),
+        &["--json", &cfg, "--num-gpus", "3", "--gpu-memory", "1KB"],
+        &[("PATH", &path)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 3);
+    assert_eq!(v["per_gpu"]["gpu_memory"], 1024);
+}
+
+#[test]
+fn kv_cache_is_gqa_aware_and_longest_context_fits() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = hand_config(&tmp.path().join("m")).display().to_string();
+    // 2 layers · 2 KV heads · head_dim 16 · K and V · 2 bytes = 256 bytes per token.
+    let (v, code) = run_json(&["--json", &cfg, "--context", "1000", "--batch-size", "2"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["per_gpu"]["bytes"]["kv_cache"], 256.0 * 1000.0 * 2.0);
+    let total = v["total_size"].as_f64().unwrap_or(0.0);
+    assert_eq!(v["per_gpu"]["bytes"]["weights"].as_f64(), Some(total / 2.0));
+    let (v, _) = run_json(&[
+        "--json",
+        &cfg,
+        "--context",
+        "1000",
+        "--kv-dtype",
+        "int4",
+        "--dtype",
+        "int8",
+    ]);
+    assert_eq!(v["per_gpu"]["bytes"]["kv_cache"], 64.0 * 1000.0);
+    assert_eq!(v["per_gpu"]["bytes"]["weights"].as_f64(), Some(total / 4.0));
+    // Room for the fp16 weights plus exactly 500 tokens.
+    let budget = (total / 2.0 + 256.0 * 500.0) as u64;
+    let (v, code) = run_json(&[
+        "--json",
+        &cfg,
+        "--context",
+        "501",
+        "--gpu-memory",
+        &budget.to_string(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert_eq!(v["per_gpu"]["fits"], false);
+    assert_eq!(v["per_gpu"]["largest_context"], 500);
+    // Two GPUs split both.
+    let (v, _) = run_json(&["--json", &cfg, "--context", "1000", "--num-gpus", "2"]);
+    assert_eq!(v["per_gpu"]["bytes"]["kv_cache"], 128.0 * 1000.0);
+}
+
+#[test]
+fn clear_errors_for_bad_inputs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t = tmp.path();
+    // Truncated header: declares 1000 bytes, has 10.
+    let mut bytes = 1000u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{\"a\":{\"dt");
+    std::fs::write(t.join("cut.safetensors"), &bytes).expect("write");
+    let out = run(&[&t.join("cut.safetensors").display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("truncated safetensors header"),
+        "{}",
+        stderr(&out)
+    );
+    // Truncated data.
+    let full = write_safetensors(&t.join("short.safetensors"), &[("w", "F32", vec![1000])]);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(t.join("short.safetensors"))
+        .expect("open");
+    f.set_len(full - 10).expect("truncate");
+    let out = run(&[&t.join("short.safetensors").display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("truncated safetensors file"),
+        "{}",
+        stderr(&out)
+    );
+    // Not safetensors: a zip (torch.save) file.
+    std::fs::write(
+        t.join("model.bin"),
+        b"PK\x03\x04\x14\x00\x00\x00\x08\x00rest",
+    )
+    .expect("write");
+    let out = run(&[&t.join("model.bin").display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("is not a safetensors file"),
+        "{}",
+        stderr(&out)
+    );
+    // Index naming a missing shard.
+    let dir = t.join("ckpt");
+    sharded_checkpoint(&dir, 2, 1);
+    std::fs::remove_file(dir.join("model-00002-of-00002.safetensors")).expect("rm");
+    let out = run(&[&dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out)
+            .contains("names shard `model-00002-of-00002.safetensors`, which does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    // Unknown architecture: a config alone.
+    std::fs::create_dir_all(t.join("mamba")).expect("mkdir");
+    std::fs::write(
+        t.join("mamba/config.json"),
+        r#"{"model_type":"mamba","hidden_size":8}"#,
+    )
+    .expect("write");
+    let out = run(&[&t.join("mamba").display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains("unknown architecture `mamba`"), "{err}");
+    assert!(
+        err.contains("hint: pass the model's .safetensors file"),
+        "{err}"
+    );
+    // ...but with its safetensors it is sized from the headers.
+    write_safetensors(
+        &t.join("mamba/model.safetensors"),
+        &[("backbone.layers.0.mixer.A_log", "F32", vec![8, 16])],
+    );
+    let (v, code) = run_json(&["--json", &t.join("mamba").display().to_string()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["total_size"], 512);
+    // KV cache without dimensions.
+    let lone = t.join("lone.safetensors");
+    write_safetensors(&lone, &[("w", "F32", vec![4])]);
+    let out = run(&[&lone.display().to_string(), "--context", "10"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("needs the model's dimensions"),
+        "{}",
+        stderr(&out)
+    );
+    // Neither a path nor a Hub id.
+    let out = run(&["./nope/x.safetensors"]);
+    assert_eq!(out.status.code(), Some(3));
+    // Usage errors.
+    let out = run(&[&lone.display().to_string(), "--offload"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+mod hub {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// A loopback Hub: `/{repo}/resolve/main/{file}` from `root/{repo}/{file}`, honouring `Range`,
+    /// answering 401 with `X-Error-Code: GatedRepo` for repos named `gated*` without the token.
+    struct Server {
+        url: String,
+        sent: Arc<AtomicU64>,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    fn serve(root: PathBuf) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let sent = Arc::new(AtomicU64::new(0));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (sent2, log2) = (sent.clone(), log.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (root, sent, log) = (root.clone(), sent2.clone(), log2.clone());
+                std::thread::spawn(move || handle(stream, &root, &sent, &log));
+            }
+        });
+        Server { url, sent, log }
+    }
+
+    fn handle(
+        stream: std::net::TcpStream,
+        root: &Path,
+        sent: &AtomicU64,
+        log: &Mutex<Vec<String>>,
+    ) {
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut out = stream;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let (mut range, mut auth) = (None, None);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                let lower = h.to_ascii_lowercase();
+                if let Some(r) = lower.strip_prefix("range: bytes=") {
+                    let (a, b) = r.trim().split_once('-').unwrap_or(("0", ""));
+                    range = Some((a.parse::<u64>().unwrap_or(0), b.parse::<u64>().ok()));
+                }
+                if lower.starts_with("authorization:") {
+                    auth = h.split_once(':').map(|(_, v)| v.trim().to_string());
+                }
+            }
+            log.lock().expect("log").push(format!("{path} {range:?}"));
+            let rel = path.replacen("/resolve/main/", "/", 1);
+            let file = root.join(rel.trim_start_matches('/'));
+            let gated = path.contains("/gated") && auth.as_deref() != Some("Bearer sesame");
+            let response: (String, Vec<u8>) = if let Some(rest) = path.strip_prefix("/moved/") {
+                (
+                    format!("307 Temporary Redirect\r\nLocation: /org/{rest}"),
+                    Vec::new(),
+                )
+            } else if gated {
+                (
+                    "401 Unauthorized\r\nX-Error-Code: GatedRepo".into(),
+                    b"gated".to_vec(),
+                )
+            } else if let Ok(mut f) = std::fs::File::open(&file) {
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                match range {
+                    Some((a, b)) => {
+                        let b = b.unwrap_or(len - 1).min(len - 1);
+                        let mut body = vec![0; (b + 1 - a) as usize];
+                        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(a)).expect("seek");
+                        f.read_exact(&mut body).expect("read");
+                        (
+                            format!("206 Partial Content\r\nContent-Range: bytes {a}-{b}/{len}"),
+                            body,
+                        )
+                    }
+                    None => {
+                        let mut body = Vec::new();
+                        f.read_to_end(&mut body).expect("read");
+                        ("200 OK".into(), body)
+                    }
+                }
+            } else {
+                (
+                    "404 Not Found\r\nX-Error-Code: EntryNotFound".into(),
+                    b"nope".to_vec(),
+                )
+            };
+            let head = format!(
+                "HTTP/1.1 {}\r\nContent-Length: {}\r\n\r\n",
+                response.0,
+                response.1.len()
+            );
+            // Counted before writing, so the count is complete once the client has its bytes.
+            sent.fetch_add(response.1.len() as u64, Ordering::SeqCst);
+            if out
+                .write_all(head.as_bytes())
+                .and_then(|_| out.write_all(&response.1))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn hub_reads_only_headers_with_range_requests() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("hub");
+        let repo = root.join("org/big");
+        let total = sharded_checkpoint(&repo, 4, 2);
+        std::fs::write(repo.join("config.json"), json!({"model_type":"llama","vocab_size":1000,"hidden_size":256,"intermediate_size":512,"num_hidden_layers":8,"num_attention_heads":4,"num_key_value_heads":1}).to_string()).expect("config");
+        let on_disk: u64 = std::fs::read_dir(&repo)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+            .sum();
+        let server = serve(root.clone());
+        let env = [("HF_ENDPOINT", server.url.as_str())];
+        let out = run_in(
+            tmp.path(),
+            &["--json", "--from", "weights", "org/big"],
+            &env,
+        );
+        let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+        assert_eq!(v["total_size"], total);
+        let sent = server.sent.load(Ordering::SeqCst);
+        // Exactly config.json, the index, and each shard's 8-byte length and header.
+        let mut expected = 0;
+        for entry in std::fs::read_dir(&repo).expect("ls").flatten() {
+            let bytes = std::fs::read(entry.path()).expect("read");
+            if entry.path().extension().is_some_and(|e| e == "safetensors") {
+                let mut len = [0u8; 8];
+                len.copy_from_slice(&bytes[..8]);
+                expected += 8 + u64::from_le_bytes(len);
+            } else {
+                expected += bytes.len() as u64;
+            }
+        }
+        assert_eq!(sent, expected, "of {on_disk} bytes in the repository");
+        assert!(on_disk > 100 * sent, "sent {sent} bytes of {on_disk}");
+        assert_eq!(v["hub"]["bytes_received"], sent);
+        let log = server.log.lock().expect("log").clone();
+        let ranged = log.iter().filter(|l| l.contains(".safetensors ")).count();
+        assert_eq!(ranged, 8, "{log:?}");
+        assert!(
+            log.iter()
+                .filter(|l| l.contains(".safetensors "))
+                .all(|l| l.contains("Some((")),
+            "{log:?}"
+        );
+        // Same numbers as the local directory.
+        let local: Value = serde_json::from_str(&stdout(&run(&[
+            "--json",
+            "--from",
+            "weights",
+            &repo.display().to_string(),
+        ])))
+        .expect("json");
+        assert_eq!(local["total_size"], v["total_size"]);
+        // Known family in auto mode: config.json alone, accelerate's table.
+        let before = server.sent.load(Ordering::SeqCst);
+        let out = run_in(tmp.path(), &["org/big"], &env);
+        assert!(stdout(&out).contains("Memory Usage for loading `org/big`"));
+        assert!(server.sent.load(Ordering::SeqCst) - before < 1024);
+    }
+
+    #[test]
+    fn hub_reads_a_large_header_of_thousands_of_tensors() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("hub");
+        let repo = root.join("org/many");
+        std::fs::create_dir_all(&repo).expect("mkdir");
+        let names: Vec<String> = (0..3000).map(|i| format!("blocks.{i}.weight")).collect();
+        let tensors: Vec<(&str, &str, Vec<u64>)> = names
+            .iter()
+            .map(|n| (n.as_str(), "F16", vec![64, 64]))
+            .collect();
+        write_safetensors(&repo.join("model.safetensors"), &tensors);
+        let server = serve(root);
+        let out = run_in(
+            tmp.path(),
+            &["--json", "org/many"],
+            &[("HF_ENDPOINT", &server.url)],
+        );
+        let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+        assert_eq!(v["total_size"], 3000 * 64 * 64 * 4);
+        assert_eq!(v["tensors"], 3000);
+    }
+
+    #[test]
+    fn hub_gated_offline_and_unreachable_suggest_a_local_path() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("hub");
+        let repo = root.join("org/gated-model");
+        std::fs::create_dir_all(&repo).expect("mkdir");
+        std::fs::write(repo.join("config.json"), json!({"model_type":"gpt2","n_embd":8,"n_layer":1,"n_head":2,"vocab_size":10,"n_positions":4}).to_string()).expect("config");
+        let server = serve(root);
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[("HF_ENDPOINT", &server.url)],
+        );
+        assert_eq!(out.status.code(), Some(3));
+        let err = stderr(&out);
+        assert!(err.contains("gated or private"), "{err}");
+        assert!(
+            err.contains("HF_TOKEN") && err.contains("local path"),
+            "{err}"
+        );
+        // The token opens it.
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
+        );
+        assert!(stdout(&out).contains("`org/gated-model`"));
+        // A renamed repository: the same-host redirect keeps the token (and, for headers, the Range).
+        let out = run_in(
+            tmp.path(),
+            &["--json", "--from", "weights", "moved/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
+        );
+        assert_eq!(out.status.code(), Some(3));
+        assert!(
+            stderr(&out).contains("`moved/gated-model` has no `model.safetensors` on the Hub"),
+            "{}",
+            stderr(&out)
+        );
+        let out = run_in(
+            tmp.path(),
+            &["moved/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_TOKEN", "sesame")],
+        );
+        assert!(stdout(&out).contains("`moved/gated-model`"));
+        // Offline: refused before any request.
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[("HF_ENDPOINT", &server.url), ("HF_HUB_OFFLINE", "1")],
+        );
+        assert_eq!(out.status.code(), Some(3));
+        assert!(
+            stderr(&out).contains("HF_HUB_OFFLINE") && stderr(&out).contains("local path"),
+            "{}",
+            stderr(&out)
+        );
+        // Offline but in huggingface_hub's download cache: read from there.
+        let snapshot = tmp
+            .path()
+            .join("hf/hub/models--org--gated-model/snapshots/abc123");
+        std::fs::create_dir_all(&snapshot).expect("mkdir");
+        std::fs::create_dir_all(tmp.path().join("hf/hub/models--org--gated-model/refs"))
+            .expect("mkdir");
+        std::fs::write(
+            tmp.path().join("hf/hub/models--org--gated-model/refs/main"),
+            "abc123",
+        )
+        .expect("ref");
+        std::fs::copy(repo.join("config.json"), snapshot.join("config.json")).expect("copy");
+        let hf_home = tmp.path().join("hf").display().to_string();
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[("HF_HOME", &hf_home), ("HF_HUB_OFFLINE", "1")],
+        );
+        assert!(stdout(&out).contains("`org/gated-model`"));
+        // Unreachable endpoint.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let dead = format!("http://127.0.0.1:{port}");
+        let out = run_in(tmp.path(), &["org/x"], &[("HF_ENDPOINT", &dead)]);
+        assert_eq!(out.status.code(), Some(3));
+        assert!(
+            stderr(&out).contains("cannot reach the Hub") && stderr(&out).contains("local path"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
