@@ -6,11 +6,14 @@
 
 pub mod cli;
 pub mod config;
+pub mod contract;
 pub mod devices;
 pub mod docs;
 pub mod env_vars;
 pub mod error;
 pub mod exit_status;
+pub mod launch;
 pub mod python;
 pub mod questionnaire;
+pub mod slurm;
 pub mod tools;
