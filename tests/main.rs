@@ -1,1 +1,3 @@
 //! Integration tests: drive the built binaries.
+mod launch;
+mod launch_faults;

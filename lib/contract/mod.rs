@@ -7,6 +7,7 @@
 
 pub mod accelerate;
 pub mod scheduler;
+pub mod task;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

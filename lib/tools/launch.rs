@@ -120,7 +120,12 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     }
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let common = args.accelerate_env(env, &cwd)?;
+    let mut common = args.accelerate_env(env, &cwd)?;
+    // torchrun sets OMP_NUM_THREADS=1 for its workers when it is unset and more than one runs; only the
+    // DeepSpeed path leaves it to torchrun (accelerate sets it everywhere else).
+    if args.path == LaunchPath::DeepSpeed && args.num_local_processes() > 1 && env.get(env_vars::OMP_NUM_THREADS).is_none() {
+        common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
+    }
     let argv = worker_argv(&cli, env, &args, &script)?;
 
     // Engines that own the job.
