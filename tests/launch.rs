@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -302,4 +301,241 @@ fn parity_with_accelerate_launch() {
         failures.extend(results.into_iter().filter_map(Result::err));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn final_losses(path: &Path) -> Vec<f64> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// The example trains for real on 2 and 4 gloo ranks and follows the single-process loss curve.
+#[test]
+fn example_trains_on_2_and_4_cpu_ranks_like_one_process() {
+    let d = tempfile::tempdir().unwrap();
+    let example = Path::new(ROOT).join("examples/train.py");
+    let single = d.path().join("single.json");
+    let mut runs = vec![base_cmd(python(), d.path())
+        .arg(&example)
+        .args(["--epochs", "2", "--output"])
+        .arg(&single)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()];
+    for n in [2, 4] {
+        // Two ranks through the embedded default (no config, no GPU), four through --cpu.
+        let mut c = base_cmd(BIN, d.path());
+        if n == 4 {
+            c.args(["--cpu", "--num_processes", "4"]);
+        }
+        runs.push(
+            c.arg(&example)
+                .args(["--epochs", "2", "--output"])
+                .arg(d.path().join(format!("n{n}.json")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for r in runs {
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let base = final_losses(&single);
+    for n in [2, 4] {
+        let path = d.path().join(format!("n{n}.json"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["num_processes"], n);
+        assert_eq!(v["distributed_type"], "DistributedType.MULTI_CPU");
+        let got = final_losses(&path);
+        assert_eq!(got.len(), base.len());
+        for (a, b) in got.iter().zip(&base) {
+            assert!((a - b).abs() <= 1e-4 * b.abs().max(1e-3), "{n} ranks: {got:?} vs one process {base:?}");
+        }
+    }
+}
+
+#[test]
+fn dry_run_shows_provenance_and_every_rank_and_aliases_agree() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("c.yaml");
+    std::fs::write(&cfg, "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp16\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = base_cmd(BIN, d.path()).arg("--config_file").arg(&cfg).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["--dry-run", "--mixed_precision", "bf16", "train.py", "--lr", "1"]);
+    assert!(text.contains("mixed_precision = bf16  (--mixed_precision)"), "{text}");
+    assert!(text.contains(&format!("num_processes = 2  ({}:2)", cfg.display())), "{text}");
+    assert!(text.contains("# rank 1 (local rank 1)"), "{text}");
+    assert!(text.contains("ACCELERATE_MIXED_PRECISION=bf16") && text.contains("RANK=1"), "{text}");
+    assert!(text.contains("-u train.py --lr 1"), "{text}");
+    let a = run(&["--dry_run", "--json", "--num_cpu_threads_per_process", "3", "x.py"]);
+    let b = run(&["--dry-run", "--json", "--num-cpu-threads-per-process", "3", "x.py"]);
+    let strip = |s: &str| -> Value {
+        let mut v: Value = serde_json::from_str(s).unwrap();
+        for r in v["ranks"].as_array_mut().unwrap() {
+            r["env"].as_object_mut().unwrap().remove("MASTER_PORT");
+        }
+        v["launch"].as_object_mut().unwrap().remove("master_port");
+        v
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(strip(&a)["ranks"][0]["env"]["OMP_NUM_THREADS"], "3");
+}
+
+#[test]
+fn accel_env_execs_a_slurm_task_with_its_contract() {
+    let d = tempfile::tempdir().unwrap();
+    let out = base_cmd(ENV_BIN, d.path())
+        .envs([
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS", "4"),
+        ])
+        .args(["--", "env"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in ["RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "MASTER_ADDR=gpu07", "MASTER_PORT=19242", "ACCELERATE_MIXED_PRECISION=no"] {
+        assert!(text.lines().any(|l| l == want), "missing {want}:\n{text}");
+    }
+    let out = base_cmd(ENV_BIN, d.path()).args(["--", "env"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot derive a rank contract"));
+}
+
+/// Two network namespaces joined by a veth pair (`None` where they cannot be made).
+struct Netns {
+    names: [String; 2],
+    ips: [String; 2],
+    /// The veth end in each namespace (gloo must be told: the host name resolves to loopback).
+    ifaces: [String; 2],
+}
+
+impl Netns {
+    fn create(tag: &str) -> Option<Netns> {
+        let id = std::process::id() % 200 + 20;
+        let names = [format!("accel{tag}{id}a"), format!("accel{tag}{id}b")];
+        let sub = if tag == "s" { 201 } else { 200 };
+        let ips = [format!("10.{sub}.{id}.1"), format!("10.{sub}.{id}.2")];
+        let ip = |args: &[&str]| Command::new("ip").args(args).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        let va = format!("va{tag}{id}");
+        let vb = format!("vb{tag}{id}");
+        let ns = Netns { names: names.clone(), ips: ips.clone(), ifaces: [va.clone(), vb.clone()] };
+        let ok = ip(&["netns", "add", &names[0]])
+            && ip(&["netns", "add", &names[1]])
+            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
+            && ip(&["link", "set", &va, "netns", &names[0]])
+            && ip(&["link", "set", &vb, "netns", &names[1]])
+            && ip(&["-n", &names[0], "addr", "add", &format!("{}/24", ips[0]), "dev", &va])
+            && ip(&["-n", &names[1], "addr", "add", &format!("{}/24", ips[1]), "dev", &vb])
+            && ip(&["-n", &names[0], "link", "set", &va, "up"])
+            && ip(&["-n", &names[1], "link", "set", &vb, "up"])
+            && ip(&["-n", &names[0], "link", "set", "lo", "up"])
+            && ip(&["-n", &names[1], "link", "set", "lo", "up"]);
+        ok.then_some(ns)
+    }
+
+    /// `/etc/netns/NAME/hosts`, which `ip netns exec` mounts over /etc/hosts.
+    fn hosts(&self, text: &str) {
+        for n in &self.names {
+            let dir = Path::new("/etc/netns").join(n);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("hosts"), format!("127.0.0.1 localhost\n{text}")).unwrap();
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(n));
+        }
+    }
+}
+
+fn check_allreduce(out: &Path, want_hosts: Option<&[String; 2]>) {
+    let ranks = read_ranks(out);
+    assert_eq!(ranks.len(), 4, "{:?}", ranks.keys());
+    for (r, v) in &ranks {
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["world"], 4, "rank {r}: {v}");
+        let node: usize = v["node"].as_str().unwrap().parse().unwrap();
+        assert_eq!(node, r.parse::<usize>().unwrap() / 2, "rank {r}: {v}");
+        if let Some(h) = want_hosts {
+            assert_eq!(v["master"], h[0].as_str(), "rank {r}: {v}");
+        }
+    }
+}
+
+fn two_nodes(ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> PathBuf {
+    let d = tempfile::tempdir().unwrap().keep();
+    let out = d.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let script = fixture("allreduce.py");
+    let children: Vec<_> = (0..2)
+        .map(|node| {
+            let mut c = match ns {
+                Some(ns) => {
+                    let mut c = base_cmd("ip", &d);
+                    c.env("GLOO_SOCKET_IFNAME", &ns.ifaces[node]);
+                    c.args(["netns", "exec", &ns.names[node], BIN]);
+                    c
+                }
+                None => base_cmd(BIN, &d),
+            };
+            per_node(node, &mut c);
+            c.arg(&script).arg(&out).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "node failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    out
+}
+
+/// Two nodes of two ranks each, for real: static flags, then a fake SLURM step (no flags at all).
+#[test]
+fn two_nodes_all_reduce_with_flags_and_under_slurm() {
+    let ns = Netns::create("t");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let master = ns.as_ref().map_or("127.0.0.1".to_string(), |n| n.ips[0].clone());
+    let out = two_nodes(ns.as_ref(), |node, c| {
+        c.args(["--cpu", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", &master, "--main_process_port", &port, "--machine_rank", &node.to_string()]);
+    });
+    check_allreduce(&out, ns.as_ref().map(|n| &n.ips));
+    drop(ns);
+
+    let ns = Netns::create("s");
+    let names = ["accnode01".to_string(), "accnode02".to_string()];
+    let list = match &ns {
+        Some(ns) => {
+            ns.hosts(&format!("{} accnode01\n{} accnode02\n", ns.ips[0], ns.ips[1]));
+            "accnode[01-02]".to_string()
+        }
+        None => "localhost,localhost".to_string(),
+    };
+    let out = two_nodes(ns.as_ref(), |node, c| {
+        c.envs([
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_JOB_NODELIST", list.as_str()),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", if node == 0 { "0" } else { "1" }),
+            ("SLURM_NTASKS_PER_NODE", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_PROCID", if node == 0 { "0" } else { "1" }),
+            ("SLURM_LOCALID", "0"),
+        ]);
+    });
+    check_allreduce(&out, ns.as_ref().map(|_| &names));
 }

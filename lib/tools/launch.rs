@@ -98,7 +98,10 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                     )).into());
                 }
                 args.num_machines = place.num_nodes;
-                args.machine_rank = args.machine_rank.or(Some(place.node_rank));
+                let rank_given = !matches!(resolved.origin("machine_rank"), None | Some(Origin::Default) | Some(Origin::Derived(_)));
+                if !rank_given {
+                    args.machine_rank = Some(place.node_rank);
+                }
                 if resolved.origin("main_process_ip").is_none_or(|o| matches!(o, Origin::Default)) {
                     args.main_process_ip = place.master_addr.clone().or(args.main_process_ip);
                 }
@@ -106,8 +109,13 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                     args.main_process_port = place.master_port;
                 }
                 if place.source == Source::Slurm {
+                    let distinct = crate::slurm::SlurmJob::detect(env)
+                        .ok()
+                        .flatten()
+                        .map(|j| j.nodes.iter().collect::<std::collections::BTreeSet<_>>().len())
+                        .unwrap_or(0);
                     if let Some(ip) = &args.main_process_ip {
-                        if place.node_rank != 0 && scheduler::is_loopback(ip) {
+                        if place.node_rank != 0 && distinct > 1 && scheduler::is_loopback(ip) {
                             return Err(ContractError::Topology(format!(
                                 "the rendezvous host `{ip}` resolves to a loopback address on a {}-node job",
                                 place.num_nodes
