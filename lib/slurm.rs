@@ -175,15 +175,28 @@ mod tests {
             ex("node[01-04,07]"),
             ["node01", "node02", "node03", "node04", "node07"]
         );
-        assert_eq!(ex("a[1-2],b3,c[09-11]"), ["a1", "a2", "b3", "c09", "c10", "c11"]);
+        assert_eq!(
+            ex("a[1-2],b3,c[09-11]"),
+            ["a1", "a2", "b3", "c09", "c10", "c11"]
+        );
         assert_eq!(ex("r[1-2]n[1-2]"), ["r1n1", "r1n2", "r2n1", "r2n2"]);
-        assert_eq!(ex("gpu-[008-010].cluster"), ["gpu-008.cluster", "gpu-009.cluster", "gpu-010.cluster"]);
+        assert_eq!(
+            ex("gpu-[008-010].cluster"),
+            ["gpu-008.cluster", "gpu-009.cluster", "gpu-010.cluster"]
+        );
         assert_eq!(ex("n[7]"), ["n7"]);
     }
 
     #[test]
     fn rejects_malformed_lists() {
-        for bad in ["node[1-", "node]1", "node[a-b]", "node[3-1]", "", "node[1-2"] {
+        for bad in [
+            "node[1-",
+            "node]1",
+            "node[a-b]",
+            "node[3-1]",
+            "",
+            "node[1-2",
+        ] {
             assert!(expand_hostlist(bad).is_err(), "{bad}");
         }
         let e = expand_hostlist("n[3-1]").unwrap_err().to_string();

@@ -2,6 +2,9 @@
 //! what accelerate makes of it against the real `accelerate launch`, real gloo training, fault drills
 //! with real signals, and a two-node run across network namespaces.
 
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -68,9 +71,20 @@ const RUN_SPECIFIC: &[&str] = &[
 
 /// torchrun's worker variables, which accelerate's single plain child does not get.
 const TORCHRUN_VARS: &[&str] = &[
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE", "MASTER_ADDR",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+    "MASTER_ADDR",
 ];
 
 struct Case {
@@ -201,23 +215,51 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
         .args(case.flags)
         .arg(&probe)
         .arg(&b);
-    let ha = acc.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let hb = ours.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let (oa, ob) = (ha.wait_with_output().unwrap(), hb.wait_with_output().unwrap());
+    let ha = acc
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let hb = ours
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (oa, ob) = (
+        ha.wait_with_output().unwrap(),
+        hb.wait_with_output().unwrap(),
+    );
     let show = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
     if !oa.status.success() || !ob.status.success() {
-        return Err(format!("{}: accelerate {:?} / accel-launch {:?}\n--- accelerate:\n{}\n--- accel-launch:\n{}", case.name, oa.status, ob.status, show(&oa), show(&ob)));
+        return Err(format!(
+            "{}: accelerate {:?} / accel-launch {:?}\n--- accelerate:\n{}\n--- accel-launch:\n{}",
+            case.name,
+            oa.status,
+            ob.status,
+            show(&oa),
+            show(&ob)
+        ));
     }
     let (ra, rb) = (read_ranks(&a), read_ranks(&b));
     let mut problems = Vec::new();
     let pairs: Vec<(String, String)> = if case.one_vs_n {
         if ra.len() != 1 || rb.len() < 2 {
-            return Err(format!("{}: expected 1 accelerate process and N accel ranks, got {:?} / {:?}", case.name, ra.keys(), rb.keys()));
+            return Err(format!(
+                "{}: expected 1 accelerate process and N accel ranks, got {:?} / {:?}",
+                case.name,
+                ra.keys(),
+                rb.keys()
+            ));
         }
         rb.keys().map(|k| ("x".to_string(), k.clone())).collect()
     } else {
         if ra.keys().collect::<Vec<_>>() != rb.keys().collect::<Vec<_>>() {
-            return Err(format!("{}: ranks differ: {:?} / {:?}", case.name, ra.keys(), rb.keys()));
+            return Err(format!(
+                "{}: ranks differ: {:?} / {:?}",
+                case.name,
+                ra.keys(),
+                rb.keys()
+            ));
         }
         ra.keys().map(|k| (k.clone(), k.clone())).collect()
     };
@@ -252,14 +294,23 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
         let keys: BTreeSet<&String> = ea.keys().chain(eb.keys()).collect();
         for k in keys {
             if ea.get(k) != eb.get(k) {
-                problems.push(format!("rank {kb}: {k}: accelerate {:?} / accel-launch {:?}", ea.get(k), eb.get(k)));
+                problems.push(format!(
+                    "rank {kb}: {k}: accelerate {:?} / accel-launch {:?}",
+                    ea.get(k),
+                    eb.get(k)
+                ));
             }
         }
         let (sa, sb) = (&ra[&ka]["state"], &rb[&kb]["state"]);
         if case.one_vs_n {
             let n = rb.len() as u64;
-            if sb["type"] != "DistributedType.MULTI_CPU" || sb["num_processes"] != n || sb["index"].as_str().is_some() {
-                problems.push(format!("rank {kb}: accel-launch rank state {sb} (want MULTI_CPU over {n})"));
+            if sb["type"] != "DistributedType.MULTI_CPU"
+                || sb["num_processes"] != n
+                || sb["index"].as_str().is_some()
+            {
+                problems.push(format!(
+                    "rank {kb}: accel-launch rank state {sb} (want MULTI_CPU over {n})"
+                ));
             }
             if sb["index"].as_u64() != kb.parse().ok() {
                 problems.push(format!("rank {kb}: process index {}", sb["index"]));
@@ -291,11 +342,17 @@ fn parity_with_accelerate_launch() {
     let only = std::env::var("PARITY_CASES").ok();
     let cases: Vec<&Case> = CASES
         .iter()
-        .filter(|c| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == c.name)))
+        .filter(|c| {
+            only.as_deref()
+                .map_or(true, |o| o.split(',').any(|n| n == c.name))
+        })
         .collect();
     for chunk in cases.chunks(3) {
         let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = chunk.iter().map(|c| s.spawn(|| run_case(c, root.path()))).collect();
+            let hs: Vec<_> = chunk
+                .iter()
+                .map(|c| s.spawn(|| run_case(c, root.path())))
+                .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         failures.extend(results.into_iter().filter_map(Result::err));
@@ -305,7 +362,12 @@ fn parity_with_accelerate_launch() {
 
 fn final_losses(path: &Path) -> Vec<f64> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 /// The example trains for real on 2 and 4 gloo ranks and follows the single-process loss curve.
@@ -340,7 +402,11 @@ fn example_trains_on_2_and_4_cpu_ranks_like_one_process() {
     }
     for r in runs {
         let out = r.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let base = final_losses(&single);
     for n in [2, 4] {
@@ -351,7 +417,10 @@ fn example_trains_on_2_and_4_cpu_ranks_like_one_process() {
         let got = final_losses(&path);
         assert_eq!(got.len(), base.len());
         for (a, b) in got.iter().zip(&base) {
-            assert!((a - b).abs() <= 1e-4 * b.abs().max(1e-3), "{n} ranks: {got:?} vs one process {base:?}");
+            assert!(
+                (a - b).abs() <= 1e-4 * b.abs().max(1e-3),
+                "{n} ranks: {got:?} vs one process {base:?}"
+            );
         }
     }
 }
@@ -360,20 +429,61 @@ fn example_trains_on_2_and_4_cpu_ranks_like_one_process() {
 fn dry_run_shows_provenance_and_every_rank_and_aliases_agree() {
     let d = tempfile::tempdir().unwrap();
     let cfg = d.path().join("c.yaml");
-    std::fs::write(&cfg, "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp16\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp16\n",
+    )
+    .unwrap();
     let run = |args: &[&str]| {
-        let out = base_cmd(BIN, d.path()).arg("--config_file").arg(&cfg).args(args).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = base_cmd(BIN, d.path())
+            .arg("--config_file")
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
-    let text = run(&["--dry-run", "--mixed_precision", "bf16", "train.py", "--lr", "1"]);
-    assert!(text.contains("mixed_precision = bf16  (--mixed_precision)"), "{text}");
-    assert!(text.contains(&format!("num_processes = 2  ({}:2)", cfg.display())), "{text}");
+    let text = run(&[
+        "--dry-run",
+        "--mixed_precision",
+        "bf16",
+        "train.py",
+        "--lr",
+        "1",
+    ]);
+    assert!(
+        text.contains("mixed_precision = bf16  (--mixed_precision)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("num_processes = 2  ({}:2)", cfg.display())),
+        "{text}"
+    );
     assert!(text.contains("# rank 1 (local rank 1)"), "{text}");
-    assert!(text.contains("ACCELERATE_MIXED_PRECISION=bf16") && text.contains("RANK=1"), "{text}");
+    assert!(
+        text.contains("ACCELERATE_MIXED_PRECISION=bf16") && text.contains("RANK=1"),
+        "{text}"
+    );
     assert!(text.contains("-u train.py --lr 1"), "{text}");
-    let a = run(&["--dry_run", "--json", "--num_cpu_threads_per_process", "3", "x.py"]);
-    let b = run(&["--dry-run", "--json", "--num-cpu-threads-per-process", "3", "x.py"]);
+    let a = run(&[
+        "--dry_run",
+        "--json",
+        "--num_cpu_threads_per_process",
+        "3",
+        "x.py",
+    ]);
+    let b = run(&[
+        "--dry-run",
+        "--json",
+        "--num-cpu-threads-per-process",
+        "3",
+        "x.py",
+    ]);
     let strip = |s: &str| -> Value {
         let mut v: Value = serde_json::from_str(s).unwrap();
         for r in v["ranks"].as_array_mut().unwrap() {
@@ -402,12 +512,28 @@ fn accel_env_execs_a_slurm_task_with_its_contract() {
         .args(["--", "env"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    for want in ["RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "MASTER_ADDR=gpu07", "MASTER_PORT=19242", "ACCELERATE_MIXED_PRECISION=no"] {
+    for want in [
+        "RANK=3",
+        "LOCAL_RANK=1",
+        "WORLD_SIZE=4",
+        "LOCAL_WORLD_SIZE=2",
+        "GROUP_RANK=1",
+        "MASTER_ADDR=gpu07",
+        "MASTER_PORT=19242",
+        "ACCELERATE_MIXED_PRECISION=no",
+    ] {
         assert!(text.lines().any(|l| l == want), "missing {want}:\n{text}");
     }
-    let out = base_cmd(ENV_BIN, d.path()).args(["--", "env"]).output().unwrap();
+    let out = base_cmd(ENV_BIN, d.path())
+        .args(["--", "env"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot derive a rank contract"));
 }
@@ -426,17 +552,43 @@ impl Netns {
         let names = [format!("accel{tag}{id}a"), format!("accel{tag}{id}b")];
         let sub = if tag == "s" { 201 } else { 200 };
         let ips = [format!("10.{sub}.{id}.1"), format!("10.{sub}.{id}.2")];
-        let ip = |args: &[&str]| Command::new("ip").args(args).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
         let va = format!("va{tag}{id}");
         let vb = format!("vb{tag}{id}");
-        let ns = Netns { names: names.clone(), ips: ips.clone(), ifaces: [va.clone(), vb.clone()] };
+        let ns = Netns {
+            names: names.clone(),
+            ips: ips.clone(),
+            ifaces: [va.clone(), vb.clone()],
+        };
         let ok = ip(&["netns", "add", &names[0]])
             && ip(&["netns", "add", &names[1]])
             && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
             && ip(&["link", "set", &va, "netns", &names[0]])
             && ip(&["link", "set", &vb, "netns", &names[1]])
-            && ip(&["-n", &names[0], "addr", "add", &format!("{}/24", ips[0]), "dev", &va])
-            && ip(&["-n", &names[1], "addr", "add", &format!("{}/24", ips[1]), "dev", &vb])
+            && ip(&[
+                "-n",
+                &names[0],
+                "addr",
+                "add",
+                &format!("{}/24", ips[0]),
+                "dev",
+                &va,
+            ])
+            && ip(&[
+                "-n",
+                &names[1],
+                "addr",
+                "add",
+                &format!("{}/24", ips[1]),
+                "dev",
+                &vb,
+            ])
             && ip(&["-n", &names[0], "link", "set", &va, "up"])
             && ip(&["-n", &names[1], "link", "set", &vb, "up"])
             && ip(&["-n", &names[0], "link", "set", "lo", "up"])
@@ -494,12 +646,21 @@ fn two_nodes(ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> Path
                 None => base_cmd(BIN, &d),
             };
             per_node(node, &mut c);
-            c.arg(&script).arg(&out).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+            c.arg(&script)
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
     for c in children {
         let o = c.wait_with_output().unwrap();
-        assert!(o.status.success(), "node failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "node failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     out
 }
@@ -508,10 +669,29 @@ fn two_nodes(ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> Path
 #[test]
 fn two_nodes_all_reduce_with_flags_and_under_slurm() {
     let ns = Netns::create("t");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let master = ns.as_ref().map_or("127.0.0.1".to_string(), |n| n.ips[0].clone());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let master = ns
+        .as_ref()
+        .map_or("127.0.0.1".to_string(), |n| n.ips[0].clone());
     let out = two_nodes(ns.as_ref(), |node, c| {
-        c.args(["--cpu", "--num_processes", "4", "--num_machines", "2", "--main_process_ip", &master, "--main_process_port", &port, "--machine_rank", &node.to_string()]);
+        c.args([
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            &master,
+            "--main_process_port",
+            &port,
+            "--machine_rank",
+            &node.to_string(),
+        ]);
     });
     check_allreduce(&out, ns.as_ref().map(|n| &n.ips));
     drop(ns);
@@ -520,7 +700,10 @@ fn two_nodes_all_reduce_with_flags_and_under_slurm() {
     let names = ["accnode01".to_string(), "accnode02".to_string()];
     let list = match &ns {
         Some(ns) => {
-            ns.hosts(&format!("{} accnode01\n{} accnode02\n", ns.ips[0], ns.ips[1]));
+            ns.hosts(&format!(
+                "{} accnode01\n{} accnode02\n",
+                ns.ips[0], ns.ips[1]
+            ));
             "accnode[01-02]".to_string()
         }
         None => "localhost,localhost".to_string(),

@@ -1,6 +1,9 @@
 //! Fault drills for accel-launch with real processes and real signals: each asserts the exit status,
 //! generous bounds on timing, and that no process of the run survives, grandchildren included.
 
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,7 +49,10 @@ fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => false,
         // A zombie has ended; whoever adopted it has not reaped it yet.
-        Ok(s) => s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -68,7 +74,10 @@ fn recorded_pids(dir: &Path) -> Vec<i32> {
 
 fn assert_no_survivors(dir: &Path, within: Duration) {
     let pids = recorded_pids(dir);
-    assert!(pids.len() >= 4, "expected rank and grandchild pids, got {pids:?}");
+    assert!(
+        pids.len() >= 4,
+        "expected rank and grandchild pids, got {pids:?}"
+    );
     let t = Instant::now();
     loop {
         let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
@@ -96,7 +105,10 @@ fn finish(child: Child) -> (i32, String, Duration) {
 }
 
 fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success());
 }
 
@@ -104,11 +116,21 @@ fn signal(child: &Child, sig: &str) {
 fn a_rank_exit_code_passes_through_and_the_others_stop() {
     let d = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (code, err, _) = finish(launcher(d.path(), "exit7", &["--grace_period", "20"]).spawn().unwrap());
+    let (code, err, _) = finish(
+        launcher(d.path(), "exit7", &["--grace_period", "20"])
+            .spawn()
+            .unwrap(),
+    );
     let took = t.elapsed();
     assert_eq!(code, 7, "{err}");
-    assert!(err.contains("rank 1 (local rank 1)") && err.contains("exited with status 7"), "{err}");
-    assert!(err.contains("| rank 1 failing on purpose"), "the failing rank's stderr tail: {err}");
+    assert!(
+        err.contains("rank 1 (local rank 1)") && err.contains("exited with status 7"),
+        "{err}"
+    );
+    assert!(
+        err.contains("| rank 1 failing on purpose"),
+        "the failing rank's stderr tail: {err}"
+    );
     // The other rank honours SIGTERM at once: nowhere near the 20 s grace.
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert_no_survivors(d.path(), Duration::from_secs(2));
@@ -125,15 +147,24 @@ fn a_sigkilled_rank_gives_128_plus_9() {
 
 fn stop_drill(sig: &str, code: i32) {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "checkpoint", &["--grace_period", "20"]).spawn().unwrap();
-    wait_for(d.path(), &["ready.0.0", "ready.1.0"], Duration::from_secs(60));
+    let child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+        .spawn()
+        .unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
     let t = Instant::now();
     signal(&child, sig);
     let (got, err, _) = finish(child);
     assert_eq!(got, code, "{err}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     for r in 0..2 {
-        assert!(d.path().join(format!("ckpt.{r}.SIG{sig}")).exists(), "rank {r} did not checkpoint on SIG{sig}: {err}");
+        assert!(
+            d.path().join(format!("ckpt.{r}.SIG{sig}")).exists(),
+            "rank {r} did not checkpoint on SIG{sig}: {err}"
+        );
     }
     assert_no_survivors(d.path(), Duration::from_secs(2));
 }
@@ -152,10 +183,17 @@ fn sigint_to_the_launcher_reaches_every_rank_once_then_130() {
 fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
     let d = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (code, err, _) = finish(launcher(d.path(), "ignore_term", &["--grace_period", "1.5"]).spawn().unwrap());
+    let (code, err, _) = finish(
+        launcher(d.path(), "ignore_term", &["--grace_period", "1.5"])
+            .spawn()
+            .unwrap(),
+    );
     let took = t.elapsed();
     assert_eq!(code, 3, "{err}");
-    assert!(took >= Duration::from_millis(1500), "SIGKILL came before the grace: {took:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "SIGKILL came before the grace: {took:?}"
+    );
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert_no_survivors(d.path(), Duration::from_secs(2));
 }
@@ -163,8 +201,14 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
 #[test]
 fn a_sigkilled_launcher_leaves_no_survivors() {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "sleep", &["--grace_period", "1"]).spawn().unwrap();
-    wait_for(d.path(), &["ready.0.0", "ready.1.0"], Duration::from_secs(60));
+    let child = launcher(d.path(), "sleep", &["--grace_period", "1"])
+        .spawn()
+        .unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
     signal(&child, "KILL");
     let _ = finish(child);
     // Ranks get SIGTERM from PDEATHSIG; the guards kill their groups (grandchildren) within the grace.
@@ -174,13 +218,30 @@ fn a_sigkilled_launcher_leaves_no_survivors() {
 #[test]
 fn a_hung_rank_is_stopped_and_the_group_restarted() {
     let d = tempfile::tempdir().unwrap();
-    let (code, err, _) = finish(launcher(d.path(), "hang_restart", &["--max_restarts", "2", "--grace_period", "5"]).spawn().unwrap());
+    let (code, err, _) = finish(
+        launcher(
+            d.path(),
+            "hang_restart",
+            &["--max_restarts", "2", "--grace_period", "5"],
+        )
+        .spawn()
+        .unwrap(),
+    );
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("restarting all local ranks (restart 1 of 2)"), "{err}");
+    assert!(
+        err.contains("restarting all local ranks (restart 1 of 2)"),
+        "{err}"
+    );
     for r in 0..2 {
-        assert!(d.path().join(format!("pid.{r}.1")).exists(), "rank {r} not restarted with TORCHELASTIC_RESTART_COUNT=1");
+        assert!(
+            d.path().join(format!("pid.{r}.1")).exists(),
+            "rank {r} not restarted with TORCHELASTIC_RESTART_COUNT=1"
+        );
         assert!(d.path().join(format!("done.{r}")).exists());
-        assert!(!d.path().join(format!("pid.{r}.2")).exists(), "restarted once too often");
+        assert!(
+            !d.path().join(format!("pid.{r}.2")).exists(),
+            "restarted once too often"
+        );
     }
     assert_no_survivors(d.path(), Duration::from_secs(2));
 }
@@ -189,12 +250,19 @@ fn a_hung_rank_is_stopped_and_the_group_restarted() {
 fn sigusr1_reaches_every_rank() {
     let d = tempfile::tempdir().unwrap();
     let child = launcher(d.path(), "usr1", &[]).spawn().unwrap();
-    wait_for(d.path(), &["ready.0.0", "ready.1.0"], Duration::from_secs(60));
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
     signal(&child, "USR1");
     let (code, err, _) = finish(child);
     assert_eq!(code, 0, "SIGUSR1 must not stop the run by itself: {err}");
     for r in 0..2 {
-        assert!(d.path().join(format!("usr1.{r}")).exists(), "rank {r} did not get SIGUSR1");
+        assert!(
+            d.path().join(format!("usr1.{r}")).exists(),
+            "rank {r} did not get SIGUSR1"
+        );
     }
     assert_no_survivors(d.path(), Duration::from_secs(2));
 }
@@ -209,7 +277,10 @@ fn launcher_failures_have_their_own_codes() {
             .args(args)
             .output()
             .unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&["--no_python", "/nonexistent/prog"]);
     assert_eq!(code, 127, "{err}");
@@ -220,9 +291,20 @@ fn launcher_failures_have_their_own_codes() {
     assert_eq!(code, 126, "{err}");
     let busy = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = busy.local_addr().unwrap().port().to_string();
-    let (code, err) = run(&["--cpu", "--num_processes", "2", "--main_process_port", &port, "--no_python", "true"]);
+    let (code, err) = run(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        &port,
+        "--no_python",
+        "true",
+    ]);
     assert_eq!(code, 125, "{err}");
-    assert!(err.contains(&format!("port {port} is already in use")), "{err}");
+    assert!(
+        err.contains(&format!("port {port} is already in use")),
+        "{err}"
+    );
     let (code, err) = run(&["--num_proceses", "2", "x.py"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--num_proceses"), "{err}");

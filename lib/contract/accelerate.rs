@@ -123,17 +123,26 @@ const CLI_DEFAULTS: &[(&str, Default_)] = &[
     ("fsdp_cpu_ram_efficient_loading", Default_::S("true")),
     ("fsdp_sync_module_states", Default_::S("true")),
     ("fsdp_activation_checkpointing", Default_::S("false")),
-    ("fsdp_activation_checkpointing_offload", Default_::S("false")),
+    (
+        "fsdp_activation_checkpointing_offload",
+        Default_::S("false"),
+    ),
     ("megatron_lm_tp_degree", Default_::I(1)),
     ("megatron_lm_pp_degree", Default_::I(1)),
     ("megatron_lm_gradient_clipping", Default_::F(1.0)),
     ("megatron_lm_use_custom_fsdp", Default_::B(false)),
     ("megatron_lm_no_load_optim", Default_::B(false)),
     ("megatron_lm_eod_mask_loss", Default_::B(false)),
-    ("megatron_lm_overlap_cpu_optimizer_d2h_h2d", Default_::B(false)),
+    (
+        "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
+        Default_::B(false),
+    ),
     ("megatron_lm_no_save_optim", Default_::B(false)),
     ("megatron_lm_optimizer_cpu_offload", Default_::B(false)),
-    ("megatron_lm_use_precision_aware_optimizer", Default_::B(false)),
+    (
+        "megatron_lm_use_precision_aware_optimizer",
+        Default_::B(false),
+    ),
     ("dynamo_mode", Default_::S("default")),
     ("dynamo_use_fullgraph", Default_::B(false)),
     ("dynamo_use_dynamic", Default_::B(false)),
@@ -152,11 +161,20 @@ const CLI_DEFAULTS: &[(&str, Default_)] = &[
     ("parallelism_config_tp_size", Default_::I(1)),
     ("parallelism_config_cp_size", Default_::I(1)),
     ("parallelism_config_cp_backend", Default_::S("torch")),
-    ("parallelism_config_cp_comm_strategy", Default_::S("allgather")),
+    (
+        "parallelism_config_cp_comm_strategy",
+        Default_::S("allgather"),
+    ),
     ("parallelism_config_sp_size", Default_::I(1)),
     ("parallelism_config_sp_backend", Default_::S("deepspeed")),
-    ("parallelism_config_sp_seq_length_is_variable", Default_::B(true)),
-    ("parallelism_config_sp_attn_implementation", Default_::S("sdpa")),
+    (
+        "parallelism_config_sp_seq_length_is_variable",
+        Default_::B(true),
+    ),
+    (
+        "parallelism_config_sp_attn_implementation",
+        Default_::S("sdpa"),
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -280,7 +298,9 @@ impl LaunchArgs {
             .collect();
         let map = r.to_map();
         for (section, inner) in &map {
-            let Value::Object(inner) = inner else { continue };
+            let Value::Object(inner) = inner else {
+                continue;
+            };
             for (key, value) in inner {
                 let name = match section.as_str() {
                     "fsdp_config" if !key.starts_with("fsdp") => format!("fsdp_{key}"),
@@ -293,7 +313,10 @@ impl LaunchArgs {
         }
         fix_fp8(&mut values);
 
-        let has_file = input.loaded.is_some() || r.entries().iter().any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
+        let has_file = input.loaded.is_some()
+            || r.entries()
+                .iter()
+                .any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
         let dt = r
             .config()
             .map(|c| c.distributed_type)
@@ -319,8 +342,12 @@ impl LaunchArgs {
             num_machines: as_u32(r.get("num_machines")).unwrap_or(1).max(1),
             machine_rank: as_u32(r.get("machine_rank")),
             main_process_ip: r.get("main_process_ip").map(py_str),
-            main_process_port: as_u32(r.get("main_process_port")).and_then(|p| u16::try_from(p).ok()),
-            rdzv_backend: r.get("rdzv_backend").map(py_str).unwrap_or_else(|| "static".into()),
+            main_process_port: as_u32(r.get("main_process_port"))
+                .and_then(|p| u16::try_from(p).ok()),
+            rdzv_backend: r
+                .get("rdzv_backend")
+                .map(py_str)
+                .unwrap_or_else(|| "static".into()),
             same_network: truthy(r.get("same_network")),
             num_cpu_threads_per_process: 1,
             enable_cpu_affinity: truthy(r.get("enable_cpu_affinity")),
@@ -368,11 +395,18 @@ impl LaunchArgs {
             let cpu_mode = p.cpu || gpus == 0;
             if !np_explicit {
                 a.num_processes = if cpu_mode {
-                    if input.machine.physical_cores >= 2 { 2 } else { 1 }
+                    if input.machine.physical_cores >= 2 {
+                        2
+                    } else {
+                        1
+                    }
                 } else {
                     gpus
                 };
-                a.defaulted.push(format!("`--num_processes` was set to a value of `{}`", a.num_processes));
+                a.defaulted.push(format!(
+                    "`--num_processes` was set to a value of `{}`",
+                    a.num_processes
+                ));
             } else {
                 a.num_processes = np_value.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
             }
@@ -383,13 +417,16 @@ impl LaunchArgs {
                 a.multi_gpu = true;
             }
             if !origin_is_explicit(r, "num_machines") {
-                a.defaulted.push("`--num_machines` was set to a value of `1`".into());
+                a.defaulted
+                    .push("`--num_machines` was set to a value of `1`".into());
             }
             if !origin_is_explicit(r, "mixed_precision") {
-                a.defaulted.push("`--mixed_precision` was set to a value of `'no'`".into());
+                a.defaulted
+                    .push("`--mixed_precision` was set to a value of `'no'`".into());
             }
             if !values_has(&a.values, "dynamo_backend") {
-                a.defaulted.push("`--dynamo_backend` was set to a value of `'no'`".into());
+                a.defaulted
+                    .push("`--dynamo_backend` was set to a value of `'no'`".into());
             }
         }
         if a.distributed_type == DistributedType::MULTI_CPU && !p.any_platform() {
@@ -398,12 +435,18 @@ impl LaunchArgs {
         if p.tpu {
             return Err(ArgsError::Unsupported("TPU (--tpu)"));
         }
-        let fsdp_v = a.values.get("fsdp_version").and_then(|v| as_u32(Some(v))).unwrap_or(1);
+        let fsdp_v = a
+            .values
+            .get("fsdp_version")
+            .and_then(|v| as_u32(Some(v)))
+            .unwrap_or(1);
         if p.use_parallelism_config && (!a.use_fsdp || fsdp_v == 1) {
             return Err(ArgsError::Invalid("You cannot use `--use_parallelism_config` without `--use_fsdp` and `--fsdp_version=2`. ".into()));
         }
         if a.num_processes == 0 {
-            return Err(ArgsError::Invalid("num_processes is 0: nothing to launch".into()));
+            return Err(ArgsError::Invalid(
+                "num_processes is 0: nothing to launch".into(),
+            ));
         }
         if a.num_processes % a.num_machines != 0 {
             return Err(ArgsError::Invalid(format!(
@@ -495,7 +538,11 @@ impl LaunchArgs {
             m.insert(k.to_string(), v);
         };
         if self.path == LaunchPath::Simple {
-            set(&mut m, env_vars::ACCELERATE_USE_CPU, py_str(&Value::Bool(self.use_cpu)));
+            set(
+                &mut m,
+                env_vars::ACCELERATE_USE_CPU,
+                py_str(&Value::Bool(self.use_cpu)),
+            );
         }
         if self.debug {
             set(&mut m, env_vars::ACCELERATE_DEBUG_MODE, "true".into());
@@ -504,7 +551,11 @@ impl LaunchArgs {
             set(&mut m, env_vars::CUDA_VISIBLE_DEVICES, ids.to_string());
         }
         if self.path == LaunchPath::Simple && self.use_cpu {
-            set(&mut m, env_vars::KMP_AFFINITY, "granularity=fine,compact,1,0".into());
+            set(
+                &mut m,
+                env_vars::KMP_AFFINITY,
+                "granularity=fine,compact,1,0".into(),
+            );
             set(&mut m, env_vars::KMP_BLOCKTIME, "1".into());
         }
         let mp = self.mixed_precision.to_ascii_lowercase();
@@ -538,10 +589,20 @@ impl LaunchArgs {
                 )));
             }
             set(&mut m, env_vars::ACCELERATE_DYNAMO_BACKEND, backend);
-            set(&mut m, env_vars::ACCELERATE_DYNAMO_MODE, self.s("dynamo_mode"));
+            set(
+                &mut m,
+                env_vars::ACCELERATE_DYNAMO_MODE,
+                self.s("dynamo_mode"),
+            );
             for (var, key) in [
-                (env_vars::ACCELERATE_DYNAMO_USE_FULLGRAPH, "dynamo_use_fullgraph"),
-                (env_vars::ACCELERATE_DYNAMO_USE_DYNAMIC, "dynamo_use_dynamic"),
+                (
+                    env_vars::ACCELERATE_DYNAMO_USE_FULLGRAPH,
+                    "dynamo_use_fullgraph",
+                ),
+                (
+                    env_vars::ACCELERATE_DYNAMO_USE_DYNAMIC,
+                    "dynamo_use_dynamic",
+                ),
                 (
                     env_vars::ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION,
                     "dynamo_use_regional_compilation",
@@ -560,7 +621,11 @@ impl LaunchArgs {
             self.deepspeed_env(&mut m);
         }
         if self.path != LaunchPath::DeepSpeed {
-            set(&mut m, env_vars::OMP_NUM_THREADS, self.num_cpu_threads_per_process.to_string());
+            set(
+                &mut m,
+                env_vars::OMP_NUM_THREADS,
+                self.num_cpu_threads_per_process.to_string(),
+            );
         }
         if self.enable_cpu_affinity {
             set(&mut m, env_vars::ACCELERATE_CPU_AFFINITY, "1".into());
@@ -575,13 +640,22 @@ impl LaunchArgs {
         let lower = |k: &str| self.s(k).to_lowercase();
         m.insert(env_vars::ACCELERATE_USE_FSDP.into(), "true".into());
         m.insert("FSDP_VERSION".into(), self.s("fsdp_version"));
-        m.insert("FSDP_SHARDING_STRATEGY".into(), self.s("fsdp_sharding_strategy"));
-        m.insert("FSDP_RESHARD_AFTER_FORWARD".into(), lower("fsdp_reshard_after_forward"));
+        m.insert(
+            "FSDP_SHARDING_STRATEGY".into(),
+            self.s("fsdp_sharding_strategy"),
+        );
+        m.insert(
+            "FSDP_RESHARD_AFTER_FORWARD".into(),
+            lower("fsdp_reshard_after_forward"),
+        );
         m.insert("FSDP_OFFLOAD_PARAMS".into(), lower("fsdp_offload_params"));
         m.insert("FSDP_MIN_NUM_PARAMS".into(), self.s("fsdp_min_num_params"));
         for (var, key) in [
             ("FSDP_AUTO_WRAP_POLICY", "fsdp_auto_wrap_policy"),
-            ("FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_transformer_layer_cls_to_wrap"),
+            (
+                "FSDP_TRANSFORMER_CLS_TO_WRAP",
+                "fsdp_transformer_layer_cls_to_wrap",
+            ),
             ("FSDP_BACKWARD_PREFETCH", "fsdp_backward_prefetch"),
             ("FSDP_STATE_DICT_TYPE", "fsdp_state_dict_type"),
         ] {
@@ -592,15 +666,27 @@ impl LaunchArgs {
         for (var, key) in [
             ("FSDP_FORWARD_PREFETCH", "fsdp_forward_prefetch"),
             ("FSDP_USE_ORIG_PARAMS", "fsdp_use_orig_params"),
-            ("FSDP_CPU_RAM_EFFICIENT_LOADING", "fsdp_cpu_ram_efficient_loading"),
+            (
+                "FSDP_CPU_RAM_EFFICIENT_LOADING",
+                "fsdp_cpu_ram_efficient_loading",
+            ),
             ("FSDP_SYNC_MODULE_STATES", "fsdp_sync_module_states"),
-            ("FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"),
-            ("FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "fsdp_activation_checkpointing_offload"),
+            (
+                "FSDP_ACTIVATION_CHECKPOINTING",
+                "fsdp_activation_checkpointing",
+            ),
+            (
+                "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+                "fsdp_activation_checkpointing_offload",
+            ),
         ] {
             m.insert(var.into(), lower(key));
         }
         if self.val("fsdp_ignored_modules").is_some() {
-            m.insert("FSDP_IGNORED_MODULES".into(), self.s("fsdp_ignored_modules"));
+            m.insert(
+                "FSDP_IGNORED_MODULES".into(),
+                self.s("fsdp_ignored_modules"),
+            );
         }
     }
 
@@ -611,27 +697,65 @@ impl LaunchArgs {
                 if value.is_null() {
                     continue;
                 }
-                m.insert(format!("MEGATRON_LM_{}", suffix.to_ascii_uppercase()), py_str(value));
+                m.insert(
+                    format!("MEGATRON_LM_{}", suffix.to_ascii_uppercase()),
+                    py_str(value),
+                );
             }
         }
     }
 
     fn deepspeed_env(&self, m: &mut EnvMap) {
-        m.insert(env_vars::ACCELERATE_CONFIG_DS_FIELDS.into(), self.ds_fields.clone());
+        m.insert(
+            env_vars::ACCELERATE_CONFIG_DS_FIELDS.into(),
+            self.ds_fields.clone(),
+        );
         m.insert(env_vars::ACCELERATE_USE_DEEPSPEED.into(), "true".into());
         let pairs: [(&str, &str, bool); 11] = [
             ("ACCELERATE_DEEPSPEED_ZERO_STAGE", "zero_stage", false),
-            ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "gradient_accumulation_steps", false),
+            (
+                "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                "gradient_accumulation_steps",
+                false,
+            ),
             ("ACCELERATE_GRADIENT_CLIPPING", "gradient_clipping", true),
-            ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "offload_optimizer_device", true),
-            ("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "offload_param_device", true),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                "offload_optimizer_device",
+                true,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+                "offload_param_device",
+                true,
+            ),
             ("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", true),
-            ("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", true),
-            ("ACCELERATE_DEEPSPEED_CONFIG_FILE", "deepspeed_config_file", false),
-            ("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "deepspeed_moe_layer_cls_names", false),
+            (
+                "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+                "zero3_save_16bit_model",
+                true,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+                "deepspeed_config_file",
+                false,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+                "deepspeed_moe_layer_cls_names",
+                false,
+            ),
             // accelerate never exports these two although its plugin reads them (accel's fix).
-            ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", "offload_optimizer_nvme_path", false),
-            ("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", "offload_param_nvme_path", false),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+                "offload_optimizer_nvme_path",
+                false,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
+                "offload_param_nvme_path",
+                false,
+            ),
         ];
         for (var, key, lower) in pairs {
             if self.val(key).is_some() {
@@ -643,18 +767,26 @@ impl LaunchArgs {
 
     fn fp8_env(&self, m: &mut EnvMap) {
         for (key, value) in &self.values {
-            let Some(suffix) = key.strip_prefix("fp8_") else { continue };
+            let Some(suffix) = key.strip_prefix("fp8_") else {
+                continue;
+            };
             if value.is_null() {
                 continue;
             }
             if suffix == "override_linear_precision" {
                 let parts = override_parts(value);
                 for (name, v) in ["FPROP", "DGRAD", "WGRAD"].iter().zip(parts) {
-                    m.insert(format!("ACCELERATE_FP8_OVERRIDE_{name}"), py_str(&Value::Bool(v)));
+                    m.insert(
+                        format!("ACCELERATE_FP8_OVERRIDE_{name}"),
+                        py_str(&Value::Bool(v)),
+                    );
                 }
                 continue;
             }
-            m.insert(format!("ACCELERATE_FP8_{}", suffix.to_ascii_uppercase()), py_str(value));
+            m.insert(
+                format!("ACCELERATE_FP8_{}", suffix.to_ascii_uppercase()),
+                py_str(value),
+            );
         }
         if !self.values.contains_key("fp8_override_linear_precision") {
             for name in ["FPROP", "DGRAD", "WGRAD"] {
@@ -664,17 +796,41 @@ impl LaunchArgs {
     }
 
     fn parallelism_env(&self, m: &mut EnvMap) {
-        m.insert(env_vars::ACCELERATE_USE_PARALLELISM_CONFIG.into(), "true".into());
-        for k in ["DP_REPLICATE_SIZE", "DP_SHARD_SIZE", "TP_SIZE", "CP_SIZE", "CP_BACKEND", "SP_SIZE", "SP_BACKEND"] {
-            m.insert(format!("PARALLELISM_CONFIG_{k}"), self.s(&format!("parallelism_config_{}", k.to_lowercase())));
+        m.insert(
+            env_vars::ACCELERATE_USE_PARALLELISM_CONFIG.into(),
+            "true".into(),
+        );
+        for k in [
+            "DP_REPLICATE_SIZE",
+            "DP_SHARD_SIZE",
+            "TP_SIZE",
+            "CP_SIZE",
+            "CP_BACKEND",
+            "SP_SIZE",
+            "SP_BACKEND",
+        ] {
+            m.insert(
+                format!("PARALLELISM_CONFIG_{k}"),
+                self.s(&format!("parallelism_config_{}", k.to_lowercase())),
+            );
         }
         let num = |k: &str| self.val(k).and_then(|v| as_u32(Some(v))).unwrap_or(1);
         if num("parallelism_config_cp_size") > 1 {
-            m.insert("PARALLELISM_CONFIG_CP_COMM_STRATEGY".into(), self.s("parallelism_config_cp_comm_strategy"));
+            m.insert(
+                "PARALLELISM_CONFIG_CP_COMM_STRATEGY".into(),
+                self.s("parallelism_config_cp_comm_strategy"),
+            );
         }
         if num("parallelism_config_sp_size") > 1 {
-            for k in ["SP_SEQ_LENGTH", "SP_SEQ_LENGTH_IS_VARIABLE", "SP_ATTN_IMPLEMENTATION"] {
-                m.insert(format!("PARALLELISM_CONFIG_{k}"), self.s(&format!("parallelism_config_{}", k.to_lowercase())));
+            for k in [
+                "SP_SEQ_LENGTH",
+                "SP_SEQ_LENGTH_IS_VARIABLE",
+                "SP_ATTN_IMPLEMENTATION",
+            ] {
+                m.insert(
+                    format!("PARALLELISM_CONFIG_{k}"),
+                    self.s(&format!("parallelism_config_{}", k.to_lowercase())),
+                );
             }
         }
     }
@@ -742,7 +898,10 @@ mod tests {
             loaded: Some(&loaded),
             paradigm: p,
             num_cpu_threads_per_process: None,
-            machine: Machine { gpus: 0, physical_cores: 2 },
+            machine: Machine {
+                gpus: 0,
+                physical_cores: 2,
+            },
             env: &env,
         })
         .unwrap()
@@ -763,7 +922,9 @@ mod tests {
             Paradigm::default(),
         );
         assert_eq!(a.path, LaunchPath::Torchrun);
-        let env = a.accelerate_env(&Environment::default(), Path::new("/w")).unwrap();
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
         assert_eq!(env["FSDP_VERSION"], "2");
         assert_eq!(env["FSDP_TRANSFORMER_CLS_TO_WRAP"], "Block");
         assert_eq!(env["FSDP_MIN_NUM_PARAMS"], "100000000");
@@ -778,8 +939,13 @@ mod tests {
             "distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n  offload_param_nvme_path: /nvme\n  gradient_clipping: 1.0\n",
             Paradigm::default(),
         );
-        let env = a.accelerate_env(&Environment::default(), Path::new("/w")).unwrap();
-        assert_eq!(env["ACCELERATE_CONFIG_DS_FIELDS"], "zero_stage,offload_param_nvme_path,gradient_clipping,mixed_precision");
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
+        assert_eq!(
+            env["ACCELERATE_CONFIG_DS_FIELDS"],
+            "zero_stage,offload_param_nvme_path,gradient_clipping,mixed_precision"
+        );
         assert_eq!(env["ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"], "/nvme");
         assert_eq!(env["ACCELERATE_GRADIENT_CLIPPING"], "1.0");
         assert_eq!(env["PYTHONPATH"], "/w");
@@ -792,7 +958,9 @@ mod tests {
             "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp8\nfp8_config:\n  backend: te\n  amax_history_length: 16\n  override_linear_precision: (false, true, false)\n",
             Paradigm::default(),
         );
-        let env = a.accelerate_env(&Environment::default(), Path::new("/w")).unwrap();
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
         assert_eq!(env["ACCELERATE_FP8_BACKEND"], "TE");
         assert_eq!(env["ACCELERATE_FP8_AMAX_HISTORY_LEN"], "16");
         assert!(!env.contains_key("ACCELERATE_FP8_AMAX_HISTORY_LENGTH"));
@@ -802,11 +970,16 @@ mod tests {
 
     #[test]
     fn multi_cpu_config_runs_n_cpu_ranks() {
-        let a = args("distributed_type: MULTI_CPU\nnum_processes: 4\n", Paradigm::default());
+        let a = args(
+            "distributed_type: MULTI_CPU\nnum_processes: 4\n",
+            Paradigm::default(),
+        );
         assert_eq!(a.path, LaunchPath::Simple);
         assert_eq!(a.num_processes, 4);
         assert!(a.use_cpu);
-        let env = a.accelerate_env(&Environment::default(), Path::new("/w")).unwrap();
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
         assert_eq!(env["ACCELERATE_USE_CPU"], "True");
         assert_eq!(env["KMP_BLOCKTIME"], "1");
     }

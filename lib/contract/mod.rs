@@ -75,12 +75,20 @@ pub fn worker_env(
     set(env_vars::ROLE_WORLD_SIZE, world);
     set(env_vars::MASTER_ADDR, t.master_addr.clone());
     set(env_vars::MASTER_PORT, t.master_port.to_string());
-    set(env_vars::TORCHELASTIC_RESTART_COUNT, restart_count.to_string());
-    set(env_vars::TORCHELASTIC_MAX_RESTARTS, t.max_restarts.to_string());
+    set(
+        env_vars::TORCHELASTIC_RESTART_COUNT,
+        restart_count.to_string(),
+    );
+    set(
+        env_vars::TORCHELASTIC_MAX_RESTARTS,
+        t.max_restarts.to_string(),
+    );
     set(env_vars::TORCHELASTIC_RUN_ID, t.run_id.clone());
     set(
         env_vars::TORCHELASTIC_ERROR_FILE,
-        error_file.map(|p| p.display().to_string()).unwrap_or_default(),
+        error_file
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
     );
     set(
         env_vars::TORCH_NCCL_ASYNC_ERROR_HANDLING,
@@ -181,8 +189,16 @@ impl WorkerContract {
     pub fn parse(env: &Environment) -> Result<WorkerContract, ContractError> {
         let nat = "a non-negative integer";
         let rank = number(env_vars::RANK, required(env, env_vars::RANK)?, nat)?;
-        let world_size: u32 = number(env_vars::WORLD_SIZE, required(env, env_vars::WORLD_SIZE)?, nat)?;
-        let local_rank = number(env_vars::LOCAL_RANK, required(env, env_vars::LOCAL_RANK)?, nat)?;
+        let world_size: u32 = number(
+            env_vars::WORLD_SIZE,
+            required(env, env_vars::WORLD_SIZE)?,
+            nat,
+        )?;
+        let local_rank = number(
+            env_vars::LOCAL_RANK,
+            required(env, env_vars::LOCAL_RANK)?,
+            nat,
+        )?;
         let local_world_size: u32 = match env.non_empty(env_vars::LOCAL_WORLD_SIZE) {
             Some(v) => number(env_vars::LOCAL_WORLD_SIZE, v.trim(), nat)?,
             None => world_size,
@@ -293,12 +309,28 @@ mod tests {
             };
             WorkerContract::parse(&Environment::from_pairs(m)).unwrap_err()
         };
-        assert_eq!(with("MASTER_ADDR", None), ContractError::Missing("MASTER_ADDR"));
-        assert_eq!(with("MASTER_PORT", Some("")), ContractError::Empty("MASTER_PORT"));
-        assert!(with("MASTER_PORT", Some("70000")).to_string().contains("MASTER_PORT=`70000`"));
-        assert!(with("RANK", Some("9")).to_string().contains("RANK=9 is not below WORLD_SIZE=4"));
-        assert!(with("LOCAL_RANK", Some("2")).to_string().contains("LOCAL_RANK=2"));
-        assert!(with("RANK", Some("1")).to_string().contains("does not match GROUP_RANK"));
-        assert!(with("WORLD_SIZE", Some("x")).to_string().contains("WORLD_SIZE=`x`"));
+        assert_eq!(
+            with("MASTER_ADDR", None),
+            ContractError::Missing("MASTER_ADDR")
+        );
+        assert_eq!(
+            with("MASTER_PORT", Some("")),
+            ContractError::Empty("MASTER_PORT")
+        );
+        assert!(with("MASTER_PORT", Some("70000"))
+            .to_string()
+            .contains("MASTER_PORT=`70000`"));
+        assert!(with("RANK", Some("9"))
+            .to_string()
+            .contains("RANK=9 is not below WORLD_SIZE=4"));
+        assert!(with("LOCAL_RANK", Some("2"))
+            .to_string()
+            .contains("LOCAL_RANK=2"));
+        assert!(with("RANK", Some("1"))
+            .to_string()
+            .contains("does not match GROUP_RANK"));
+        assert!(with("WORLD_SIZE", Some("x"))
+            .to_string()
+            .contains("WORLD_SIZE=`x`"));
     }
 }

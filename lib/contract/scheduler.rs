@@ -68,7 +68,9 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
     }
     let nnodes = get_u32(env, "NNODES")?.or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?);
     let node_rank = get_u32(env, "NODE_RANK")?.or(get_u32(env, env_vars::GROUP_RANK)?);
-    if let (Some(addr), Some(n), Some(r)) = (env.non_empty(env_vars::MASTER_ADDR), nnodes, node_rank) {
+    if let (Some(addr), Some(n), Some(r)) =
+        (env.non_empty(env_vars::MASTER_ADDR), nnodes, node_rank)
+    {
         let port = match env.non_empty(env_vars::MASTER_PORT) {
             Some(p) => Some(p.trim().parse().map_err(|_| {
                 ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number"))
@@ -115,7 +117,9 @@ pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, Co
     let job = SlurmJob::detect(env).map_err(|e| ContractError::Topology(e.to_string()))?;
     if let Some(job) = job.filter(|j| j.procid.is_some()) {
         let rank = job.procid.unwrap_or(0);
-        let world = job.ntasks.ok_or_else(|| ContractError::Topology("SLURM_PROCID is set but SLURM_NTASKS is not".into()))?;
+        let world = job.ntasks.ok_or_else(|| {
+            ContractError::Topology("SLURM_PROCID is set but SLURM_NTASKS is not".into())
+        })?;
         let local_rank = job.localid.unwrap_or(0);
         let num_nodes = job.num_nodes();
         if world % num_nodes != 0 {
@@ -136,12 +140,31 @@ pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, Co
             .first()
             .cloned()
             .ok_or_else(|| ContractError::Topology("SLURM_JOB_NODELIST is not set".into()))?;
-        if num_nodes > 1 && job.nodes.iter().collect::<std::collections::BTreeSet<_>>().len() > 1 && is_loopback(&master) {
+        if num_nodes > 1
+            && job
+                .nodes
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 1
+            && is_loopback(&master)
+        {
             return Err(ContractError::Topology(format!(
                 "the rendezvous host `{master}` resolves to a loopback address on a {num_nodes}-node job"
             )));
         }
-        return task(Source::Slurm, rank, local_rank, world, local_world, job.node_id.unwrap_or(rank / local_world.max(1)), num_nodes, master, job.derived_port().unwrap_or(default_port), env);
+        return task(
+            Source::Slurm,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            job.node_id.unwrap_or(rank / local_world.max(1)),
+            num_nodes,
+            master,
+            job.derived_port().unwrap_or(default_port),
+            env,
+        );
     }
     if let (Some(rank), Some(world)) = (
         get_u32(env, env_vars::OMPI_COMM_WORLD_RANK)?,
@@ -149,43 +172,111 @@ pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, Co
     ) {
         let local_rank = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_RANK)?.unwrap_or(0);
         let local_world = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_SIZE)?.unwrap_or(world);
-        return mpi_task(Source::Mpi, rank, local_rank, world, local_world, env, default_port);
+        return mpi_task(
+            Source::Mpi,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            env,
+            default_port,
+        );
     }
-    if let (Some(rank), Some(world)) = (get_u32(env, env_vars::PMI_RANK)?, get_u32(env, env_vars::PMI_SIZE)?) {
+    if let (Some(rank), Some(world)) = (
+        get_u32(env, env_vars::PMI_RANK)?,
+        get_u32(env, env_vars::PMI_SIZE)?,
+    ) {
         let local_rank = get_u32(env, env_vars::MPI_LOCALRANKID)?.unwrap_or(0);
         let local_world = get_u32(env, env_vars::MPI_LOCALNRANKS)?.unwrap_or(world);
-        return mpi_task(Source::Mpi, rank, local_rank, world, local_world, env, default_port);
+        return mpi_task(
+            Source::Mpi,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            env,
+            default_port,
+        );
     }
     if env.non_empty(env_vars::RANK).is_some() {
         let c = super::WorkerContract::parse(env)?;
-        let num_nodes = c.group_world_size.unwrap_or((c.world_size / c.local_world_size).max(1));
+        let num_nodes = c
+            .group_world_size
+            .unwrap_or((c.world_size / c.local_world_size).max(1));
         let node = c.group_rank.unwrap_or(c.rank / c.local_world_size);
-        return task(Source::External, c.rank, c.local_rank, c.world_size, c.local_world_size, node, num_nodes, c.master_addr, c.master_port, env);
+        return task(
+            Source::External,
+            c.rank,
+            c.local_rank,
+            c.world_size,
+            c.local_world_size,
+            node,
+            num_nodes,
+            c.master_addr,
+            c.master_port,
+            env,
+        );
     }
     Err(ContractError::NoScheduler(
         "no SLURM task (SLURM_PROCID), MPI rank (OMPI_COMM_WORLD_RANK, PMI_RANK) or RANK in the environment".into(),
     ))
 }
 
-fn mpi_task(source: Source, rank: u32, local_rank: u32, world: u32, local_world: u32, env: &Environment, default_port: u16) -> Result<TaskPlace, ContractError> {
+fn mpi_task(
+    source: Source,
+    rank: u32,
+    local_rank: u32,
+    world: u32,
+    local_world: u32,
+    env: &Environment,
+    default_port: u16,
+) -> Result<TaskPlace, ContractError> {
     let master = env.non_empty(env_vars::MASTER_ADDR).ok_or_else(|| {
         ContractError::Topology("under MPI, MASTER_ADDR must name the host of rank 0 (e.g. mpirun -x MASTER_ADDR=host0)".into())
     })?;
     let port = match env.non_empty(env_vars::MASTER_PORT) {
-        Some(p) => p.trim().parse().map_err(|_| ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number")))?,
+        Some(p) => p.trim().parse().map_err(|_| {
+            ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number"))
+        })?,
         None => default_port,
     };
     let num_nodes = (world / local_world.max(1)).max(1);
-    task(source, rank, local_rank, world, local_world, rank / local_world.max(1), num_nodes, master.to_string(), port, env)
+    task(
+        source,
+        rank,
+        local_rank,
+        world,
+        local_world,
+        rank / local_world.max(1),
+        num_nodes,
+        master.to_string(),
+        port,
+        env,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-fn task(source: Source, rank: u32, local_rank: u32, world: u32, local_world: u32, node_rank: u32, num_nodes: u32, master: String, port: u16, _env: &Environment) -> Result<TaskPlace, ContractError> {
+fn task(
+    source: Source,
+    rank: u32,
+    local_rank: u32,
+    world: u32,
+    local_world: u32,
+    node_rank: u32,
+    num_nodes: u32,
+    master: String,
+    port: u16,
+    _env: &Environment,
+) -> Result<TaskPlace, ContractError> {
     if rank >= world {
-        return Err(ContractError::Topology(format!("rank {rank} is not below the world size {world}")));
+        return Err(ContractError::Topology(format!(
+            "rank {rank} is not below the world size {world}"
+        )));
     }
     if local_rank >= local_world {
-        return Err(ContractError::Topology(format!("local rank {local_rank} is not below the tasks per node {local_world}")));
+        return Err(ContractError::Topology(format!(
+            "local rank {local_rank} is not below the tasks per node {local_world}"
+        )));
     }
     Ok(TaskPlace {
         source,
@@ -213,7 +304,10 @@ impl TaskPlace {
         m.insert(env_vars::RANK.into(), self.rank.to_string());
         m.insert(env_vars::ROLE_RANK.into(), self.rank.to_string());
         m.insert(env_vars::WORLD_SIZE.into(), self.world_size.to_string());
-        m.insert(env_vars::ROLE_WORLD_SIZE.into(), self.world_size.to_string());
+        m.insert(
+            env_vars::ROLE_WORLD_SIZE.into(),
+            self.world_size.to_string(),
+        );
         m
     }
 }
@@ -235,7 +329,10 @@ mod tests {
             ("SLURM_GPUS_ON_NODE", "4"),
         ]);
         let t = detect_task(&env, 29500).unwrap();
-        assert_eq!((t.rank, t.local_rank, t.world_size, t.local_world_size), (5, 1, 8, 4));
+        assert_eq!(
+            (t.rank, t.local_rank, t.world_size, t.local_world_size),
+            (5, 1, 8, 4)
+        );
         assert_eq!(t.topology.master_addr, "gpu07");
         assert_eq!(t.topology.node_rank, 1);
         let w = t.worker_env(&env);
@@ -258,17 +355,32 @@ mod tests {
         assert!(e.contains("SLURM_GPUS_ON_NODE=2"), "{e}");
         let mut env = Environment::from_pairs(base);
         env.set("SLURM_NTASKS", "7");
-        assert!(detect_task(&env, 1).unwrap_err().to_string().contains("do not divide"));
+        assert!(detect_task(&env, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("do not divide"));
         let mut env = Environment::from_pairs(base);
         env.set("SLURM_JOB_NODELIST", "localhost,127.0.0.1");
-        assert!(detect_task(&env, 1).unwrap_err().to_string().contains("loopback"));
+        assert!(detect_task(&env, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("loopback"));
         let mut env = Environment::from_pairs(base);
         env.set("SLURM_NODEID", "2");
-        assert!(detect_node(&env).unwrap_err().to_string().contains("SLURM_NODEID=2"));
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_NODEID=2"));
         let mut env = Environment::from_pairs(base);
         env.set("SLURM_NNODES", "3");
-        assert!(detect_node(&env).unwrap_err().to_string().contains("SLURM_NNODES=3"));
-        assert!(matches!(detect_task(&Environment::default(), 1), Err(ContractError::NoScheduler(_))));
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_NNODES=3"));
+        assert!(matches!(
+            detect_task(&Environment::default(), 1),
+            Err(ContractError::NoScheduler(_))
+        ));
     }
 
     #[test]
@@ -281,9 +393,25 @@ mod tests {
             ("MASTER_ADDR", "h0"),
         ]);
         let t = detect_task(&env, 29500).unwrap();
-        assert_eq!((t.rank, t.topology.node_rank, t.topology.num_nodes, t.topology.master_port), (3, 1, 2, 29500));
-        let env = Environment::from_pairs([("MASTER_ADDR", "10.1.1.1"), ("MASTER_PORT", "1234"), ("NODE_RANK", "1"), ("NNODES", "2")]);
+        assert_eq!(
+            (
+                t.rank,
+                t.topology.node_rank,
+                t.topology.num_nodes,
+                t.topology.master_port
+            ),
+            (3, 1, 2, 29500)
+        );
+        let env = Environment::from_pairs([
+            ("MASTER_ADDR", "10.1.1.1"),
+            ("MASTER_PORT", "1234"),
+            ("NODE_RANK", "1"),
+            ("NNODES", "2"),
+        ]);
         let n = detect_node(&env).unwrap().unwrap();
-        assert_eq!((n.source, n.num_nodes, n.node_rank, n.master_port), (Source::External, 2, 1, Some(1234)));
+        assert_eq!(
+            (n.source, n.num_nodes, n.node_rank, n.master_port),
+            (Source::External, 2, 1, Some(1234))
+        );
     }
 }

@@ -63,16 +63,26 @@ pub fn task_env(config_file: Option<&Path>, env: &Environment) -> Result<EnvMap>
 }
 
 /// Execs `command` with this task's contract; returns only on failure.
-pub fn exec(command: &[OsString], config_file: Option<&Path>, env: &Environment) -> Result<ExitStatus> {
+pub fn exec(
+    command: &[OsString],
+    config_file: Option<&Path>,
+    env: &Environment,
+) -> Result<ExitStatus> {
     let vars = task_env(config_file, env)?;
     let Some(program) = command.first() else {
         return Err(Error::msg(ExitStatus::Usage, "no command given after `--`"));
     };
-    let err = std::process::Command::new(program).args(&command[1..]).envs(&vars).exec();
+    let err = std::process::Command::new(program)
+        .args(&command[1..])
+        .envs(&vars)
+        .exec();
     let status = if err.kind() == std::io::ErrorKind::NotFound {
         ExitStatus::NotFound
     } else {
         ExitStatus::CannotExecute
     };
-    Err(Error::msg(status, format!("cannot run `{}`: {err}", program.to_string_lossy())))
+    Err(Error::msg(
+        status,
+        format!("cannot run `{}`: {err}", program.to_string_lossy()),
+    ))
 }

@@ -40,7 +40,9 @@ pub struct Plan {
 
 /// torchrun's `string.Template(arg).safe_substitute(local_rank=n)`.
 pub fn substitute_local_rank(arg: &OsString, local_rank: u32) -> OsString {
-    let Some(s) = arg.to_str() else { return arg.clone() };
+    let Some(s) = arg.to_str() else {
+        return arg.clone();
+    };
     if !s.contains('$') {
         return arg.clone();
     }
@@ -152,7 +154,11 @@ mod tests {
 
     #[test]
     fn local_rank_substitution_like_python_template() {
-        let s = |a: &str| substitute_local_rank(&OsString::from(a), 3).into_string().unwrap();
+        let s = |a: &str| {
+            substitute_local_rank(&OsString::from(a), 3)
+                .into_string()
+                .unwrap()
+        };
         assert_eq!(s("--out=/x/${local_rank}.log"), "--out=/x/3.log");
         assert_eq!(s("$local_rank"), "3");
         assert_eq!(s("$local_ranks"), "$local_ranks");

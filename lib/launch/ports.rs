@@ -10,7 +10,9 @@ use crate::exit_status::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
-    #[error("port {port} is already in use on this machine, so rank 0 cannot host the rendezvous there")]
+    #[error(
+        "port {port} is already in use on this machine, so rank 0 cannot host the rendezvous there"
+    )]
     Busy { port: u16 },
     #[error("cannot find a free port")]
     NoFree(#[source] std::io::Error),
@@ -33,7 +35,8 @@ impl Diagnostic for PortError {
 
 /// A port that was free a moment ago (the kernel's choice of an ephemeral port).
 pub fn free_port() -> Result<u16, PortError> {
-    let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)).map_err(PortError::NoFree)?;
+    let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+        .map_err(PortError::NoFree)?;
     l.local_addr().map(|a| a.port()).map_err(PortError::NoFree)
 }
 
@@ -61,10 +64,14 @@ mod tests {
         let l = TcpListener::bind("0.0.0.0:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let e = check_free(port).unwrap_err();
-        assert!(e.to_string().contains(&format!("port {port} is already in use")));
+        assert!(e
+            .to_string()
+            .contains(&format!("port {port} is already in use")));
         drop(l);
         let p = free_port().unwrap();
         assert!(p > 0);
-        assert!(is_addr_in_use("code: -98, name: EADDRINUSE, message: address already in use"));
+        assert!(is_addr_in_use(
+            "code: -98, name: EADDRINUSE, message: address already in use"
+        ));
     }
 }

@@ -58,9 +58,9 @@ pub enum SuperviseError {
 impl Diagnostic for SuperviseError {
     fn hints(&self) -> Vec<String> {
         match self {
-            SuperviseError::NotFound { .. } => vec![
-                "check the script path, or set ACCEL_PYTHON to the interpreter to use".into(),
-            ],
+            SuperviseError::NotFound { .. } => {
+                vec!["check the script path, or set ACCEL_PYTHON to the interpreter to use".into()]
+            }
             _ => Vec::new(),
         }
     }
@@ -123,7 +123,14 @@ impl Default for Options {
 pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
 /// Renders a template's `{name}` placeholders.
-pub fn render_template(t: &str, rank: u32, local_rank: u32, node: u32, attempt: u32, extra: &[(&str, &str)]) -> String {
+pub fn render_template(
+    t: &str,
+    rank: u32,
+    local_rank: u32,
+    node: u32,
+    attempt: u32,
+    extra: &[(&str, &str)],
+) -> String {
     let mut s = t
         .replace("{rank}", &rank.to_string())
         .replace("{local_rank}", &local_rank.to_string())
@@ -206,7 +213,9 @@ pub fn exit_code_of(s: &std::process::ExitStatus) -> u8 {
 }
 
 pub fn signal_name(sig: i32) -> &'static str {
-    Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("unknown")
+    Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown")
 }
 
 /// Starts every rank of `plan`, supervises them and returns the run's exit status.
@@ -217,10 +226,11 @@ pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitS
     let (tx, rx) = mpsc::channel();
     let mut sigs = FORWARDED.to_vec();
     sigs.push(libc::SIGCHLD);
-    let mut signals = signal_hook::iterator::Signals::new(&sigs).map_err(|e| SuperviseError::Launcher {
-        what: "install signal handlers".into(),
-        source: e,
-    })?;
+    let mut signals =
+        signal_hook::iterator::Signals::new(&sigs).map_err(|e| SuperviseError::Launcher {
+            what: "install signal handlers".into(),
+            source: e,
+        })?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         for s in signals.forever() {
@@ -234,11 +244,19 @@ pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitS
     result
 }
 
-fn run_attempts(mut plan: Plan, opts: &Options, env: &Environment, rx: &Receiver<Event>) -> Result<ExitStatus> {
+fn run_attempts(
+    mut plan: Plan,
+    opts: &Options,
+    env: &Environment,
+    rx: &Receiver<Event>,
+) -> Result<ExitStatus> {
     let tmp_root = match &opts.log_dir {
         Some(_) => None,
         None => {
-            let base = env.non_empty(env_vars::TMPDIR).map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+            let base = env
+                .non_empty(env_vars::TMPDIR)
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir);
             Some(base.join(format!("accel_launch_{}", std::process::id())))
         }
     };
@@ -250,20 +268,31 @@ fn run_attempts(mut plan: Plan, opts: &Options, env: &Environment, rx: &Receiver
             Outcome::Success => break Ok(ExitStatus::Success),
             Outcome::Signalled(sig) => break Ok(ExitStatus::Worker((128 + sig).min(255) as u8)),
             Outcome::Failed(f) => {
-                let race = plan.port_auto && f.local_rank == 0 && ports::is_addr_in_use(&f.stderr_tail);
+                let race =
+                    plan.port_auto && f.local_rank == 0 && ports::is_addr_in_use(&f.stderr_tail);
                 if race && port_retries < 3 {
                     port_retries += 1;
                     let port = ports::free_port()?;
-                    note(opts, &format!("rendezvous port was taken by another process; retrying on port {port}"));
+                    note(
+                        opts,
+                        &format!(
+                            "rendezvous port was taken by another process; retrying on port {port}"
+                        ),
+                    );
                     plan.set_port(port);
                     continue;
                 }
                 if attempt < opts.max_restarts {
                     attempt += 1;
-                    note(opts, &format!(
-                        "rank {} {}; restarting all local ranks (restart {attempt} of {})",
-                        f.rank, f.describe(), opts.max_restarts
-                    ));
+                    note(
+                        opts,
+                        &format!(
+                            "rank {} {}; restarting all local ranks (restart {attempt} of {})",
+                            f.rank,
+                            f.describe(),
+                            opts.max_restarts
+                        ),
+                    );
                     continue;
                 }
                 report(opts, &f);
@@ -286,7 +315,11 @@ fn note(opts: &Options, msg: &str) {
 fn report(opts: &Options, f: &Failure) {
     let mut out = format!(
         "{}: rank {} (local rank {}) on {} {}\n",
-        opts.tool, f.rank, f.local_rank, f.host, f.describe()
+        opts.tool,
+        f.rank,
+        f.local_rank,
+        f.host,
+        f.describe()
     );
     if let Some(m) = &f.error_message {
         out.push_str(&format!("  error: {m}\n"));
@@ -316,21 +349,40 @@ fn spawn_error(program: &OsString, e: std::io::Error) -> SuperviseError {
     }
 }
 
-fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event>, attempt: u32, tmp_root: Option<&Path>) -> Result<Outcome> {
+fn run_once(
+    plan: &Plan,
+    opts: &Options,
+    _env: &Environment,
+    rx: &Receiver<Event>,
+    attempt: u32,
+    tmp_root: Option<&Path>,
+) -> Result<Outcome> {
     let launcher = nix::unistd::getpid();
     let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
-    let role = plan.topology.as_ref().map_or("default".to_string(), |t| t.role.clone());
+    let role = plan
+        .topology
+        .as_ref()
+        .map_or("default".to_string(), |t| t.role.clone());
     let mut running: Vec<Running> = Vec::new();
     for spec in &plan.ranks {
         let Some(program) = spec.argv.first() else {
-            return Err(SuperviseError::NotFound { program: String::new() }.into());
+            return Err(SuperviseError::NotFound {
+                program: String::new(),
+            }
+            .into());
         };
         let mut cmd = Command::new(program);
         cmd.args(&spec.argv[1..]);
         cmd.envs(&spec.env);
         let error_file = plan.topology.as_ref().map(|_| {
-            let root = opts.log_dir.as_deref().or(tmp_root).unwrap_or(Path::new("."));
-            root.join(format!("attempt_{attempt}")).join(spec.local_rank.to_string()).join("error.json")
+            let root = opts
+                .log_dir
+                .as_deref()
+                .or(tmp_root)
+                .unwrap_or(Path::new("."));
+            root.join(format!("attempt_{attempt}"))
+                .join(spec.local_rank.to_string())
+                .join("error.json")
         });
         if plan.topology.is_some() {
             cmd.env(env_vars::TORCHELASTIC_RESTART_COUNT, attempt.to_string());
@@ -342,13 +394,21 @@ fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event
                 cmd.env(env_vars::TORCHELASTIC_ERROR_FILE, ef);
             }
         }
-        cmd.stdin(Stdio::inherit()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::inherit())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let parent = launcher.as_raw();
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 libc::setpgid(0, 0);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGTERM as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
                 if libc::getppid() != parent {
                     libc::_exit(128 + libc::SIGTERM);
                 }
@@ -367,28 +427,60 @@ fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event
         let guard = spawn_guard(pid, opts.grace);
         let tail = Arc::new(Mutex::new(Tail::default()));
         let mut readers = Vec::new();
-        let show = opts.console.local_ranks.as_ref().is_none_or(|l| l.contains(&spec.local_rank));
-        let prefix = opts.console.prefix.as_ref().map(|p| render_template(p, spec.rank, spec.local_rank, node, attempt, &[("role", &role)]));
+        let show = opts
+            .console
+            .local_ranks
+            .as_ref()
+            .map_or(true, |l| l.contains(&spec.local_rank));
+        let prefix = opts.console.prefix.as_ref().map(|p| {
+            render_template(
+                p,
+                spec.rank,
+                spec.local_rank,
+                node,
+                attempt,
+                &[("role", &role)],
+            )
+        });
         for (stream, is_err) in [("stdout", false), ("stderr", true)] {
             let file = match &opts.log_dir {
                 Some(dir) => {
-                    let path = dir.join(render_template(&opts.log_template, spec.rank, spec.local_rank, node, attempt, &[("stream", stream)]));
+                    let path = dir.join(render_template(
+                        &opts.log_template,
+                        spec.rank,
+                        spec.local_rank,
+                        node,
+                        attempt,
+                        &[("stream", stream)],
+                    ));
                     if let Some(d) = path.parent() {
-                        std::fs::create_dir_all(d).map_err(|e| crate::error::IoError::new("create", d, e))?;
+                        std::fs::create_dir_all(d)
+                            .map_err(|e| crate::error::IoError::new("create", d, e))?;
                     }
-                    Some(std::fs::File::create(&path).map_err(|e| crate::error::IoError::new("create", &path, e))?)
+                    Some(
+                        std::fs::File::create(&path)
+                            .map_err(|e| crate::error::IoError::new("create", &path, e))?,
+                    )
                 }
                 None => None,
             };
             let pipe: Option<Box<dyn Read + Send>> = if is_err {
-                child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)
+                child
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>)
             } else {
-                child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)
+                child
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>)
             };
             if let Some(pipe) = pipe {
                 let tail = is_err.then(|| tail.clone());
                 let prefix = prefix.clone();
-                readers.push(std::thread::spawn(move || forward(pipe, is_err, show, prefix, file, tail)));
+                readers.push(std::thread::spawn(move || {
+                    forward(pipe, is_err, show, prefix, file, tail)
+                }));
             }
         }
         running.push(Running {
@@ -415,7 +507,10 @@ fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event
             }
         }
         if first_failure.is_none() && stop_signal.is_none() {
-            if let Some(i) = running.iter().position(|r| r.status.is_some_and(|s| !s.success())) {
+            if let Some(i) = running
+                .iter()
+                .position(|r| r.status.is_some_and(|s| !s.success()))
+            {
                 first_failure = Some(i);
                 signal_groups(&running, libc::SIGTERM);
                 deadline = Some(Instant::now() + opts.grace);
@@ -431,14 +526,18 @@ fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event
             }
         }
         let wait = match deadline {
-            Some(d) if !killed => d.saturating_duration_since(Instant::now()).min(opts.monitor_interval),
+            Some(d) if !killed => d
+                .saturating_duration_since(Instant::now())
+                .min(opts.monitor_interval),
             _ => opts.monitor_interval,
         };
         match rx.recv_timeout(wait) {
             Ok(Event::Signal(s)) if s == libc::SIGCHLD => {}
             Ok(Event::Signal(s)) => {
                 signal_groups(&running, s);
-                if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&s) && stop_signal.is_none() {
+                if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&s)
+                    && stop_signal.is_none()
+                {
                     stop_signal = Some(s);
                     if deadline.is_none() {
                         deadline = Some(Instant::now() + opts.grace);
@@ -464,7 +563,9 @@ fn run_once(plan: &Plan, opts: &Options, _env: &Environment, rx: &Receiver<Event
                 rank: r.rank,
                 local_rank: r.local_rank,
                 host: plan.host.clone(),
-                status: r.status.unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
+                status: r
+                    .status
+                    .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
                 stderr_tail: r.tail.lock().map(|t| t.text()).unwrap_or_default(),
                 error_message,
             }))
@@ -494,7 +595,13 @@ fn signal_groups_all(running: &[Running], sig: i32) {
     }
 }
 
-fn stop_all(running: &mut [Running], sig: i32, _grace: Duration, _rx: &Receiver<Event>, _opts: &Options) {
+fn stop_all(
+    running: &mut [Running],
+    sig: i32,
+    _grace: Duration,
+    _rx: &Receiver<Event>,
+    _opts: &Options,
+) {
     signal_groups_all(running, sig);
     for r in running.iter_mut() {
         if r.status.is_none() {
@@ -522,7 +629,14 @@ fn finish(running: &mut [Running]) {
     }
 }
 
-fn forward(mut pipe: Box<dyn Read + Send>, is_err: bool, show: bool, prefix: Option<String>, mut file: Option<std::fs::File>, tail: Option<Arc<Mutex<Tail>>>) {
+fn forward(
+    mut pipe: Box<dyn Read + Send>,
+    is_err: bool,
+    show: bool,
+    prefix: Option<String>,
+    mut file: Option<std::fs::File>,
+    tail: Option<Arc<Mutex<Tail>>>,
+) {
     let mut buf = [0u8; 8192];
     let mut pending: Vec<u8> = Vec::new();
     let emit = |data: &[u8]| {
@@ -595,7 +709,15 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
             return Some(Pid::from_raw(pid));
         }
         libc::setpgid(0, 0);
-        for s in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTSTP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGPIPE] {
+        for s in [
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGHUP,
+            libc::SIGTSTP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGPIPE,
+        ] {
             libc::signal(s, libc::SIG_IGN);
         }
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
@@ -603,7 +725,13 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGTERM as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         if libc::getppid() == launcher {
             let mut sig: libc::c_int = 0;
             while libc::sigwait(&set, &mut sig) != 0 {}
@@ -611,7 +739,10 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
         // The launcher is gone.
         let mut waited: u64 = 0;
         while waited < grace_ms && libc::kill(pgid, 0) == 0 {
-            let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
             libc::nanosleep(&ts, std::ptr::null_mut());
             waited += 20;
         }

@@ -28,7 +28,10 @@ fn usage(msg: impl Into<String>, hint: impl Into<String>) -> Error {
 
 pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     let Some(script) = cli.command.first().cloned() else {
-        return Err(usage("no training script given", "usage: accel-launch [OPTIONS] SCRIPT [ARGS]..."));
+        return Err(usage(
+            "no training script given",
+            "usage: accel-launch [OPTIONS] SCRIPT [ARGS]...",
+        ));
     };
     if script.to_string_lossy().starts_with('-') && script != "-" {
         return Err(usage(
@@ -37,17 +40,27 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         ));
     }
     if cli.module && cli.no_python {
-        return Err(usage("--module and --no_python cannot be used together", "pick one"));
+        return Err(usage(
+            "--module and --no_python cannot be used together",
+            "pick one",
+        ));
     }
     if cli.tpu || cli.tpu_cluster {
-        return Err(usage("TPU launches are not supported by accel-launch", "use `accelerate launch --tpu`"));
+        return Err(usage(
+            "TPU launches are not supported by accel-launch",
+            "use `accelerate launch --tpu`",
+        ));
     }
     if cli.aws_access_key_id.is_some() || cli.aws_secret_access_key.is_some() {
-        return Err(usage("SageMaker launches are not supported by accel-launch", "use `accelerate launch`"));
+        return Err(usage(
+            "SageMaker launches are not supported by accel-launch",
+            "use `accelerate launch`",
+        ));
     }
 
     // Which file: accelerate ignores the *default* config file with --cpu (an explicit one is read).
-    let explicit = cli.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
+    let explicit =
+        cli.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
     let loaded = match config::choose_file(cli.config_file.as_deref(), env) {
         Some((path, _)) if explicit || !cli.cpu => Some(config::load(&path)?),
         _ => None,
@@ -87,7 +100,10 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 if place.source == Source::Slurm {
                     check_slurm_tasks(env, &args, place.num_nodes)?;
                 }
-                let np_given = !matches!(resolved.origin("num_processes"), None | Some(Origin::Default) | Some(Origin::Derived(_)));
+                let np_given = !matches!(
+                    resolved.origin("num_processes"),
+                    None | Some(Origin::Default) | Some(Origin::Derived(_))
+                );
                 if !np_given && loaded.is_none() {
                     args.num_processes *= place.num_nodes;
                 }
@@ -98,11 +114,17 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                     )).into());
                 }
                 args.num_machines = place.num_nodes;
-                let rank_given = !matches!(resolved.origin("machine_rank"), None | Some(Origin::Default) | Some(Origin::Derived(_)));
+                let rank_given = !matches!(
+                    resolved.origin("machine_rank"),
+                    None | Some(Origin::Default) | Some(Origin::Derived(_))
+                );
                 if !rank_given {
                     args.machine_rank = Some(place.node_rank);
                 }
-                if resolved.origin("main_process_ip").is_none_or(|o| matches!(o, Origin::Default)) {
+                if resolved
+                    .origin("main_process_ip")
+                    .map_or(true, |o| matches!(o, Origin::Default))
+                {
                     args.main_process_ip = place.master_addr.clone().or(args.main_process_ip);
                 }
                 if args.main_process_port.is_none() {
@@ -112,7 +134,12 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                     let distinct = crate::slurm::SlurmJob::detect(env)
                         .ok()
                         .flatten()
-                        .map(|j| j.nodes.iter().collect::<std::collections::BTreeSet<_>>().len())
+                        .map(|j| {
+                            j.nodes
+                                .iter()
+                                .collect::<std::collections::BTreeSet<_>>()
+                                .len()
+                        })
                         .unwrap_or(0);
                     if let Some(ip) = &args.main_process_ip {
                         if place.node_rank != 0 && distinct > 1 && scheduler::is_loopback(ip) {
@@ -131,26 +158,60 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     let mut common = args.accelerate_env(env, &cwd)?;
     // torchrun sets OMP_NUM_THREADS=1 for its workers when it is unset and more than one runs; only the
     // DeepSpeed path leaves it to torchrun (accelerate sets it everywhere else).
-    if args.path == LaunchPath::DeepSpeed && args.num_local_processes() > 1 && env.get(env_vars::OMP_NUM_THREADS).is_none() {
+    if args.path == LaunchPath::DeepSpeed
+        && args.num_local_processes() > 1
+        && env.get(env_vars::OMP_NUM_THREADS).is_none()
+    {
         common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
     }
     let argv = worker_argv(&cli, env, &args, &script)?;
 
     // Engines that own the job.
     if args.rdzv_backend != "static" {
-        return delegate(env, "torchrun", torchrun_args(&cli, &args, &script)?, &common, cli.dry_run);
+        return delegate(
+            env,
+            "torchrun",
+            torchrun_args(&cli, &args, &script)?,
+            &common,
+            cli.dry_run,
+        );
     }
     if args.path == LaunchPath::DeepSpeed && args.num_machines > 1 {
-        let launcher = args.values.get("deepspeed_multinode_launcher").and_then(Value::as_str).unwrap_or("pdsh").to_string();
+        let launcher = args
+            .values
+            .get("deepspeed_multinode_launcher")
+            .and_then(Value::as_str)
+            .unwrap_or("pdsh")
+            .to_string();
         if launcher != "standard" {
-            return delegate(env, "deepspeed", deepspeed_args(&cli, &args, &launcher, &script)?, &common, cli.dry_run);
+            return delegate(
+                env,
+                "deepspeed",
+                deepspeed_args(&cli, &args, &launcher, &script)?,
+                &common,
+                cli.dry_run,
+            );
         }
     }
-    let hostfile = args.values.get("mpirun_hostfile").and_then(Value::as_str).map(str::to_string);
+    let hostfile = args
+        .values
+        .get("mpirun_hostfile")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     if args.path == LaunchPath::Simple {
         if let Some(h) = hostfile {
             let nppn = (args.num_processes / args.num_machines).max(1).to_string();
-            let mut a: Vec<OsString> = ["--hostfile".into(), h.into(), "--npernode".into(), nppn.into(), "-n".into(), args.num_processes.to_string().into(), "--bind-to".into(), "socket".into()].into();
+            let mut a: Vec<OsString> = [
+                "--hostfile".into(),
+                h.into(),
+                "--npernode".into(),
+                nppn.into(),
+                "-n".into(),
+                args.num_processes.to_string().into(),
+                "--bind-to".into(),
+                "socket".into(),
+            ]
+            .into();
             a.extend(argv.iter().cloned());
             return delegate(env, "mpirun", a, &common, cli.dry_run);
         }
@@ -170,20 +231,24 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
             (_, None) => {
                 return Err(ContractError::Topology(format!(
                     "{nnodes} machines but no --machine_rank for this one"
-                )).into())
+                ))
+                .into())
             }
         };
         if node_rank >= nnodes {
             return Err(ContractError::Topology(format!(
                 "--machine_rank {node_rank} is not below --num_machines {nnodes}"
-            )).into());
+            ))
+            .into());
         }
         let master_addr = if nnodes > 1 {
             args.main_process_ip.clone().ok_or_else(|| ContractError::Topology(
                 format!("{nnodes} machines but no --main_process_ip (the address of the machine with rank 0)"),
             ))?
         } else {
-            args.main_process_ip.clone().unwrap_or_else(|| "127.0.0.1".into())
+            args.main_process_ip
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1".into())
         };
         let port = match args.main_process_port.filter(|p| *p != 0) {
             Some(p) => {
@@ -221,18 +286,31 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
 
     let grace = cli
         .grace_period
-        .or_else(|| env.non_empty(env_vars::ACCEL_LAUNCH_GRACE).and_then(|g| g.trim().parse().ok()))
+        .or_else(|| {
+            env.non_empty(env_vars::ACCEL_LAUNCH_GRACE)
+                .and_then(|g| g.trim().parse().ok())
+        })
         .unwrap_or(30.0);
     let filter = match &cli.local_ranks_filter {
         None => None,
         Some(s) => Some(
             s.split(',')
                 .filter(|x| !x.trim().is_empty())
-                .map(|x| x.trim().parse::<u32>().map_err(|_| usage(format!("--local_ranks_filter: `{x}` is not a rank"), "e.g. --local_ranks_filter 0,1")))
+                .map(|x| {
+                    x.trim().parse::<u32>().map_err(|_| {
+                        usage(
+                            format!("--local_ranks_filter: `{x}` is not a rank"),
+                            "e.g. --local_ranks_filter 0,1",
+                        )
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
-    let prefix = cli.rank_prefix.clone().or_else(|| (cli.tee != "0").then(|| "[{role}{local_rank}]:".to_string()));
+    let prefix = cli
+        .rank_prefix
+        .clone()
+        .or_else(|| (cli.tee != "0").then(|| "[{role}{local_rank}]:".to_string()));
     let opts = launch::Options {
         tool: TOOL,
         grace: Duration::from_secs_f64(grace.max(0.0)),
@@ -240,7 +318,10 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         max_restarts: cli.max_restarts,
         log_dir: cli.log_dir.clone(),
         log_template: cli.log_template.clone(),
-        console: launch::Console { prefix, local_ranks: filter },
+        console: launch::Console {
+            prefix,
+            local_ranks: filter,
+        },
         tail_lines: 20,
         quiet: cli.quiet,
     };
@@ -250,13 +331,19 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
 /// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else what the driver reports.
 fn visible_gpus(env: &Environment) -> u32 {
     if let Some(v) = env.get(env_vars::CUDA_VISIBLE_DEVICES) {
-        return v.split(',').filter(|s| !s.trim().is_empty() && !s.trim().starts_with('-')).count() as u32;
+        return v
+            .split(',')
+            .filter(|s| !s.trim().is_empty() && !s.trim().starts_with('-'))
+            .count() as u32;
     }
     crate::devices::detect_gpus(env).gpus.len() as u32
 }
 
 fn check_slurm_tasks(env: &Environment, args: &LaunchArgs, nnodes: u32) -> Result<()> {
-    if let Some(tpn) = env.non_empty(env_vars::SLURM_NTASKS_PER_NODE).and_then(|v| v.split('(').next()?.parse::<u32>().ok()) {
+    if let Some(tpn) = env
+        .non_empty(env_vars::SLURM_NTASKS_PER_NODE)
+        .and_then(|v| v.split('(').next()?.parse::<u32>().ok())
+    {
         if tpn > 1 {
             return Err(ContractError::Topology(format!(
                 "srun started {tpn} tasks per node: accel-launch is one task per node and starts the ranks itself (use --ntasks-per-node=1, or `srun accel-env -- python train.py` for one task per GPU)"
@@ -264,12 +351,16 @@ fn check_slurm_tasks(env: &Environment, args: &LaunchArgs, nnodes: u32) -> Resul
         }
     }
     if args.path != LaunchPath::Simple {
-        if let Some(g) = env.non_empty(env_vars::SLURM_GPUS_ON_NODE).and_then(|v| v.parse::<u32>().ok()) {
+        if let Some(g) = env
+            .non_empty(env_vars::SLURM_GPUS_ON_NODE)
+            .and_then(|v| v.parse::<u32>().ok())
+        {
             let local = args.num_processes / nnodes.max(1);
             if g > 0 && local != g {
                 return Err(ContractError::Topology(format!(
                     "{local} ranks per node but SLURM_GPUS_ON_NODE={g}"
-                )).into());
+                ))
+                .into());
             }
         }
     }
@@ -277,17 +368,24 @@ fn check_slurm_tasks(env: &Environment, args: &LaunchArgs, nnodes: u32) -> Resul
 }
 
 /// torchrun's worker argv (torch-contracts §A1); the plain child of accelerate's simple path has no `-u`.
-fn worker_argv(cli: &LaunchCli, env: &Environment, args: &LaunchArgs, script: &OsString) -> Result<Vec<OsString>> {
+fn worker_argv(
+    cli: &LaunchCli,
+    env: &Environment,
+    args: &LaunchArgs,
+    script: &OsString,
+) -> Result<Vec<OsString>> {
     let rest = &cli.command[1..];
     let mut argv: Vec<OsString> = Vec::new();
     if cli.no_python {
         argv.push(script.clone());
     } else {
-        let python = crate::python::find_python(env).ok_or_else(|| Error::msg_hint(
-            ExitStatus::NotFound,
-            "no Python interpreter found (python3 or python on PATH)",
-            "set ACCEL_PYTHON to the interpreter of your training environment",
-        ))?;
+        let python = crate::python::find_python(env).ok_or_else(|| {
+            Error::msg_hint(
+                ExitStatus::NotFound,
+                "no Python interpreter found (python3 or python on PATH)",
+                "set ACCEL_PYTHON to the interpreter of your training environment",
+            )
+        })?;
         argv.push(python.into_os_string());
         if args.path != LaunchPath::Simple {
             argv.push("-u".into());
@@ -302,17 +400,28 @@ fn worker_argv(cli: &LaunchCli, env: &Environment, args: &LaunchArgs, script: &O
 }
 
 fn torchrun_args(cli: &LaunchCli, args: &LaunchArgs, script: &OsString) -> Result<Vec<OsString>> {
-    let ip = args.main_process_ip.clone().unwrap_or_else(|| "127.0.0.1".into());
+    let ip = args
+        .main_process_ip
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1".into());
     let port = args.main_process_port.filter(|p| *p != 0).unwrap_or(29400);
     let mut a: Vec<String> = vec![
-        "--nnodes".into(), args.num_machines.to_string(),
-        "--nproc_per_node".into(), args.num_local_processes().to_string(),
-        "--rdzv_backend".into(), args.rdzv_backend.clone(),
-        "--rdzv_endpoint".into(), format!("{ip}:{port}"),
-        "--max_restarts".into(), cli.max_restarts.to_string(),
-        "--monitor_interval".into(), cli.monitor_interval.to_string(),
-        "--role".into(), cli.role.clone(),
-        "--tee".into(), cli.tee.clone(),
+        "--nnodes".into(),
+        args.num_machines.to_string(),
+        "--nproc_per_node".into(),
+        args.num_local_processes().to_string(),
+        "--rdzv_backend".into(),
+        args.rdzv_backend.clone(),
+        "--rdzv_endpoint".into(),
+        format!("{ip}:{port}"),
+        "--max_restarts".into(),
+        cli.max_restarts.to_string(),
+        "--monitor_interval".into(),
+        cli.monitor_interval.to_string(),
+        "--role".into(),
+        cli.role.clone(),
+        "--tee".into(),
+        cli.tee.clone(),
     ];
     if !cli.rdzv_conf.is_empty() {
         a.extend(["--rdzv_conf".into(), cli.rdzv_conf.clone()]);
@@ -332,14 +441,37 @@ fn torchrun_args(cli: &LaunchCli, args: &LaunchArgs, script: &OsString) -> Resul
     Ok(out)
 }
 
-fn deepspeed_args(cli: &LaunchCli, args: &LaunchArgs, launcher: &str, script: &OsString) -> Result<Vec<OsString>> {
-    let s = |k: &str| args.values.get(k).and_then(Value::as_str).map(str::to_string);
-    let hostfile = s("deepspeed_hostfile").ok_or_else(|| usage("multi-node DeepSpeed needs a hostfile", "pass --deepspeed_hostfile, or --deepspeed_multinode_launcher standard"))?;
+fn deepspeed_args(
+    cli: &LaunchCli,
+    args: &LaunchArgs,
+    launcher: &str,
+    script: &OsString,
+) -> Result<Vec<OsString>> {
+    let s = |k: &str| {
+        args.values
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let hostfile = s("deepspeed_hostfile").ok_or_else(|| {
+        usage(
+            "multi-node DeepSpeed needs a hostfile",
+            "pass --deepspeed_hostfile, or --deepspeed_multinode_launcher standard",
+        )
+    })?;
     let mut a: Vec<String> = vec!["--hostfile".into(), hostfile];
     if launcher == "nossh" {
-        a.extend(["--node_rank".into(), args.machine_rank.unwrap_or(0).to_string(), "--no_ssh".into()]);
+        a.extend([
+            "--node_rank".into(),
+            args.machine_rank.unwrap_or(0).to_string(),
+            "--no_ssh".into(),
+        ]);
     } else {
-        a.extend(["--no_local_rank".into(), "--launcher".into(), launcher.into()]);
+        a.extend([
+            "--no_local_rank".into(),
+            "--launcher".into(),
+            launcher.into(),
+        ]);
     }
     if let Some(x) = s("deepspeed_exclusion_filter") {
         a.extend(["--exclude".into(), x]);
@@ -351,7 +483,13 @@ fn deepspeed_args(cli: &LaunchCli, args: &LaunchArgs, launcher: &str, script: &O
     if let Some(ip) = &args.main_process_ip {
         a.extend(["--master_addr".into(), ip.clone()]);
     }
-    a.extend(["--master_port".into(), args.main_process_port.filter(|p| *p != 0).unwrap_or(29500).to_string()]);
+    a.extend([
+        "--master_port".into(),
+        args.main_process_port
+            .filter(|p| *p != 0)
+            .unwrap_or(29500)
+            .to_string(),
+    ]);
     if cli.module {
         a.push("--module".into());
     }
@@ -365,21 +503,37 @@ fn deepspeed_args(cli: &LaunchCli, args: &LaunchArgs, launcher: &str, script: &O
 }
 
 /// Execs another launcher with accelerate's variables (it then owns the job and its signals).
-fn delegate(env: &Environment, program: &str, args: Vec<OsString>, common: &EnvMap, dry_run: bool) -> Result<ExitStatus> {
+fn delegate(
+    env: &Environment,
+    program: &str,
+    args: Vec<OsString>,
+    common: &EnvMap,
+    dry_run: bool,
+) -> Result<ExitStatus> {
     let path = env
         .get(env_vars::PATH)
         .and_then(|p| which::which_in(program, Some(p), "/").ok())
-        .ok_or_else(|| Error::msg_hint(
-            ExitStatus::NotFound,
-            format!("this run needs `{program}`, which is not installed (not on PATH)"),
-            match program {
-                "torchrun" => "install torch in the environment on PATH, or use --rdzv_backend static",
-                "deepspeed" => "pip install deepspeed, or use --deepspeed_multinode_launcher standard",
-                _ => "install Open MPI or MPICH (mpirun), or drop --mpirun_hostfile",
-            },
-        ))?;
+        .ok_or_else(|| {
+            Error::msg_hint(
+                ExitStatus::NotFound,
+                format!("this run needs `{program}`, which is not installed (not on PATH)"),
+                match program {
+                    "torchrun" => {
+                        "install torch in the environment on PATH, or use --rdzv_backend static"
+                    }
+                    "deepspeed" => {
+                        "pip install deepspeed, or use --deepspeed_multinode_launcher standard"
+                    }
+                    _ => "install Open MPI or MPICH (mpirun), or drop --mpirun_hostfile",
+                },
+            )
+        })?;
     if dry_run {
-        let mut text = format!("# delegated to {}\n{}", path.display(), shell_quote(path.as_os_str()));
+        let mut text = format!(
+            "# delegated to {}\n{}",
+            path.display(),
+            shell_quote(path.as_os_str())
+        );
         for a in &args {
             text.push(' ');
             text.push_str(&shell_quote(a));
@@ -391,26 +545,45 @@ fn delegate(env: &Environment, program: &str, args: Vec<OsString>, common: &EnvM
         crate::tools::print(&text)?;
         return Ok(ExitStatus::Success);
     }
-    let err = std::process::Command::new(&path).args(&args).envs(common).exec();
-    Err(Error::msg(ExitStatus::CannotExecute, format!("cannot run `{}`: {err}", path.display())))
+    let err = std::process::Command::new(&path)
+        .args(&args)
+        .envs(common)
+        .exec();
+    Err(Error::msg(
+        ExitStatus::CannotExecute,
+        format!("cannot run `{}`: {err}", path.display()),
+    ))
 }
 
 fn shell_quote(s: &std::ffi::OsStr) -> String {
     let s = s.to_string_lossy();
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
         s.into_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
-fn dry_run(cli: &LaunchCli, resolved: &config::Resolved, args: &LaunchArgs, plan: &Plan, source: Source) -> Result<ExitStatus> {
+fn dry_run(
+    cli: &LaunchCli,
+    resolved: &config::Resolved,
+    args: &LaunchArgs,
+    plan: &Plan,
+    source: Source,
+) -> Result<ExitStatus> {
     let config: Vec<Value> = resolved
         .entries()
         .into_iter()
         .map(|(k, v, o)| json!({"key": k, "value": v, "origin": o.to_string()}))
         .collect();
-    let ranks: Vec<Value> = plan.ranks.iter().map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).collect();
+    let ranks: Vec<Value> = plan
+        .ranks
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect();
     let launch = json!({
         "path": args.path,
         "num_processes": args.num_processes,
@@ -433,17 +606,35 @@ fn dry_run(cli: &LaunchCli, resolved: &config::Resolved, args: &LaunchArgs, plan
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        o.push_str(&format!("{} = {}  ({})\n", c["key"].as_str().unwrap_or(""), v, c["origin"].as_str().unwrap_or("")));
+        o.push_str(&format!(
+            "{} = {}  ({})\n",
+            c["key"].as_str().unwrap_or(""),
+            v,
+            c["origin"].as_str().unwrap_or("")
+        ));
     }
     o.push_str(&format!(
         "\n# launch\npath = {:?}\nnum_processes = {}\nnum_machines = {}\ntopology from = {:?}\n",
         args.path, args.num_processes, args.num_machines, source
     ));
     if let Some(t) = &plan.topology {
-        o.push_str(&format!("machine_rank = {}\nrendezvous = {}:{}{}\n", t.node_rank, t.master_addr, t.master_port, if plan.port_auto { " (free port picked now; another is picked at launch)" } else { "" }));
+        o.push_str(&format!(
+            "machine_rank = {}\nrendezvous = {}:{}{}\n",
+            t.node_rank,
+            t.master_addr,
+            t.master_port,
+            if plan.port_auto {
+                " (free port picked now; another is picked at launch)"
+            } else {
+                ""
+            }
+        ));
     }
     for r in &plan.ranks {
-        o.push_str(&format!("\n# rank {} (local rank {})\nargv =", r.rank, r.local_rank));
+        o.push_str(&format!(
+            "\n# rank {} (local rank {})\nargv =",
+            r.rank, r.local_rank
+        ));
         for a in &r.argv {
             o.push(' ');
             o.push_str(&shell_quote(a));
