@@ -97,6 +97,8 @@ struct Case {
     accelerate_only: &'static [&'static str],
     /// accelerate starts one plain process where accel-launch starts N ranks.
     one_vs_n: bool,
+    /// Machines, each started as its own launcher on this host (loopback rendezvous).
+    nodes: u32,
 }
 
 const CASES: &[Case] = &[
@@ -107,6 +109,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "multi_cpu",
@@ -115,6 +118,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: true,
+        nodes: 1,
     },
     Case {
         name: "multi_gpu_bf16_ids_dynamo",
@@ -123,6 +127,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "multi_gpu_fp16_cli",
@@ -131,6 +136,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "fsdp1",
@@ -139,6 +145,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "fsdp2",
@@ -147,6 +154,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "deepspeed",
@@ -155,6 +163,7 @@ const CASES: &[Case] = &[
         accel_only: &[("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", "/nvme/p")],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "deepspeed_config_file",
@@ -163,6 +172,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "megatron",
@@ -171,6 +181,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "fp8",
@@ -179,6 +190,7 @@ const CASES: &[Case] = &[
         accel_only: &[],
         accelerate_only: &[],
         one_vs_n: false,
+        nodes: 1,
     },
     Case {
         name: "fp8_questionnaire_names",
@@ -187,6 +199,16 @@ const CASES: &[Case] = &[
         accel_only: &[("ACCELERATE_FP8_OPT_LEVEL", "O1"), ("ACCELERATE_FP8_AMAX_HISTORY_LEN", "16")],
         accelerate_only: &["ACCELERATE_FP8_OPTIMIZATION_LEVEL", "ACCELERATE_FP8_AMAX_HISTORY_LENGTH"],
         one_vs_n: false,
+        nodes: 1,
+    },
+    Case {
+        name: "multi_node_fsdp",
+        yaml: "distributed_type: FSDP\nnum_processes: 4\nnum_machines: 2\nmain_process_ip: 127.0.0.1\nmixed_precision: fp16\nfsdp_config:\n  fsdp_version: 2\n",
+        flags: &[],
+        accel_only: &[],
+        accelerate_only: &[],
+        one_vs_n: false,
+        nodes: 2,
     },
 ];
 
@@ -199,36 +221,66 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
     let cfg = dir.join("config.yaml");
     std::fs::write(&cfg, case.yaml).unwrap();
     let probe = fixture("probe.py");
-    let mut acc = base_cmd(python(), &hf);
-    acc.current_dir(&dir)
-        .arg(fixture("accelerate_launch.py"))
-        .args(["launch", "--config_file"])
-        .arg(&cfg)
-        .args(["--main_process_port", "0"])
-        .args(case.flags)
-        .arg(&probe)
-        .arg(&a);
-    let mut ours = base_cmd(BIN, &hf);
-    ours.current_dir(&dir)
-        .arg("--config_file")
-        .arg(&cfg)
-        .args(case.flags)
-        .arg(&probe)
-        .arg(&b);
-    let ha = acc
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let hb = ours
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (oa, ob) = (
-        ha.wait_with_output().unwrap(),
-        hb.wait_with_output().unwrap(),
-    );
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    let (port_a, port_b) = if case.nodes > 1 {
+        (free(), free())
+    } else {
+        ("0".to_string(), "0".to_string())
+    };
+    let mut handles = Vec::new();
+    for node in 0..case.nodes {
+        let node_flags: Vec<String> = if case.nodes > 1 {
+            vec!["--machine_rank".into(), node.to_string()]
+        } else {
+            Vec::new()
+        };
+        let mut acc = base_cmd(python(), &hf);
+        acc.current_dir(&dir)
+            .arg(fixture("accelerate_launch.py"))
+            .args(["launch", "--config_file"])
+            .arg(&cfg)
+            .args(["--main_process_port", &port_a])
+            .args(&node_flags)
+            .args(case.flags)
+            .arg(&probe)
+            .arg(&a);
+        let mut ours = base_cmd(BIN, &hf);
+        ours.current_dir(&dir).arg("--config_file").arg(&cfg);
+        if case.nodes > 1 {
+            ours.args(["--main_process_port", &port_b]);
+        }
+        ours.args(&node_flags).args(case.flags).arg(&probe).arg(&b);
+        for c in [&mut acc, &mut ours] {
+            handles.push(
+                c.stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+    }
+    let outs: Vec<Output> = handles
+        .into_iter()
+        .map(|h| h.wait_with_output().unwrap())
+        .collect();
+    let oa = outs
+        .iter()
+        .step_by(2)
+        .find(|o| !o.status.success())
+        .unwrap_or(&outs[0]);
+    let ob = outs
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .find(|o| !o.status.success())
+        .unwrap_or(&outs[1]);
     let show = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
     if !oa.status.success() || !ob.status.success() {
         return Err(format!(
@@ -236,8 +288,8 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
             case.name,
             oa.status,
             ob.status,
-            show(&oa),
-            show(&ob)
+            show(oa),
+            show(ob)
         ));
     }
     let (ra, rb) = (read_ranks(&a), read_ranks(&b));

@@ -309,3 +309,60 @@ fn launcher_failures_have_their_own_codes() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--num_proceses"), "{err}");
 }
+
+#[test]
+fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .env("HF_HOME", d.path())
+            .args(["--cpu", "--num_processes", "2"])
+            .args(extra)
+            .args([
+                "--no_python",
+                "sh",
+                "-c",
+                "echo out $RANK; echo err $LOCAL_RANK >&2",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let logs = d.path().join("logs");
+    let (out, err) = run(&[
+        "--log_dir",
+        logs.to_str().unwrap(),
+        "--rank_prefix",
+        "[{rank}] ",
+        "--local_ranks_filter",
+        "1",
+    ]);
+    assert_eq!(out, "[1] out 1\n");
+    assert_eq!(err, "[1] err 1\n");
+    for r in 0..2 {
+        let f =
+            |s: &str| std::fs::read_to_string(logs.join(format!("attempt_0/{r}/{s}.log"))).unwrap();
+        assert_eq!(f("stdout"), format!("out {r}\n"));
+        assert_eq!(f("stderr"), format!("err {r}\n"));
+    }
+    let (out, _) = run(&[
+        "--tee",
+        "3",
+        "--log_dir",
+        logs.to_str().unwrap(),
+        "--log_template",
+        "n{node}/r{rank}-a{attempt}.{stream}",
+    ]);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["[default0]:out 0", "[default1]:out 1"]);
+    assert!(logs.join("n0/r1-a0.stdout").exists());
+}
