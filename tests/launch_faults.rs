@@ -366,3 +366,162 @@ fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
     assert_eq!(lines, ["[default0]:out 0", "[default1]:out 1"]);
     assert!(logs.join("n0/r1-a0.stdout").exists());
 }
+
+#[test]
+fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
+    let d = tempfile::tempdir().unwrap();
+    let venv_bin = python().parent().unwrap().to_path_buf();
+    let run = |path: &std::ffi::OsStr, args: &[&str]| {
+        let out = Command::new(BIN)
+            .env_clear()
+            .env("PATH", path)
+            .env("HF_HOME", d.path())
+            .env("ACCEL_PYTHON", python())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let with_venv =
+        std::env::join_paths([venv_bin.as_os_str(), "/usr/bin".as_ref(), "/bin".as_ref()]).unwrap();
+    let (code, out, err) = run(
+        &with_venv,
+        &[
+            "--dry-run",
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            "10.0.0.1",
+            "--rdzv_backend",
+            "c10d",
+            "train.py",
+            "--x",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!(
+            "# delegated to {}",
+            venv_bin.join("torchrun").display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "--nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint 10.0.0.1:29400"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(" train.py --x\n") && out.contains("ACCELERATE_USE_CPU=True"),
+        "{out}"
+    );
+    let bare = std::ffi::OsString::from("/nonexistent");
+    let (code, _, err) = run(&bare, &["--rdzv_backend", "c10d", "train.py"]);
+    assert_eq!(code, 127, "{err}");
+    assert!(
+        err.contains("needs `torchrun`, which is not installed"),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &bare,
+        &[
+            "--use_deepspeed",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "0",
+            "--main_process_ip",
+            "10.0.0.1",
+            "--deepspeed_hostfile",
+            "/etc/hostfile",
+            "train.py",
+        ],
+    );
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("needs `deepspeed`"), "{err}");
+    let (code, _, err) = run(
+        &bare,
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--mpirun_hostfile",
+            "/etc/hostfile",
+            "train.py",
+        ],
+    );
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("needs `mpirun`"), "{err}");
+}
+
+#[test]
+fn topology_errors_come_before_anything_is_spawned() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |envs: &[(&str, &str)], args: &[&str]| {
+        let out = Command::new(BIN)
+            .env("HF_HOME", d.path())
+            .envs(envs.iter().copied())
+            .args(args)
+            .args(["--no_python", "touch"])
+            .arg(d.path().join("spawned"))
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(
+        &[],
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            "10.0.0.1",
+        ],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no --machine_rank"), "{err}");
+    let (code, err) = run(
+        &[],
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "1",
+        ],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no --main_process_ip"), "{err}");
+    let slurm = [
+        ("SLURM_JOB_ID", "9"),
+        ("SLURM_JOB_NODELIST", "localhost,127.0.0.1"),
+        ("SLURM_NNODES", "2"),
+        ("SLURM_NODEID", "1"),
+    ];
+    let (code, err) = run(&slurm, &["--cpu"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("loopback"), "{err}");
+    let mut per_node = slurm.to_vec();
+    per_node.push(("SLURM_NTASKS_PER_NODE", "4"));
+    let (code, err) = run(&per_node, &["--cpu"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("4 tasks per node"), "{err}");
+    assert!(!d.path().join("spawned").exists());
+}

@@ -45,6 +45,11 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
     let job = SlurmJob::detect(env).map_err(|e| ContractError::Topology(e.to_string()))?;
     if let Some(job) = job.filter(|j| !j.nodes.is_empty()) {
         let num_nodes = job.num_nodes();
+        if num_nodes > 1 && job.node_id.is_none() {
+            return Err(ContractError::Topology(format!(
+                "SLURM_NODEID is not set on a {num_nodes}-node job, so every node would be rank 0 (start accel-launch with srun, one task per node)"
+            )));
+        }
         let node_rank = job.node_id.unwrap_or(0);
         if node_rank >= num_nodes {
             return Err(ContractError::Topology(format!(
@@ -66,8 +71,8 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
             master_port: job.derived_port(),
         }));
     }
-    let nnodes = get_u32(env, "NNODES")?.or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?);
-    let node_rank = get_u32(env, "NODE_RANK")?.or(get_u32(env, env_vars::GROUP_RANK)?);
+    let nnodes = get_u32(env, env_vars::NNODES)?.or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?);
+    let node_rank = get_u32(env, env_vars::NODE_RANK)?.or(get_u32(env, env_vars::GROUP_RANK)?);
     if let (Some(addr), Some(n), Some(r)) =
         (env.non_empty(env_vars::MASTER_ADDR), nnodes, node_rank)
     {
@@ -371,8 +376,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("SLURM_NODEID=2"));
+        let env = Environment::from_pairs(base);
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("every node would be rank 0"));
         let mut env = Environment::from_pairs(base);
         env.set("SLURM_NNODES", "3");
+        env.set("SLURM_NODEID", "0");
         assert!(detect_node(&env)
             .unwrap_err()
             .to_string()
