@@ -4,6 +4,7 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -147,7 +148,10 @@ fn a_sigkilled_rank_gives_128_plus_9() {
 
 fn stop_drill(sig: &str, code: i32) {
     let d = tempfile::tempdir().unwrap();
+    // The launcher leads its own process group, as a shell's foreground job does, and the signal goes
+    // to that whole group, as a terminal's Ctrl-C does: ranks must still get it exactly once.
     let child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+        .process_group(0)
         .spawn()
         .unwrap();
     wait_for(
@@ -156,14 +160,20 @@ fn stop_drill(sig: &str, code: i32) {
         Duration::from_secs(60),
     );
     let t = Instant::now();
-    signal(&child, sig);
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(ok.success());
     let (got, err, _) = finish(child);
     assert_eq!(got, code, "{err}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     for r in 0..2 {
+        let ckpt = std::fs::read_to_string(d.path().join(format!("ckpt.{r}.SIG{sig}")))
+            .unwrap_or_default();
         assert!(
-            d.path().join(format!("ckpt.{r}.SIG{sig}")).exists(),
-            "rank {r} did not checkpoint on SIG{sig}: {err}"
+            ckpt == "checkpoint\n",
+            "rank {r} must checkpoint exactly once on SIG{sig}, got {ckpt:?}: {err}"
         );
     }
     assert_no_survivors(d.path(), Duration::from_secs(2));

@@ -1,5 +1,5 @@
 //! Runs a [`Plan`] and stays with it until every process of the run is gone. Each rank leads its own
-//! process group (so a terminal's Ctrl-C reaches only the launcher, which forwards it once) and gets
+//! process group and session (so a terminal's Ctrl-C reaches only the launcher, which forwards it once) and gets
 //! `PR_SET_PDEATHSIG`; a small guard process per rank takes the rank's whole group down should the
 //! launcher itself be SIGKILLed (PDEATHSIG reaches only the direct child, not its children).
 //!
@@ -401,7 +401,9 @@ fn run_once(
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                libc::setpgid(0, 0);
+                // Its own session and group, as torchrun's workers: the terminal's signals reach only
+                // the launcher, and a rank reading stdin is not stopped as a background job.
+                libc::setsid();
                 libc::prctl(
                     libc::PR_SET_PDEATHSIG,
                     libc::SIGTERM as libc::c_ulong,
