@@ -276,10 +276,6 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     };
     let plan = Plan::build(topology, &argv, &common, port_auto, env);
 
-    if !cli.quiet && !args.defaulted.is_empty() && loaded.is_none() && !cli.dry_run {
-        // accelerate warns about every inferred value; one line is enough to say what ran.
-        let _ = &args.defaulted;
-    }
     if cli.dry_run {
         return dry_run(&cli, &resolved, &args, &plan, source);
     }
@@ -617,6 +613,9 @@ fn dry_run(
         "\n# launch\npath = {:?}\nnum_processes = {}\nnum_machines = {}\ntopology from = {:?}\n",
         args.path, args.num_processes, args.num_machines, source
     ));
+    for d in &args.defaulted {
+        o.push_str(&format!("no config file: {}\n", d.trim_start_matches('\t')));
+    }
     if let Some(t) = &plan.topology {
         o.push_str(&format!(
             "machine_rank = {}\nrendezvous = {}:{}{}\n",
