@@ -1669,7 +1669,7 @@ pub fn doc() -> ToolDoc {
             ]),
             ("DIFFERENCES FROM ACCELERATE LAUNCH", &[
                 "Exit status: the failing rank's own code (or 128+N for signal N), not always 1; 125/126/127 for the launcher's own failures.",
-                "--cpu --num_processes N and MULTI_CPU configs start N gloo ranks (accelerate starts one process); MULTI_CPU ranks get ACCELERATE_USE_CPU=True.",
+                "--cpu --num_processes N and MULTI_CPU configs start N gloo ranks with torchrun's worker variables (accelerate starts one process); MULTI_CPU ranks get ACCELERATE_USE_CPU=True. Any run that accelerate would start as one plain process is started as N ranks when num_processes is N > 1; with 1 the single process gets no rank variables, as under accelerate.",
                 "TORCHELASTIC_USE_AGENT_STORE is not set: rank 0 hosts the TCPStore; there is no agent process.",
                 "NVMe offload paths (offload_optimizer_nvme_path, offload_param_nvme_path) are exported as ACCELERATE_DEEPSPEED_OFFLOAD_*_NVME_PATH, which accelerate's DeepSpeed plugin reads but accelerate launch never sets.",
                 "FP8: the questionnaire's key names (amax_history_length, amax_compute_algorithm, optimization_level) are exported under the names the child reads (AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO, OPT_LEVEL); --fp8_backend is upper-cased; a string override_linear_precision such as '(false, false, true)' is parsed, not indexed by character.",
@@ -1677,6 +1677,7 @@ pub fn doc() -> ToolDoc {
                 "Boolean flags that accelerate parses with Python's bool() (--megatron_lm_use_custom_fsdp False, …) read False as false.",
                 "The FSDP check 'cpu_ram_efficient_loading needs sync_module_states' compares booleans (accelerate tests the truthiness of strings), and --use_parallelism_config checks the numeric FSDP version.",
                 "An occupied port on one node is an error when given explicitly (accelerate silently switches to a random port), and retried when picked automatically.",
+                "accel-env -- CMD under SLURM with one visible GPU per task (--gpus-per-task=1) sets LOCAL_RANK=0, as torchrun's --virtual-local-rank does, so accelerate picks the task's only device.",
                 "Elastic rendezvous (--rdzv_backend c10d/etcd) runs torchrun with translated arguments; multi-node DeepSpeed with a hostfile runs the deepspeed launcher; multi-node CPU with --mpirun_hostfile runs mpirun. TPU and SageMaker are not supported.",
             ]),
         ],

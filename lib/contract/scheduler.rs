@@ -71,8 +71,53 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
             master_port: job.derived_port(),
         }));
     }
-    let nnodes = get_u32(env, env_vars::NNODES)?.or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?);
-    let node_rank = get_u32(env, env_vars::NODE_RANK)?.or(get_u32(env, env_vars::GROUP_RANK)?);
+    // One launcher per node under mpirun (`mpirun -npernode 1 accel-launch …`): MPI ranks are nodes.
+    let mpi = match (
+        get_u32(env, env_vars::OMPI_COMM_WORLD_RANK)?.or(get_u32(env, env_vars::PMI_RANK)?),
+        get_u32(env, env_vars::OMPI_COMM_WORLD_SIZE)?.or(get_u32(env, env_vars::PMI_SIZE)?),
+    ) {
+        (Some(r), Some(n)) if n > 1 => Some((r, n)),
+        _ => None,
+    };
+    if let Some((rank, size)) = mpi {
+        let local = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_SIZE)?
+            .or(get_u32(env, env_vars::MPI_LOCALNRANKS)?);
+        if local.is_some_and(|l| l > 1) {
+            return Err(ContractError::Topology(format!(
+                "mpirun started {} launchers on this node: accel-launch is one per node (mpirun -npernode 1), or use `mpirun accel-env -- CMD` for one process per rank",
+                local.unwrap_or(0)
+            )));
+        }
+        let addr = env.non_empty(env_vars::MASTER_ADDR).ok_or_else(|| {
+            ContractError::Topology("under mpirun, MASTER_ADDR must name the host of the first node (mpirun -x MASTER_ADDR=host0)".into())
+        })?;
+        return Ok(Some(NodePlace {
+            source: Source::Mpi,
+            num_nodes: size,
+            node_rank: rank,
+            master_addr: Some(addr.to_string()),
+            master_port: env
+                .non_empty(env_vars::MASTER_PORT)
+                .and_then(|p| p.trim().parse().ok()),
+        }));
+    }
+    // Outside variables: NODE_RANK/NNODES (or GROUP_*), or a pod-level RANK/WORLD_SIZE as the
+    // Kubernetes PyTorchJob operator sets for one launcher per pod (no LOCAL_RANK: not a worker).
+    let pod = env.non_empty(env_vars::LOCAL_RANK).is_none();
+    let nnodes = get_u32(env, env_vars::NNODES)?
+        .or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?)
+        .or(if pod {
+            get_u32(env, env_vars::WORLD_SIZE)?
+        } else {
+            None
+        });
+    let node_rank = get_u32(env, env_vars::NODE_RANK)?
+        .or(get_u32(env, env_vars::GROUP_RANK)?)
+        .or(if pod {
+            get_u32(env, env_vars::RANK)?
+        } else {
+            None
+        });
     if let (Some(addr), Some(n), Some(r)) =
         (env.non_empty(env_vars::MASTER_ADDR), nnodes, node_rank)
     {
@@ -420,6 +465,31 @@ mod tests {
             ("NNODES", "2"),
         ]);
         let n = detect_node(&env).unwrap().unwrap();
+        let k8s = Environment::from_pairs([
+            ("MASTER_ADDR", "job-master-0"),
+            ("MASTER_PORT", "23456"),
+            ("RANK", "2"),
+            ("WORLD_SIZE", "3"),
+        ]);
+        let k = detect_node(&k8s).unwrap().unwrap();
+        assert_eq!(
+            (k.num_nodes, k.node_rank, k.master_port),
+            (3, 2, Some(23456))
+        );
+        let mpi = Environment::from_pairs([
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+            ("MASTER_ADDR", "h0"),
+        ]);
+        let m = detect_node(&mpi).unwrap().unwrap();
+        assert_eq!((m.source, m.num_nodes, m.node_rank), (Source::Mpi, 2, 1));
+        let mut two = mpi.clone();
+        two.set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+        assert!(detect_node(&two)
+            .unwrap_err()
+            .to_string()
+            .contains("-npernode 1"));
         assert_eq!(
             (n.source, n.num_nodes, n.node_rank, n.master_port),
             (Source::External, 2, 1, Some(1234))
