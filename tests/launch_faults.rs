@@ -535,3 +535,50 @@ fn topology_errors_come_before_anything_is_spawned() {
     assert!(err.contains("4 tasks per node"), "{err}");
     assert!(!d.path().join("spawned").exists());
 }
+
+#[test]
+fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let seen = d.path().join("first_port");
+    // Rank 0 plays a TCPStore that lost its automatically chosen port once.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ] && [ ! -e {p} ]; then echo $MASTER_PORT > {p}; echo 'code: -98, name: EADDRINUSE, message: address already in use' >&2; exit 1; fi; \
+         if [ \"$RANK\" = 0 ] && [ \"$(cat {p})\" = \"$MASTER_PORT\" ]; then exit 9; fi; exit 0",
+        p = seen.display()
+    );
+    let out = Command::new(BIN)
+        .env("HF_HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--no_python",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("retrying on port"), "{err}");
+
+    // A rank that fails the way torch's @record does leaves its message in TORCHELASTIC_ERROR_FILE.
+    let record = r#"if [ "$RANK" = 1 ]; then printf '{"message": {"message": "ValueError: boom from rank 1", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1; fi; sleep 30"#;
+    let out = Command::new(BIN)
+        .env("HF_HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--no_python",
+            "sh",
+            "-c",
+            record,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: ValueError: boom from rank 1"), "{err}");
+}
