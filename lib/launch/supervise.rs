@@ -701,6 +701,8 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
     let launcher = nix::unistd::getpid().as_raw();
     let pgid = rank.as_raw();
     let grace_ms = grace.as_millis().min(u64::MAX as u128) as u64;
+    // Built before the fork: the child may not allocate.
+    let stat_path = std::ffi::CString::new(format!("/proc/{pgid}/stat")).ok();
     // SAFETY: the child only makes async-signal-safe calls and ends with _exit.
     unsafe {
         let pid = libc::fork();
@@ -740,7 +742,7 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
         }
         // The launcher is gone.
         let mut waited: u64 = 0;
-        while waited < grace_ms && libc::kill(pgid, 0) == 0 {
+        while waited < grace_ms && leader_running(stat_path.as_ref()) {
             let ts = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 20_000_000,
@@ -750,5 +752,31 @@ fn spawn_guard(rank: Pid, grace: Duration) -> Option<Pid> {
         }
         libc::killpg(pgid, libc::SIGKILL);
         libc::_exit(0);
+    }
+}
+
+/// Whether the rank (group leader) still runs: its /proc entry exists and is not a zombie, which an
+/// adopting init that does not reap would leave behind. Async-signal-safe (open/read/close only).
+fn leader_running(stat_path: Option<&std::ffi::CString>) -> bool {
+    let Some(path) = stat_path else { return false };
+    // SAFETY: plain syscalls on a stack buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 512];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        if n <= 0 {
+            return false;
+        }
+        let data = &buf[..n as usize];
+        match data.iter().rposition(|b| *b == b')') {
+            Some(i) => data
+                .get(i + 2)
+                .is_some_and(|state| *state != b'Z' && *state != b'X'),
+            None => false,
+        }
     }
 }
