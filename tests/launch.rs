@@ -774,3 +774,43 @@ fn two_nodes_all_reduce_with_flags_and_under_slurm() {
     });
     check_allreduce(&out, ns.as_ref().map(|_| &names));
 }
+
+/// `--rdzv_backend c10d` hands the job to the real torchrun, whose workers then all-reduce over gloo.
+#[test]
+fn elastic_rendezvous_runs_torchrun_for_real() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let venv_bin = python().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let o = base_cmd(BIN, d.path())
+        .env("PATH", path)
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--rdzv_backend",
+            "c10d",
+            "--main_process_port",
+            &port,
+        ])
+        .arg(fixture("allreduce.py"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ranks = read_ranks(&out);
+    assert_eq!(ranks.len(), 2);
+    for v in ranks.values() {
+        assert_eq!(v["sum"], 3.0, "{v}");
+    }
+}
