@@ -681,8 +681,7 @@ fn check_allreduce(out: &Path, want_hosts: Option<&[String; 2]>) {
     }
 }
 
-fn two_nodes(ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> PathBuf {
-    let d = tempfile::tempdir().unwrap().keep();
+fn two_nodes(d: &Path, ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> PathBuf {
     let out = d.join("out");
     std::fs::create_dir_all(&out).unwrap();
     let script = fixture("allreduce.py");
@@ -690,12 +689,12 @@ fn two_nodes(ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command)) -> Path
         .map(|node| {
             let mut c = match ns {
                 Some(ns) => {
-                    let mut c = base_cmd("ip", &d);
+                    let mut c = base_cmd("ip", d);
                     c.env("GLOO_SOCKET_IFNAME", &ns.ifaces[node]);
                     c.args(["netns", "exec", &ns.names[node], BIN]);
                     c
                 }
-                None => base_cmd(BIN, &d),
+                None => base_cmd(BIN, d),
             };
             per_node(node, &mut c);
             c.arg(&script)
@@ -730,7 +729,8 @@ fn two_nodes_all_reduce_with_flags_and_under_slurm() {
     let master = ns
         .as_ref()
         .map_or("127.0.0.1".to_string(), |n| n.ips[0].clone());
-    let out = two_nodes(ns.as_ref(), |node, c| {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = two_nodes(tmp.path(), ns.as_ref(), |node, c| {
         c.args([
             "--cpu",
             "--num_processes",
@@ -760,7 +760,8 @@ fn two_nodes_all_reduce_with_flags_and_under_slurm() {
         }
         None => "localhost,localhost".to_string(),
     };
-    let out = two_nodes(ns.as_ref(), |node, c| {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = two_nodes(tmp.path(), ns.as_ref(), |node, c| {
         c.envs([
             ("SLURM_JOB_ID", "4242"),
             ("SLURM_JOB_NODELIST", list.as_str()),
