@@ -144,6 +144,7 @@ vars! {
     NODE_RANK = "NODE_RANK", Contract, "Read (with MASTER_ADDR and NNODES) as this node's rank when set from outside, e.g. by a Kubernetes operator.";
     NNODES = "NNODES", Contract, "Read (with MASTER_ADDR and NODE_RANK) as the number of nodes when set from outside.";
     ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
+    DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
     TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";
 
     HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";

@@ -1678,6 +1678,7 @@ pub fn doc() -> ToolDoc {
                 "The FSDP check 'cpu_ram_efficient_loading needs sync_module_states' compares booleans (accelerate tests the truthiness of strings), and --use_parallelism_config checks the numeric FSDP version.",
                 "An occupied port on one node is an error when given explicitly (accelerate silently switches to a random port), and retried when picked automatically.",
                 "accel-env -- CMD under SLURM with one visible GPU per task (--gpus-per-task=1) sets LOCAL_RANK=0, as torchrun's --virtual-local-rank does, so accelerate picks the task's only device.",
+                "Multi-node DeepSpeed: the run's variables are merged into .deepspeed_env (DS_ENV_FILE) by name; accelerate appends its whole environment to it on every launch.",
                 "Elastic rendezvous (--rdzv_backend c10d/etcd) runs torchrun with translated arguments; multi-node DeepSpeed with a hostfile runs the deepspeed launcher; multi-node CPU with --mpirun_hostfile runs mpirun. TPU and SageMaker are not supported.",
             ]),
         ],

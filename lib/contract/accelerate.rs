@@ -984,3 +984,48 @@ mod tests {
         assert_eq!(env["KMP_BLOCKTIME"], "1");
     }
 }
+
+/// The DeepSpeed launcher's `.deepspeed_env` (exported to every node through pdsh/ssh), with `vars`
+/// merged in by name: accelerate appends its whole environment on every launch, so the file grows
+/// without end; here each variable appears once. Values DeepSpeed would refuse (empty, or holding
+/// `;`, a newline, `<`, `>` or a space) are left out and returned by name.
+pub fn merge_deepspeed_env(existing: &str, vars: &EnvMap) -> (String, Vec<String>) {
+    let bad = |s: &str| s.is_empty() || s.contains([';', '\n', '<', '>', ' ']);
+    let mut skipped = Vec::new();
+    let mut out: Vec<String> = existing
+        .lines()
+        .filter(|l| {
+            l.split_once('=')
+                .map_or(true, |(k, _)| !vars.contains_key(k))
+        })
+        .map(str::to_string)
+        .collect();
+    for (k, v) in vars {
+        if bad(k) || bad(v) {
+            skipped.push(k.clone());
+        } else {
+            out.push(format!("{k}={v}"));
+        }
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    (text, skipped)
+}
+
+#[cfg(test)]
+mod ds_env_tests {
+    use super::*;
+
+    #[test]
+    fn deepspeed_env_file_is_merged_not_appended() {
+        let mut vars = EnvMap::new();
+        vars.insert("ACCELERATE_USE_DEEPSPEED".into(), "true".into());
+        vars.insert("BAD".into(), "a b".into());
+        let (text, skipped) =
+            merge_deepspeed_env("NCCL_DEBUG=INFO\nACCELERATE_USE_DEEPSPEED=old\n", &vars);
+        assert_eq!(text, "NCCL_DEBUG=INFO\nACCELERATE_USE_DEEPSPEED=true\n");
+        assert_eq!(skipped, ["BAD"]);
+        let (again, _) = merge_deepspeed_env(&text, &vars);
+        assert_eq!(again, text);
+    }
+}

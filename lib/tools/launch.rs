@@ -541,6 +541,19 @@ fn delegate(
         crate::tools::print(&text)?;
         return Ok(ExitStatus::Success);
     }
+    if program == "deepspeed" {
+        // The deepspeed launcher ships this file's variables to every node.
+        let file = env
+            .non_empty(env_vars::DS_ENV_FILE)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(".deepspeed_env"));
+        let existing = std::fs::read_to_string(&file).unwrap_or_default();
+        let (text, skipped) = crate::contract::accelerate::merge_deepspeed_env(&existing, common);
+        std::fs::write(&file, text).map_err(|e| crate::error::IoError::new("write", &file, e))?;
+        for k in skipped {
+            warn(TOOL, &format!("{k} is not written to {} (DeepSpeed refuses empty values and values with spaces or ;<>)", file.display()), env);
+        }
+    }
     let err = std::process::Command::new(&path)
         .args(&args)
         .envs(common)
