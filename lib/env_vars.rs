@@ -138,6 +138,21 @@ vars! {
     NO_COLOR = "NO_COLOR", Output, "When set and non-empty, no colour in diagnostics.";
     TERM = "TERM", Output, "Terminal type (reported).";
 
+    TORCHELASTIC_SIGNALS_TO_HANDLE = "TORCHELASTIC_SIGNALS_TO_HANDLE", Contract, "Signals torchrun's agent handles; set to torchrun's default for parity.";
+    KMP_AFFINITY = "KMP_AFFINITY", Accelerate, "Set for CPU runs, as accelerate does (granularity=fine,compact,1,0).";
+    KMP_BLOCKTIME = "KMP_BLOCKTIME", Accelerate, "Set to 1 for CPU runs, as accelerate does.";
+    PYTHONPATH = "PYTHONPATH", Accelerate, "DeepSpeed runs append the launch directory, as accelerate does.";
+    FSDP_VARS = "FSDP_*", Accelerate, "FSDP runs: FSDP_VERSION, FSDP_SHARDING_STRATEGY, FSDP_OFFLOAD_PARAMS, … carry fsdp_config.";
+    MEGATRON_LM_VARS = "MEGATRON_LM_*", Accelerate, "Megatron-LM runs: one variable per megatron_lm_config key.";
+    PARALLELISM_CONFIG_VARS = "PARALLELISM_CONFIG_*", Accelerate, "N-D parallelism sizes and backends from parallelism_config.";
+    ACCELERATE_FP8_VARS = "ACCELERATE_FP8_*", Accelerate, "fp8 runs: backend and recipe from fp8_config.";
+    ACCELERATE_DEEPSPEED_VARS = "ACCELERATE_DEEPSPEED_*", Accelerate, "DeepSpeed runs: zero stage, offload devices and NVMe paths, config file.";
+    NODE_RANK = "NODE_RANK", Contract, "Read (with MASTER_ADDR and NNODES) as this node's rank when set from outside, e.g. by a Kubernetes operator.";
+    NNODES = "NNODES", Contract, "Read (with MASTER_ADDR and NODE_RANK) as the number of nodes when set from outside.";
+    ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
+    DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
+    TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";
+
     HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";
     HF_TOKEN = "HF_TOKEN", Hub, "Bearer token for gated or private repositories.";
     HF_HUB_OFFLINE = "HF_HUB_OFFLINE", Hub, "When 1, never contact the Hub.";

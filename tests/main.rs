@@ -13,4 +13,6 @@ mod config;
 mod docs;
 mod env;
 mod estimate;
+mod launch;
+mod launch_faults;
 mod questionnaire;

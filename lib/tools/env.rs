@@ -16,7 +16,7 @@ const TOOL: &str = "accel-env";
 
 pub fn run(cli: EnvCli, env: &Environment) -> Result<ExitStatus> {
     if !cli.command.is_empty() {
-        return super::not_built("accel-env -- CMD");
+        return crate::contract::task::exec(&cli.command, cli.config_file.as_deref(), env);
     }
     let report = collect(&cli, env);
     for name in report["leaking"]

@@ -1,0 +1,1031 @@
+//! accelerate 1.15's launch semantics (`_validate_launch_command` + `prepare_*_env`, reference §1.3 and
+//! §2) as data: the merged launch arguments ([`LaunchArgs`]) built from a resolved config, and the
+//! variables accelerate exports for them ([`LaunchArgs::accelerate_env`]). Values are rendered as
+//! Python's `str()` renders them (`True`, `1.0`), since the child parses those strings.
+//!
+//! Deliberate differences from accelerate 1.15 (each listed in the accel-launch man page and tested):
+//! `--cpu`/`MULTI_CPU` with N processes really starts N ranks (so `ACCELERATE_USE_CPU=True` is set for
+//! `MULTI_CPU`); NVMe offload paths are exported; fp8 questionnaire key names are mapped onto the names
+//! the child reads, the backend is upper-cased and a string `override_linear_precision` is parsed;
+//! config-only scalars (`enable_cpu_affinity`, …) are honoured; `type=bool` flags read `False` as false;
+//! the FSDP ram-efficient-loading check compares booleans, and the parallelism check the numeric version.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::EnvMap;
+use crate::config::{DistributedType, Loaded, Resolved};
+use crate::env_vars::{self, Environment};
+use crate::error::Diagnostic;
+use crate::exit_status::ExitStatus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0} is not supported by accel-launch")]
+    Unsupported(&'static str),
+}
+
+impl Diagnostic for ArgsError {
+    fn hints(&self) -> Vec<String> {
+        match self {
+            ArgsError::Unsupported(_) => {
+                vec!["use `accelerate launch` for TPU and SageMaker jobs".into()]
+            }
+            ArgsError::Invalid(_) => Vec::new(),
+        }
+    }
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::Usage
+    }
+}
+
+/// How accelerate would start the ranks (reference §1.4): one child (or N CPU ranks, accel's fix),
+/// torchrun for DDP/FSDP/Megatron, or the DeepSpeed variant of torchrun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LaunchPath {
+    Simple,
+    Torchrun,
+    DeepSpeed,
+}
+
+/// The paradigm flags given on the command line (`--cpu`, `--multi_gpu`, …).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Paradigm {
+    pub cpu: bool,
+    pub multi_gpu: bool,
+    pub tpu: bool,
+    pub use_deepspeed: bool,
+    pub use_fsdp: bool,
+    pub use_megatron_lm: bool,
+    pub use_parallelism_config: bool,
+}
+
+impl Paradigm {
+    fn any_platform(&self) -> bool {
+        self.multi_gpu || self.tpu || self.use_deepspeed || self.use_fsdp || self.use_megatron_lm
+    }
+}
+
+/// What the machine offers, for the embedded default (no config file).
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    pub gpus: u32,
+    pub physical_cores: u32,
+}
+
+/// accelerate's merged `args` namespace after `_validate_launch_command`.
+#[derive(Debug, Clone)]
+pub struct LaunchArgs {
+    pub path: LaunchPath,
+    pub distributed_type: DistributedType,
+    pub multi_gpu: bool,
+    pub use_fsdp: bool,
+    pub use_deepspeed: bool,
+    pub use_megatron_lm: bool,
+    pub use_parallelism_config: bool,
+    /// `--cpu`.
+    pub cpu_flag: bool,
+    /// `ACCELERATE_USE_CPU`.
+    pub use_cpu: bool,
+    pub debug: bool,
+    pub gpu_ids: Option<String>,
+    pub mixed_precision: String,
+    pub num_processes: u32,
+    pub num_machines: u32,
+    pub machine_rank: Option<u32>,
+    pub main_process_ip: Option<String>,
+    pub main_process_port: Option<u16>,
+    pub rdzv_backend: String,
+    pub same_network: bool,
+    pub num_cpu_threads_per_process: u32,
+    pub enable_cpu_affinity: bool,
+    /// Section values flattened as accelerate copies them into `args` (`fsdp_version`, `zero_stage`, …).
+    pub values: BTreeMap<String, Value>,
+    /// `ACCELERATE_CONFIG_DS_FIELDS`.
+    pub ds_fields: String,
+    /// What was defaulted because no config file was found (accelerate's warning lines).
+    pub defaulted: Vec<String>,
+}
+
+/// accelerate's argparse defaults for section keys (None-defaults are absent).
+const CLI_DEFAULTS: &[(&str, Default_)] = &[
+    ("fsdp_version", Default_::S("1")),
+    ("fsdp_offload_params", Default_::S("false")),
+    ("fsdp_min_num_params", Default_::I(100_000_000)),
+    ("fsdp_sharding_strategy", Default_::S("FULL_SHARD")),
+    ("fsdp_reshard_after_forward", Default_::S("true")),
+    ("fsdp_forward_prefetch", Default_::S("false")),
+    ("fsdp_use_orig_params", Default_::S("true")),
+    ("fsdp_cpu_ram_efficient_loading", Default_::S("true")),
+    ("fsdp_sync_module_states", Default_::S("true")),
+    ("fsdp_activation_checkpointing", Default_::S("false")),
+    (
+        "fsdp_activation_checkpointing_offload",
+        Default_::S("false"),
+    ),
+    ("megatron_lm_tp_degree", Default_::I(1)),
+    ("megatron_lm_pp_degree", Default_::I(1)),
+    ("megatron_lm_gradient_clipping", Default_::F(1.0)),
+    ("megatron_lm_use_custom_fsdp", Default_::B(false)),
+    ("megatron_lm_no_load_optim", Default_::B(false)),
+    ("megatron_lm_eod_mask_loss", Default_::B(false)),
+    (
+        "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
+        Default_::B(false),
+    ),
+    ("megatron_lm_no_save_optim", Default_::B(false)),
+    ("megatron_lm_optimizer_cpu_offload", Default_::B(false)),
+    (
+        "megatron_lm_use_precision_aware_optimizer",
+        Default_::B(false),
+    ),
+    ("dynamo_mode", Default_::S("default")),
+    ("dynamo_use_fullgraph", Default_::B(false)),
+    ("dynamo_use_dynamic", Default_::B(false)),
+    ("dynamo_use_regional_compilation", Default_::B(false)),
+    ("fp8_use_autocast_during_eval", Default_::B(false)),
+    ("fp8_margin", Default_::I(0)),
+    ("fp8_interval", Default_::I(1)),
+    ("fp8_format", Default_::S("HYBRID")),
+    ("fp8_amax_history_len", Default_::I(1024)),
+    ("fp8_amax_compute_algo", Default_::S("most_recent")),
+    ("fp8_opt_level", Default_::S("O2")),
+    ("fp8_enable_fsdp_float8_all_gather", Default_::I(1)),
+    ("fp8_pad_inner_dim", Default_::I(1)),
+    ("parallelism_config_dp_replicate_size", Default_::I(1)),
+    ("parallelism_config_dp_shard_size", Default_::I(1)),
+    ("parallelism_config_tp_size", Default_::I(1)),
+    ("parallelism_config_cp_size", Default_::I(1)),
+    ("parallelism_config_cp_backend", Default_::S("torch")),
+    (
+        "parallelism_config_cp_comm_strategy",
+        Default_::S("allgather"),
+    ),
+    ("parallelism_config_sp_size", Default_::I(1)),
+    ("parallelism_config_sp_backend", Default_::S("deepspeed")),
+    (
+        "parallelism_config_sp_seq_length_is_variable",
+        Default_::B(true),
+    ),
+    (
+        "parallelism_config_sp_attn_implementation",
+        Default_::S("sdpa"),
+    ),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Default_ {
+    S(&'static str),
+    I(i64),
+    F(f64),
+    B(bool),
+}
+
+impl Default_ {
+    fn value(self) -> Value {
+        match self {
+            Default_::S(s) => Value::from(s),
+            Default_::I(i) => Value::from(i),
+            Default_::F(f) => Value::from(f),
+            Default_::B(b) => Value::from(b),
+        }
+    }
+}
+
+/// Python's `str()` of a value as accelerate holds it.
+pub fn py_str(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                if f.fract() == 0.0 && f.abs() < 1e16 {
+                    format!("{f:.1}")
+                } else {
+                    format!("{f}")
+                }
+            } else {
+                n.to_string()
+            }
+        }
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|i| match i {
+                    Value::String(s) => format!("'{s}'"),
+                    other => py_str(other),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(_) => v.to_string(),
+    }
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => matches!(
+            s.to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "y" | "on" | "t"
+        ),
+        Some(_) => true,
+    }
+}
+
+fn as_u32(v: Option<&Value>) -> Option<u32> {
+    match v? {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn origin_is_explicit(resolved: &Resolved, key: &str) -> bool {
+    !matches!(
+        resolved.origin(key),
+        None | Some(crate::config::Origin::Default) | Some(crate::config::Origin::Derived(_))
+    )
+}
+
+/// Inputs of the merge besides the resolved config.
+pub struct MergeInput<'a> {
+    pub resolved: &'a Resolved,
+    /// The config file that was read, if any (for `ACCELERATE_CONFIG_DS_FIELDS` in file order).
+    pub loaded: Option<&'a Loaded>,
+    pub paradigm: Paradigm,
+    pub num_cpu_threads_per_process: Option<u32>,
+    pub machine: Machine,
+    pub env: &'a Environment,
+}
+
+impl LaunchArgs {
+    /// accelerate's `_validate_launch_command` and `launch_command` launcher choice, on resolved values.
+    pub fn merge(input: MergeInput<'_>) -> Result<LaunchArgs, ArgsError> {
+        let r = input.resolved;
+        let p = input.paradigm;
+        if [p.multi_gpu, p.cpu, p.tpu, p.use_deepspeed, p.use_fsdp]
+            .iter()
+            .filter(|b| **b)
+            .count()
+            > 1
+        {
+            return Err(ArgsError::Invalid(
+                "You can only use one of `--cpu`, `--multi_gpu`, `--tpu`, `--use_deepspeed`, `--use_fsdp` at a time.".into(),
+            ));
+        }
+        let np_explicit = origin_is_explicit(r, "num_processes");
+        let np_value = r.get("num_processes").and_then(Value::as_i64);
+        if p.multi_gpu && np_explicit && np_value.is_some_and(|n| n < 2) {
+            return Err(ArgsError::Invalid(
+                "You need to use at least 2 processes to use `--multi_gpu`.".into(),
+            ));
+        }
+
+        // Flatten the sections into accelerate's argument names, over the argparse defaults.
+        let mut values: BTreeMap<String, Value> = CLI_DEFAULTS
+            .iter()
+            .map(|(k, d)| (k.to_string(), d.value()))
+            .collect();
+        let map = r.to_map();
+        for (section, inner) in &map {
+            let Value::Object(inner) = inner else {
+                continue;
+            };
+            for (key, value) in inner {
+                let name = match section.as_str() {
+                    "fsdp_config" if !key.starts_with("fsdp") => format!("fsdp_{key}"),
+                    "fp8_config" if !key.starts_with("fp8") => format!("fp8_{key}"),
+                    "dynamo_config" if !key.starts_with("dynamo_") => format!("dynamo_{key}"),
+                    _ => key.clone(),
+                };
+                values.insert(name, value.clone());
+            }
+        }
+        fix_fp8(&mut values);
+
+        let has_file = input.loaded.is_some()
+            || r.entries()
+                .iter()
+                .any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
+        let dt = r
+            .config()
+            .map(|c| c.distributed_type)
+            .unwrap_or(DistributedType::NO);
+        let mut a = LaunchArgs {
+            path: LaunchPath::Simple,
+            distributed_type: dt,
+            multi_gpu: p.multi_gpu,
+            use_fsdp: p.use_fsdp,
+            use_deepspeed: p.use_deepspeed,
+            use_megatron_lm: p.use_megatron_lm,
+            use_parallelism_config: p.use_parallelism_config,
+            cpu_flag: p.cpu,
+            use_cpu: p.cpu || truthy(r.get("use_cpu")),
+            debug: truthy(r.get("debug")),
+            gpu_ids: r.get("gpu_ids").map(py_str),
+            mixed_precision: r
+                .get("mixed_precision")
+                .map(py_str)
+                .unwrap_or_else(|| "no".into())
+                .to_ascii_lowercase(),
+            num_processes: 1,
+            num_machines: as_u32(r.get("num_machines")).unwrap_or(1).max(1),
+            machine_rank: as_u32(r.get("machine_rank")),
+            main_process_ip: r.get("main_process_ip").map(py_str),
+            main_process_port: as_u32(r.get("main_process_port"))
+                .and_then(|p| u16::try_from(p).ok()),
+            rdzv_backend: r
+                .get("rdzv_backend")
+                .map(py_str)
+                .unwrap_or_else(|| "static".into()),
+            same_network: truthy(r.get("same_network")),
+            num_cpu_threads_per_process: 1,
+            enable_cpu_affinity: truthy(r.get("enable_cpu_affinity")),
+            values,
+            ds_fields: String::new(),
+            defaulted: Vec::new(),
+        };
+        if !origin_is_explicit(r, "machine_rank") && a.num_machines > 1 {
+            a.machine_rank = None;
+        }
+
+        if has_file {
+            if !p.any_platform() {
+                a.use_deepspeed = dt == DistributedType::DEEPSPEED;
+                a.multi_gpu = dt.is_multi_accelerator();
+                a.use_fsdp = dt == DistributedType::FSDP;
+                a.use_megatron_lm = dt == DistributedType::MEGATRON_LM;
+                if dt == DistributedType::XLA {
+                    return Err(ArgsError::Unsupported("TPU (distributed_type XLA)"));
+                }
+                a.use_parallelism_config = map
+                    .get("parallelism_config")
+                    .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()));
+            }
+            if a.gpu_ids.is_none() {
+                a.gpu_ids = Some("all".into());
+            }
+            let ids = a.gpu_ids.as_deref().unwrap_or("all");
+            if ids.split(',').count() < 2 && ids != "all" && a.multi_gpu && a.num_machines <= 1 {
+                return Err(ArgsError::Invalid("Less than two GPU ids were configured and tried to run on multiple GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.".into()));
+            }
+            match np_value {
+                Some(-1) | None => {
+                    return Err(ArgsError::Invalid(
+                        "You need to manually pass in `--num_processes` using this config yaml."
+                            .into(),
+                    ))
+                }
+                Some(n) => a.num_processes = u32::try_from(n).unwrap_or(1),
+            }
+        } else {
+            // The embedded default: every visible GPU, or on a machine without GPUs two CPU ranks
+            // (one on a single-core machine), so the distributed path is what runs.
+            let gpus = input.machine.gpus;
+            let cpu_mode = p.cpu || gpus == 0;
+            if !np_explicit {
+                a.num_processes = if cpu_mode {
+                    if input.machine.physical_cores >= 2 {
+                        2
+                    } else {
+                        1
+                    }
+                } else {
+                    gpus
+                };
+                a.defaulted.push(format!(
+                    "`--num_processes` was set to a value of `{}`",
+                    a.num_processes
+                ));
+            } else {
+                a.num_processes = np_value.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
+            }
+            if cpu_mode && !p.any_platform() {
+                a.use_cpu = true;
+            }
+            if !p.any_platform() && !cpu_mode && a.num_processes > 1 && gpus > 1 {
+                a.multi_gpu = true;
+            }
+            if !origin_is_explicit(r, "num_machines") {
+                a.defaulted
+                    .push("`--num_machines` was set to a value of `1`".into());
+            }
+            if !origin_is_explicit(r, "mixed_precision") {
+                a.defaulted
+                    .push("`--mixed_precision` was set to a value of `'no'`".into());
+            }
+            if !values_has(&a.values, "dynamo_backend") {
+                a.defaulted
+                    .push("`--dynamo_backend` was set to a value of `'no'`".into());
+            }
+        }
+        if a.distributed_type == DistributedType::MULTI_CPU && !p.any_platform() {
+            a.use_cpu = true;
+        }
+        if p.tpu {
+            return Err(ArgsError::Unsupported("TPU (--tpu)"));
+        }
+        let fsdp_v = a
+            .values
+            .get("fsdp_version")
+            .and_then(|v| as_u32(Some(v)))
+            .unwrap_or(1);
+        if p.use_parallelism_config && (!a.use_fsdp || fsdp_v == 1) {
+            return Err(ArgsError::Invalid("You cannot use `--use_parallelism_config` without `--use_fsdp` and `--fsdp_version=2`. ".into()));
+        }
+        if a.num_processes == 0 {
+            return Err(ArgsError::Invalid(
+                "num_processes is 0: nothing to launch".into(),
+            ));
+        }
+        if a.num_processes % a.num_machines != 0 {
+            return Err(ArgsError::Invalid(format!(
+                "num_processes ({}) is the total over all machines and must be a multiple of num_machines ({})",
+                a.num_processes, a.num_machines
+            )));
+        }
+
+        // Threads per rank (§1.3 step 4).
+        let omp = input
+            .env
+            .non_empty(env_vars::OMP_NUM_THREADS)
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        a.num_cpu_threads_per_process = match input.num_cpu_threads_per_process {
+            Some(n) => n,
+            None => {
+                let mut n = omp.unwrap_or(1);
+                if a.use_cpu && omp.unwrap_or(0) == 0 {
+                    let local = [
+                        env_vars::MPI_LOCALNRANKS,
+                        env_vars::OMPI_COMM_WORLD_LOCAL_SIZE,
+                        env_vars::MV2_COMM_WORLD_LOCAL_SIZE,
+                    ]
+                    .iter()
+                    .find_map(|k| input.env.non_empty(k).and_then(|v| v.parse::<u32>().ok()))
+                    .unwrap_or((a.num_processes / a.num_machines).max(1));
+                    let threads = input.machine.physical_cores / local.max(1);
+                    if threads > 1 {
+                        n = threads;
+                    }
+                }
+                n
+            }
+        };
+
+        a.path = if a.use_deepspeed && !a.cpu_flag {
+            LaunchPath::DeepSpeed
+        } else if (a.use_fsdp || a.use_megatron_lm || a.multi_gpu) && !a.cpu_flag {
+            LaunchPath::Torchrun
+        } else {
+            LaunchPath::Simple
+        };
+        if a.path == LaunchPath::DeepSpeed {
+            let mut fields: Vec<String> = match input.loaded {
+                Some(l) => l
+                    .map
+                    .get("deepspeed_config")
+                    .and_then(Value::as_object)
+                    .map(|o| o.keys().cloned().collect())
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            if matches!(
+                r.origin("mixed_precision"),
+                Some(crate::config::Origin::File { .. }) | Some(crate::config::Origin::Env(_))
+            ) {
+                fields.push("mixed_precision".into());
+            }
+            a.ds_fields = fields.join(",").to_lowercase();
+        }
+        if a.path == LaunchPath::Torchrun && a.use_fsdp {
+            let ram = truthy(a.values.get("fsdp_cpu_ram_efficient_loading"));
+            let sync = truthy(a.values.get("fsdp_sync_module_states"));
+            if ram && !sync {
+                return Err(ArgsError::Invalid("When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`".into()));
+            }
+        }
+        Ok(a)
+    }
+
+    /// Whether ranks are started as torchrun workers (every path but a single simple child).
+    pub fn num_local_processes(&self) -> u32 {
+        (self.num_processes / self.num_machines).max(1)
+    }
+
+    fn val(&self, key: &str) -> Option<&Value> {
+        self.values.get(key).filter(|v| !v.is_null())
+    }
+
+    fn s(&self, key: &str) -> String {
+        self.val(key).map(py_str).unwrap_or_else(|| "None".into())
+    }
+
+    /// The variables accelerate 1.15 exports for this run (reference §2.2–2.6), with accel's fixes.
+    /// `cwd` is the launch directory (DeepSpeed's `PYTHONPATH`).
+    pub fn accelerate_env(&self, env: &Environment, cwd: &Path) -> Result<EnvMap, ArgsError> {
+        let mut m = EnvMap::new();
+        let set = |m: &mut EnvMap, k: &str, v: String| {
+            m.insert(k.to_string(), v);
+        };
+        if self.path == LaunchPath::Simple {
+            set(
+                &mut m,
+                env_vars::ACCELERATE_USE_CPU,
+                py_str(&Value::Bool(self.use_cpu)),
+            );
+        }
+        if self.debug {
+            set(&mut m, env_vars::ACCELERATE_DEBUG_MODE, "true".into());
+        }
+        if let Some(ids) = self.gpu_ids.as_deref().filter(|i| *i != "all") {
+            set(&mut m, env_vars::CUDA_VISIBLE_DEVICES, ids.to_string());
+        }
+        if self.path == LaunchPath::Simple && self.use_cpu {
+            set(
+                &mut m,
+                env_vars::KMP_AFFINITY,
+                "granularity=fine,compact,1,0".into(),
+            );
+            set(&mut m, env_vars::KMP_BLOCKTIME, "1".into());
+        }
+        let mp = self.mixed_precision.to_ascii_lowercase();
+        if !["no", "fp16", "bf16", "fp8"].contains(&mp.as_str()) {
+            return Err(ArgsError::Invalid(format!(
+                "Unknown mixed_precision mode: {mp}. Choose between ['no', 'fp8', 'fp16', 'bf16']."
+            )));
+        }
+        if self.path == LaunchPath::DeepSpeed {
+            let here = cwd.display().to_string();
+            let pp = match env.non_empty(env_vars::PYTHONPATH) {
+                Some(existing) => format!("{existing}:{here}"),
+                None => here,
+            };
+            set(&mut m, env_vars::PYTHONPATH, pp);
+        }
+        set(&mut m, env_vars::ACCELERATE_MIXED_PRECISION, mp.clone());
+        if mp == "fp8" {
+            self.fp8_env(&mut m);
+        }
+        if self.path != LaunchPath::DeepSpeed {
+            let backend = self
+                .val("dynamo_backend")
+                .map(py_str)
+                .unwrap_or_else(|| "no".into())
+                .to_ascii_uppercase();
+            if !crate::config::schema::DYNAMO_BACKENDS.contains(&backend.as_str()) {
+                return Err(ArgsError::Invalid(format!(
+                    "Unknown dynamo backend: {backend}. Choose between {:?}.",
+                    crate::config::schema::DYNAMO_BACKENDS
+                )));
+            }
+            set(&mut m, env_vars::ACCELERATE_DYNAMO_BACKEND, backend);
+            set(
+                &mut m,
+                env_vars::ACCELERATE_DYNAMO_MODE,
+                self.s("dynamo_mode"),
+            );
+            for (var, key) in [
+                (
+                    env_vars::ACCELERATE_DYNAMO_USE_FULLGRAPH,
+                    "dynamo_use_fullgraph",
+                ),
+                (
+                    env_vars::ACCELERATE_DYNAMO_USE_DYNAMIC,
+                    "dynamo_use_dynamic",
+                ),
+                (
+                    env_vars::ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION,
+                    "dynamo_use_regional_compilation",
+                ),
+            ] {
+                set(&mut m, var, py_str(&Value::Bool(truthy(self.val(key)))));
+            }
+        }
+        if self.path == LaunchPath::Torchrun && self.use_fsdp {
+            self.fsdp_env(&mut m);
+        }
+        if self.path == LaunchPath::Torchrun && self.use_megatron_lm {
+            self.megatron_env(&mut m);
+        }
+        if self.path == LaunchPath::DeepSpeed {
+            self.deepspeed_env(&mut m);
+        }
+        if self.path != LaunchPath::DeepSpeed {
+            set(
+                &mut m,
+                env_vars::OMP_NUM_THREADS,
+                self.num_cpu_threads_per_process.to_string(),
+            );
+        }
+        if self.enable_cpu_affinity {
+            set(&mut m, env_vars::ACCELERATE_CPU_AFFINITY, "1".into());
+        }
+        if self.use_parallelism_config && self.path != LaunchPath::Simple {
+            self.parallelism_env(&mut m);
+        }
+        Ok(m)
+    }
+
+    fn fsdp_env(&self, m: &mut EnvMap) {
+        let lower = |k: &str| self.s(k).to_lowercase();
+        m.insert(env_vars::ACCELERATE_USE_FSDP.into(), "true".into());
+        m.insert("FSDP_VERSION".into(), self.s("fsdp_version"));
+        m.insert(
+            "FSDP_SHARDING_STRATEGY".into(),
+            self.s("fsdp_sharding_strategy"),
+        );
+        m.insert(
+            "FSDP_RESHARD_AFTER_FORWARD".into(),
+            lower("fsdp_reshard_after_forward"),
+        );
+        m.insert("FSDP_OFFLOAD_PARAMS".into(), lower("fsdp_offload_params"));
+        m.insert("FSDP_MIN_NUM_PARAMS".into(), self.s("fsdp_min_num_params"));
+        for (var, key) in [
+            ("FSDP_AUTO_WRAP_POLICY", "fsdp_auto_wrap_policy"),
+            (
+                "FSDP_TRANSFORMER_CLS_TO_WRAP",
+                "fsdp_transformer_layer_cls_to_wrap",
+            ),
+            ("FSDP_BACKWARD_PREFETCH", "fsdp_backward_prefetch"),
+            ("FSDP_STATE_DICT_TYPE", "fsdp_state_dict_type"),
+        ] {
+            if self.val(key).is_some() {
+                m.insert(var.into(), self.s(key));
+            }
+        }
+        for (var, key) in [
+            ("FSDP_FORWARD_PREFETCH", "fsdp_forward_prefetch"),
+            ("FSDP_USE_ORIG_PARAMS", "fsdp_use_orig_params"),
+            (
+                "FSDP_CPU_RAM_EFFICIENT_LOADING",
+                "fsdp_cpu_ram_efficient_loading",
+            ),
+            ("FSDP_SYNC_MODULE_STATES", "fsdp_sync_module_states"),
+            (
+                "FSDP_ACTIVATION_CHECKPOINTING",
+                "fsdp_activation_checkpointing",
+            ),
+            (
+                "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+                "fsdp_activation_checkpointing_offload",
+            ),
+        ] {
+            m.insert(var.into(), lower(key));
+        }
+        if self.val("fsdp_ignored_modules").is_some() {
+            m.insert(
+                "FSDP_IGNORED_MODULES".into(),
+                self.s("fsdp_ignored_modules"),
+            );
+        }
+    }
+
+    fn megatron_env(&self, m: &mut EnvMap) {
+        m.insert(env_vars::ACCELERATE_USE_MEGATRON_LM.into(), "true".into());
+        for (key, value) in &self.values {
+            if let Some(suffix) = key.strip_prefix("megatron_lm_") {
+                if value.is_null() {
+                    continue;
+                }
+                m.insert(
+                    format!("MEGATRON_LM_{}", suffix.to_ascii_uppercase()),
+                    py_str(value),
+                );
+            }
+        }
+    }
+
+    fn deepspeed_env(&self, m: &mut EnvMap) {
+        m.insert(
+            env_vars::ACCELERATE_CONFIG_DS_FIELDS.into(),
+            self.ds_fields.clone(),
+        );
+        m.insert(env_vars::ACCELERATE_USE_DEEPSPEED.into(), "true".into());
+        let pairs: [(&str, &str, bool); 11] = [
+            ("ACCELERATE_DEEPSPEED_ZERO_STAGE", "zero_stage", false),
+            (
+                "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                "gradient_accumulation_steps",
+                false,
+            ),
+            ("ACCELERATE_GRADIENT_CLIPPING", "gradient_clipping", true),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                "offload_optimizer_device",
+                true,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+                "offload_param_device",
+                true,
+            ),
+            ("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", true),
+            (
+                "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+                "zero3_save_16bit_model",
+                true,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+                "deepspeed_config_file",
+                false,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+                "deepspeed_moe_layer_cls_names",
+                false,
+            ),
+            // accelerate never exports these two although its plugin reads them (accel's fix).
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+                "offload_optimizer_nvme_path",
+                false,
+            ),
+            (
+                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
+                "offload_param_nvme_path",
+                false,
+            ),
+        ];
+        for (var, key, lower) in pairs {
+            if self.val(key).is_some() {
+                let v = self.s(key);
+                m.insert(var.into(), if lower { v.to_lowercase() } else { v });
+            }
+        }
+    }
+
+    fn fp8_env(&self, m: &mut EnvMap) {
+        for (key, value) in &self.values {
+            let Some(suffix) = key.strip_prefix("fp8_") else {
+                continue;
+            };
+            if value.is_null() {
+                continue;
+            }
+            if suffix == "override_linear_precision" {
+                let parts = override_parts(value);
+                for (name, v) in ["FPROP", "DGRAD", "WGRAD"].iter().zip(parts) {
+                    m.insert(
+                        format!("ACCELERATE_FP8_OVERRIDE_{name}"),
+                        py_str(&Value::Bool(v)),
+                    );
+                }
+                continue;
+            }
+            m.insert(
+                format!("ACCELERATE_FP8_{}", suffix.to_ascii_uppercase()),
+                py_str(value),
+            );
+        }
+        if !self.values.contains_key("fp8_override_linear_precision") {
+            for name in ["FPROP", "DGRAD", "WGRAD"] {
+                m.insert(format!("ACCELERATE_FP8_OVERRIDE_{name}"), "False".into());
+            }
+        }
+    }
+
+    fn parallelism_env(&self, m: &mut EnvMap) {
+        m.insert(
+            env_vars::ACCELERATE_USE_PARALLELISM_CONFIG.into(),
+            "true".into(),
+        );
+        for k in [
+            "DP_REPLICATE_SIZE",
+            "DP_SHARD_SIZE",
+            "TP_SIZE",
+            "CP_SIZE",
+            "CP_BACKEND",
+            "SP_SIZE",
+            "SP_BACKEND",
+        ] {
+            m.insert(
+                format!("PARALLELISM_CONFIG_{k}"),
+                self.s(&format!("parallelism_config_{}", k.to_lowercase())),
+            );
+        }
+        let num = |k: &str| self.val(k).and_then(|v| as_u32(Some(v))).unwrap_or(1);
+        if num("parallelism_config_cp_size") > 1 {
+            m.insert(
+                "PARALLELISM_CONFIG_CP_COMM_STRATEGY".into(),
+                self.s("parallelism_config_cp_comm_strategy"),
+            );
+        }
+        if num("parallelism_config_sp_size") > 1 {
+            for k in [
+                "SP_SEQ_LENGTH",
+                "SP_SEQ_LENGTH_IS_VARIABLE",
+                "SP_ATTN_IMPLEMENTATION",
+            ] {
+                m.insert(
+                    format!("PARALLELISM_CONFIG_{k}"),
+                    self.s(&format!("parallelism_config_{}", k.to_lowercase())),
+                );
+            }
+        }
+    }
+}
+
+fn values_has(values: &BTreeMap<String, Value>, key: &str) -> bool {
+    values.get(key).is_some_and(|v| !v.is_null())
+}
+
+/// accelerate's fp8 plumbing bugs, fixed (reference §2.6): questionnaire key names mapped onto the
+/// names the child reads, the backend upper-cased.
+fn fix_fp8(values: &mut BTreeMap<String, Value>) {
+    for (from, to) in [
+        ("fp8_amax_history_length", "fp8_amax_history_len"),
+        ("fp8_amax_compute_algorithm", "fp8_amax_compute_algo"),
+        ("fp8_optimization_level", "fp8_opt_level"),
+    ] {
+        if let Some(v) = values.remove(from) {
+            if !v.is_null() {
+                values.insert(to.into(), v);
+            }
+        }
+    }
+    if let Some(Value::String(b)) = values.get_mut("fp8_backend") {
+        *b = b.to_ascii_uppercase();
+    }
+}
+
+/// `(fprop, dgrad, wgrad)` from a list, a comma string or a `(false, false, true)` string.
+fn override_parts(v: &Value) -> [bool; 3] {
+    let items: Vec<bool> = match v {
+        Value::Array(a) => a.iter().map(|x| truthy(Some(x))).collect(),
+        Value::String(s) => s
+            .trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']')
+            .split(',')
+            .map(|x| truthy(Some(&Value::from(x.trim()))))
+            .collect(),
+        Value::Bool(b) => vec![*b; 3],
+        _ => Vec::new(),
+    };
+    [
+        items.first().copied().unwrap_or(false),
+        items.get(1).copied().unwrap_or(false),
+        items.get(2).copied().unwrap_or(false),
+    ]
+}
+
+/// The resolved config's nested map, for callers that need to inspect a section.
+pub fn section<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Map<String, Value>> {
+    map.get(name).and_then(Value::as_object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{normalize, Document};
+
+    fn args(yaml: &str, p: Paradigm) -> LaunchArgs {
+        let doc = Document::parse(Path::new("/t/c.yaml"), yaml.into()).unwrap();
+        let loaded = normalize(doc).unwrap();
+        let env = Environment::default();
+        let r = Resolved::resolve(Some(&loaded), &env, &[]).unwrap();
+        LaunchArgs::merge(MergeInput {
+            resolved: &r,
+            loaded: Some(&loaded),
+            paradigm: p,
+            num_cpu_threads_per_process: None,
+            machine: Machine {
+                gpus: 0,
+                physical_cores: 2,
+            },
+            env: &env,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn py_str_matches_python() {
+        assert_eq!(py_str(&Value::from(1.0)), "1.0");
+        assert_eq!(py_str(&Value::from(0.5)), "0.5");
+        assert_eq!(py_str(&Value::from(true)), "True");
+        assert_eq!(py_str(&Value::from(3)), "3");
+    }
+
+    #[test]
+    fn fsdp_env_has_defaults_and_renamed_key() {
+        let a = args(
+            "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n  fsdp_transformer_layer_cls_to_wrap: Block\n  fsdp_offload_params: false\n",
+            Paradigm::default(),
+        );
+        assert_eq!(a.path, LaunchPath::Torchrun);
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
+        assert_eq!(env["FSDP_VERSION"], "2");
+        assert_eq!(env["FSDP_TRANSFORMER_CLS_TO_WRAP"], "Block");
+        assert_eq!(env["FSDP_MIN_NUM_PARAMS"], "100000000");
+        assert_eq!(env["FSDP_OFFLOAD_PARAMS"], "false");
+        assert_eq!(env["ACCELERATE_DYNAMO_BACKEND"], "NO");
+        assert!(!env.contains_key("ACCELERATE_USE_CPU"));
+    }
+
+    #[test]
+    fn deepspeed_exports_nvme_paths_and_fields_in_file_order() {
+        let a = args(
+            "distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n  offload_param_nvme_path: /nvme\n  gradient_clipping: 1.0\n",
+            Paradigm::default(),
+        );
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
+        assert_eq!(
+            env["ACCELERATE_CONFIG_DS_FIELDS"],
+            "zero_stage,offload_param_nvme_path,gradient_clipping,mixed_precision"
+        );
+        assert_eq!(env["ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"], "/nvme");
+        assert_eq!(env["ACCELERATE_GRADIENT_CLIPPING"], "1.0");
+        assert_eq!(env["PYTHONPATH"], "/w");
+        assert!(!env.contains_key("ACCELERATE_DYNAMO_BACKEND"));
+    }
+
+    #[test]
+    fn fp8_questionnaire_names_and_backend_case_are_fixed() {
+        let a = args(
+            "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp8\nfp8_config:\n  backend: te\n  amax_history_length: 16\n  override_linear_precision: (false, true, false)\n",
+            Paradigm::default(),
+        );
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
+        assert_eq!(env["ACCELERATE_FP8_BACKEND"], "TE");
+        assert_eq!(env["ACCELERATE_FP8_AMAX_HISTORY_LEN"], "16");
+        assert!(!env.contains_key("ACCELERATE_FP8_AMAX_HISTORY_LENGTH"));
+        assert_eq!(env["ACCELERATE_FP8_OVERRIDE_DGRAD"], "True");
+        assert_eq!(env["ACCELERATE_FP8_OVERRIDE_FPROP"], "False");
+    }
+
+    #[test]
+    fn multi_cpu_config_runs_n_cpu_ranks() {
+        let a = args(
+            "distributed_type: MULTI_CPU\nnum_processes: 4\n",
+            Paradigm::default(),
+        );
+        assert_eq!(a.path, LaunchPath::Simple);
+        assert_eq!(a.num_processes, 4);
+        assert!(a.use_cpu);
+        let env = a
+            .accelerate_env(&Environment::default(), Path::new("/w"))
+            .unwrap();
+        assert_eq!(env["ACCELERATE_USE_CPU"], "True");
+        assert_eq!(env["KMP_BLOCKTIME"], "1");
+    }
+}
+
+/// The DeepSpeed launcher's `.deepspeed_env` (exported to every node through pdsh/ssh), with `vars`
+/// merged in by name: accelerate appends its whole environment on every launch, so the file grows
+/// without end; here each variable appears once. Values DeepSpeed would refuse (empty, or holding
+/// `;`, a newline, `<`, `>` or a space) are left out and returned by name.
+pub fn merge_deepspeed_env(existing: &str, vars: &EnvMap) -> (String, Vec<String>) {
+    let bad = |s: &str| s.is_empty() || s.contains([';', '\n', '<', '>', ' ']);
+    let mut skipped = Vec::new();
+    let mut out: Vec<String> = existing
+        .lines()
+        .filter(|l| {
+            l.split_once('=')
+                .map_or(true, |(k, _)| !vars.contains_key(k))
+        })
+        .map(str::to_string)
+        .collect();
+    for (k, v) in vars {
+        if bad(k) || bad(v) {
+            skipped.push(k.clone());
+        } else {
+            out.push(format!("{k}={v}"));
+        }
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    (text, skipped)
+}
+
+#[cfg(test)]
+mod ds_env_tests {
+    use super::*;
+
+    #[test]
+    fn deepspeed_env_file_is_merged_not_appended() {
+        let mut vars = EnvMap::new();
+        vars.insert("ACCELERATE_USE_DEEPSPEED".into(), "true".into());
+        vars.insert("BAD".into(), "a b".into());
+        let (text, skipped) =
+            merge_deepspeed_env("NCCL_DEBUG=INFO\nACCELERATE_USE_DEEPSPEED=old\n", &vars);
+        assert_eq!(text, "NCCL_DEBUG=INFO\nACCELERATE_USE_DEEPSPEED=true\n");
+        assert_eq!(skipped, ["BAD"]);
+        let (again, _) = merge_deepspeed_env(&text, &vars);
+        assert_eq!(again, text);
+    }
+}

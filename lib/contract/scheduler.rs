@@ -1,0 +1,498 @@
+//! Where a node's place in a multi-node job comes from when the command line does not say: SLURM,
+//! Open MPI / PMI, or torchrun-style variables set from outside (Kubernetes operators). Used two ways:
+//! per node (`srun accel-launch`: which node am I, how many nodes, who hosts rank 0) and per task
+//! (`srun accel-env -- python train.py`: the whole rank contract of this one task).
+
+use std::net::ToSocketAddrs;
+
+use super::{ContractError, EnvMap, Topology};
+use crate::env_vars::{self, Environment};
+use crate::slurm::SlurmJob;
+
+/// Where the node topology came from, for `--dry-run` and error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Source {
+    Flags,
+    Slurm,
+    Mpi,
+    External,
+}
+
+/// A node's place in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlace {
+    pub source: Source,
+    pub num_nodes: u32,
+    pub node_rank: u32,
+    pub master_addr: Option<String>,
+    pub master_port: Option<u16>,
+}
+
+fn get_u32(env: &Environment, name: &str) -> Result<Option<u32>, ContractError> {
+    match env.non_empty(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ContractError::Topology(format!("{name}=`{v}` is not a number"))),
+    }
+}
+
+/// Detects the node's place from SLURM or from outside variables (`MASTER_ADDR` + `NODE_RANK`/`GROUP_RANK`,
+/// as Kubernetes operators set). `None` when nothing says this is a multi-node job.
+pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError> {
+    let job = SlurmJob::detect(env).map_err(|e| ContractError::Topology(e.to_string()))?;
+    if let Some(job) = job.filter(|j| !j.nodes.is_empty()) {
+        let num_nodes = job.num_nodes();
+        if num_nodes > 1 && job.node_id.is_none() {
+            return Err(ContractError::Topology(format!(
+                "SLURM_NODEID is not set on a {num_nodes}-node job, so every node would be rank 0 (start accel-launch with srun, one task per node)"
+            )));
+        }
+        let node_rank = job.node_id.unwrap_or(0);
+        if node_rank >= num_nodes {
+            return Err(ContractError::Topology(format!(
+                "SLURM_NODEID={node_rank} is not below the number of nodes ({num_nodes})"
+            )));
+        }
+        if job.nodes.len() as u32 != num_nodes {
+            return Err(ContractError::Topology(format!(
+                "SLURM_NNODES={num_nodes} but the node list has {} hosts ({})",
+                job.nodes.len(),
+                job.nodes.join(",")
+            )));
+        }
+        return Ok(Some(NodePlace {
+            source: Source::Slurm,
+            num_nodes,
+            node_rank,
+            master_addr: job.nodes.first().cloned(),
+            master_port: job.derived_port(),
+        }));
+    }
+    // One launcher per node under mpirun (`mpirun -npernode 1 accel-launch …`): MPI ranks are nodes.
+    let mpi = match (
+        get_u32(env, env_vars::OMPI_COMM_WORLD_RANK)?.or(get_u32(env, env_vars::PMI_RANK)?),
+        get_u32(env, env_vars::OMPI_COMM_WORLD_SIZE)?.or(get_u32(env, env_vars::PMI_SIZE)?),
+    ) {
+        (Some(r), Some(n)) if n > 1 => Some((r, n)),
+        _ => None,
+    };
+    if let Some((rank, size)) = mpi {
+        let local = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_SIZE)?
+            .or(get_u32(env, env_vars::MPI_LOCALNRANKS)?);
+        if local.is_some_and(|l| l > 1) {
+            return Err(ContractError::Topology(format!(
+                "mpirun started {} launchers on this node: accel-launch is one per node (mpirun -npernode 1), or use `mpirun accel-env -- CMD` for one process per rank",
+                local.unwrap_or(0)
+            )));
+        }
+        let addr = env.non_empty(env_vars::MASTER_ADDR).ok_or_else(|| {
+            ContractError::Topology("under mpirun, MASTER_ADDR must name the host of the first node (mpirun -x MASTER_ADDR=host0)".into())
+        })?;
+        return Ok(Some(NodePlace {
+            source: Source::Mpi,
+            num_nodes: size,
+            node_rank: rank,
+            master_addr: Some(addr.to_string()),
+            master_port: env
+                .non_empty(env_vars::MASTER_PORT)
+                .and_then(|p| p.trim().parse().ok()),
+        }));
+    }
+    // Outside variables: NODE_RANK/NNODES (or GROUP_*), or a pod-level RANK/WORLD_SIZE as the
+    // Kubernetes PyTorchJob operator sets for one launcher per pod (no LOCAL_RANK: not a worker).
+    let pod = env.non_empty(env_vars::LOCAL_RANK).is_none();
+    let nnodes = get_u32(env, env_vars::NNODES)?
+        .or(get_u32(env, env_vars::GROUP_WORLD_SIZE)?)
+        .or(if pod {
+            get_u32(env, env_vars::WORLD_SIZE)?
+        } else {
+            None
+        });
+    let node_rank = get_u32(env, env_vars::NODE_RANK)?
+        .or(get_u32(env, env_vars::GROUP_RANK)?)
+        .or(if pod {
+            get_u32(env, env_vars::RANK)?
+        } else {
+            None
+        });
+    if let (Some(addr), Some(n), Some(r)) =
+        (env.non_empty(env_vars::MASTER_ADDR), nnodes, node_rank)
+    {
+        let port = match env.non_empty(env_vars::MASTER_PORT) {
+            Some(p) => Some(p.trim().parse().map_err(|_| {
+                ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number"))
+            })?),
+            None => None,
+        };
+        return Ok(Some(NodePlace {
+            source: Source::External,
+            num_nodes: n,
+            node_rank: r,
+            master_addr: Some(addr.to_string()),
+            master_port: port,
+        }));
+    }
+    Ok(None)
+}
+
+/// Whether `host` resolves only to loopback addresses (a multi-node rendezvous there cannot work).
+pub fn is_loopback(host: &str) -> bool {
+    match (host, 0u16).to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
+/// One task's rank contract derived from the scheduler (one task per GPU: no supervisor process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPlace {
+    pub source: Source,
+    pub rank: u32,
+    pub local_rank: u32,
+    pub world_size: u32,
+    pub local_world_size: u32,
+    pub topology: Topology,
+}
+
+/// Derives this task's contract: SLURM (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, …), Open MPI
+/// (`OMPI_COMM_WORLD_*`), PMI (`PMI_RANK`/`PMI_SIZE` + `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`), or an existing
+/// torchrun contract (`RANK`, `WORLD_SIZE`, … set from outside), in that order.
+pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, ContractError> {
+    let job = SlurmJob::detect(env).map_err(|e| ContractError::Topology(e.to_string()))?;
+    if let Some(job) = job.filter(|j| j.procid.is_some()) {
+        let rank = job.procid.unwrap_or(0);
+        let world = job.ntasks.ok_or_else(|| {
+            ContractError::Topology("SLURM_PROCID is set but SLURM_NTASKS is not".into())
+        })?;
+        let local_rank = job.localid.unwrap_or(0);
+        let num_nodes = job.num_nodes();
+        if world % num_nodes != 0 {
+            return Err(ContractError::Topology(format!(
+                "{world} tasks do not divide evenly over {num_nodes} nodes; use --ntasks-per-node"
+            )));
+        }
+        let local_world = job.ntasks_per_node.unwrap_or(world / num_nodes);
+        if let Some(gpus) = job.gpus_on_node.filter(|g| *g > 0) {
+            if gpus != local_world && gpus != 1 {
+                return Err(ContractError::Topology(format!(
+                    "{local_world} tasks per node but SLURM_GPUS_ON_NODE={gpus}: one task per GPU needs as many tasks as GPUs"
+                )));
+            }
+        }
+        let master = job
+            .nodes
+            .first()
+            .cloned()
+            .ok_or_else(|| ContractError::Topology("SLURM_JOB_NODELIST is not set".into()))?;
+        if num_nodes > 1
+            && job
+                .nodes
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 1
+            && is_loopback(&master)
+        {
+            return Err(ContractError::Topology(format!(
+                "the rendezvous host `{master}` resolves to a loopback address on a {num_nodes}-node job"
+            )));
+        }
+        return task(
+            Source::Slurm,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            job.node_id.unwrap_or(rank / local_world.max(1)),
+            num_nodes,
+            master,
+            job.derived_port().unwrap_or(default_port),
+            env,
+        );
+    }
+    if let (Some(rank), Some(world)) = (
+        get_u32(env, env_vars::OMPI_COMM_WORLD_RANK)?,
+        get_u32(env, env_vars::OMPI_COMM_WORLD_SIZE)?,
+    ) {
+        let local_rank = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_RANK)?.unwrap_or(0);
+        let local_world = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_SIZE)?.unwrap_or(world);
+        return mpi_task(
+            Source::Mpi,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            env,
+            default_port,
+        );
+    }
+    if let (Some(rank), Some(world)) = (
+        get_u32(env, env_vars::PMI_RANK)?,
+        get_u32(env, env_vars::PMI_SIZE)?,
+    ) {
+        let local_rank = get_u32(env, env_vars::MPI_LOCALRANKID)?.unwrap_or(0);
+        let local_world = get_u32(env, env_vars::MPI_LOCALNRANKS)?.unwrap_or(world);
+        return mpi_task(
+            Source::Mpi,
+            rank,
+            local_rank,
+            world,
+            local_world,
+            env,
+            default_port,
+        );
+    }
+    if env.non_empty(env_vars::RANK).is_some() {
+        let c = super::WorkerContract::parse(env)?;
+        let num_nodes = c
+            .group_world_size
+            .unwrap_or((c.world_size / c.local_world_size).max(1));
+        let node = c.group_rank.unwrap_or(c.rank / c.local_world_size);
+        return task(
+            Source::External,
+            c.rank,
+            c.local_rank,
+            c.world_size,
+            c.local_world_size,
+            node,
+            num_nodes,
+            c.master_addr,
+            c.master_port,
+            env,
+        );
+    }
+    Err(ContractError::NoScheduler(
+        "no SLURM task (SLURM_PROCID), MPI rank (OMPI_COMM_WORLD_RANK, PMI_RANK) or RANK in the environment".into(),
+    ))
+}
+
+fn mpi_task(
+    source: Source,
+    rank: u32,
+    local_rank: u32,
+    world: u32,
+    local_world: u32,
+    env: &Environment,
+    default_port: u16,
+) -> Result<TaskPlace, ContractError> {
+    let master = env.non_empty(env_vars::MASTER_ADDR).ok_or_else(|| {
+        ContractError::Topology("under MPI, MASTER_ADDR must name the host of rank 0 (e.g. mpirun -x MASTER_ADDR=host0)".into())
+    })?;
+    let port = match env.non_empty(env_vars::MASTER_PORT) {
+        Some(p) => p.trim().parse().map_err(|_| {
+            ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number"))
+        })?,
+        None => default_port,
+    };
+    let num_nodes = (world / local_world.max(1)).max(1);
+    task(
+        source,
+        rank,
+        local_rank,
+        world,
+        local_world,
+        rank / local_world.max(1),
+        num_nodes,
+        master.to_string(),
+        port,
+        env,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn task(
+    source: Source,
+    rank: u32,
+    local_rank: u32,
+    world: u32,
+    local_world: u32,
+    node_rank: u32,
+    num_nodes: u32,
+    master: String,
+    port: u16,
+    _env: &Environment,
+) -> Result<TaskPlace, ContractError> {
+    if rank >= world {
+        return Err(ContractError::Topology(format!(
+            "rank {rank} is not below the world size {world}"
+        )));
+    }
+    if local_rank >= local_world {
+        return Err(ContractError::Topology(format!(
+            "local rank {local_rank} is not below the tasks per node {local_world}"
+        )));
+    }
+    Ok(TaskPlace {
+        source,
+        rank,
+        local_rank,
+        world_size: world,
+        local_world_size: local_world,
+        topology: Topology {
+            local_world_size: local_world,
+            node_rank,
+            num_nodes,
+            master_addr: master,
+            master_port: port,
+            run_id: "none".into(),
+            role: "default".into(),
+            max_restarts: 0,
+        },
+    })
+}
+
+impl TaskPlace {
+    /// torchrun's variables for this task. `RANK` is the scheduler's, which need not follow node order.
+    pub fn worker_env(&self, env: &Environment) -> EnvMap {
+        let mut m = super::worker_env(&self.topology, self.local_rank, 0, None, env);
+        m.insert(env_vars::RANK.into(), self.rank.to_string());
+        m.insert(env_vars::ROLE_RANK.into(), self.rank.to_string());
+        m.insert(env_vars::WORLD_SIZE.into(), self.world_size.to_string());
+        m.insert(
+            env_vars::ROLE_WORLD_SIZE.into(),
+            self.world_size.to_string(),
+        );
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_task_contract() {
+        let env = Environment::from_pairs([
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_PROCID", "5"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_GPUS_ON_NODE", "4"),
+        ]);
+        let t = detect_task(&env, 29500).unwrap();
+        assert_eq!(
+            (t.rank, t.local_rank, t.world_size, t.local_world_size),
+            (5, 1, 8, 4)
+        );
+        assert_eq!(t.topology.master_addr, "gpu07");
+        assert_eq!(t.topology.node_rank, 1);
+        let w = t.worker_env(&env);
+        assert_eq!(w["RANK"], "5");
+        assert_eq!(w["GROUP_RANK"], "1");
+    }
+
+    #[test]
+    fn topology_errors_before_spawning() {
+        let base = [
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+        ];
+        let mut env = Environment::from_pairs(base);
+        env.set("SLURM_GPUS_ON_NODE", "2");
+        let e = detect_task(&env, 1).unwrap_err().to_string();
+        assert!(e.contains("SLURM_GPUS_ON_NODE=2"), "{e}");
+        let mut env = Environment::from_pairs(base);
+        env.set("SLURM_NTASKS", "7");
+        assert!(detect_task(&env, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("do not divide"));
+        let mut env = Environment::from_pairs(base);
+        env.set("SLURM_JOB_NODELIST", "localhost,127.0.0.1");
+        assert!(detect_task(&env, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("loopback"));
+        let mut env = Environment::from_pairs(base);
+        env.set("SLURM_NODEID", "2");
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_NODEID=2"));
+        let env = Environment::from_pairs(base);
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("every node would be rank 0"));
+        let mut env = Environment::from_pairs(base);
+        env.set("SLURM_NNODES", "3");
+        env.set("SLURM_NODEID", "0");
+        assert!(detect_node(&env)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_NNODES=3"));
+        assert!(matches!(
+            detect_task(&Environment::default(), 1),
+            Err(ContractError::NoScheduler(_))
+        ));
+    }
+
+    #[test]
+    fn mpi_and_external() {
+        let env = Environment::from_pairs([
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+            ("MASTER_ADDR", "h0"),
+        ]);
+        let t = detect_task(&env, 29500).unwrap();
+        assert_eq!(
+            (
+                t.rank,
+                t.topology.node_rank,
+                t.topology.num_nodes,
+                t.topology.master_port
+            ),
+            (3, 1, 2, 29500)
+        );
+        let env = Environment::from_pairs([
+            ("MASTER_ADDR", "10.1.1.1"),
+            ("MASTER_PORT", "1234"),
+            ("NODE_RANK", "1"),
+            ("NNODES", "2"),
+        ]);
+        let n = detect_node(&env).unwrap().unwrap();
+        let k8s = Environment::from_pairs([
+            ("MASTER_ADDR", "job-master-0"),
+            ("MASTER_PORT", "23456"),
+            ("RANK", "2"),
+            ("WORLD_SIZE", "3"),
+        ]);
+        let k = detect_node(&k8s).unwrap().unwrap();
+        assert_eq!(
+            (k.num_nodes, k.node_rank, k.master_port),
+            (3, 2, Some(23456))
+        );
+        let mpi = Environment::from_pairs([
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+            ("MASTER_ADDR", "h0"),
+        ]);
+        let m = detect_node(&mpi).unwrap().unwrap();
+        assert_eq!((m.source, m.num_nodes, m.node_rank), (Source::Mpi, 2, 1));
+        let mut two = mpi.clone();
+        two.set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+        assert!(detect_node(&two)
+            .unwrap_err()
+            .to_string()
+            .contains("-npernode 1"));
+        assert_eq!(
+            (n.source, n.num_nodes, n.node_rank, n.master_port),
+            (Source::External, 2, 1, Some(1234))
+        );
+    }
+}

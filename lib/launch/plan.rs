@@ -1,0 +1,180 @@
+//! A run as data: for each local rank, its argv and the variables it gets on top of the launcher's
+//! environment. Built once, printed by `--dry-run`, and handed to [`super::supervise`]; `accel-test`
+//! builds one with [`Plan::local`] for any worker argv.
+
+use std::ffi::OsString;
+
+use serde::Serialize;
+
+use super::ports::{self, PortError};
+use crate::contract::{self, EnvMap, Topology};
+use crate::env_vars::{self, Environment};
+
+/// One local rank.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankSpec {
+    pub rank: u32,
+    pub local_rank: u32,
+    #[serde(serialize_with = "lossy_argv")]
+    pub argv: Vec<OsString>,
+    /// Variables set for this rank on top of the launcher's environment.
+    pub env: EnvMap,
+}
+
+fn lossy_argv<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(argv.iter().map(|a| a.to_string_lossy()))
+}
+
+/// Every local rank of a run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub ranks: Vec<RankSpec>,
+    /// The torchrun contract the ranks get; `None` for accelerate's single plain child (one process,
+    /// not distributed), which gets no rank variables at all.
+    pub topology: Option<Topology>,
+    /// The port was picked here, so a lost race (EADDRINUSE in rank 0) is retried with another.
+    pub port_auto: bool,
+    /// This host's name, for failure reports.
+    pub host: String,
+}
+
+/// torchrun's `string.Template(arg).safe_substitute(local_rank=n)`.
+pub fn substitute_local_rank(arg: &OsString, local_rank: u32) -> OsString {
+    let Some(s) = arg.to_str() else {
+        return arg.clone();
+    };
+    if !s.contains('$') {
+        return arg.clone();
+    }
+    let lr = local_rank.to_string();
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(a) = after.strip_prefix("{local_rank}") {
+            out.push_str(&lr);
+            rest = a;
+        } else if after.starts_with("local_rank")
+            && !after["local_rank".len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            out.push_str(&lr);
+            rest = &after["local_rank".len()..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    OsString::from(out)
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+impl Plan {
+    /// The ranks of this node: `common` (accelerate's variables) plus, with a topology, torchrun's
+    /// worker variables for each local rank. Restart count and error file are filled in per attempt.
+    pub fn build(
+        topology: Option<Topology>,
+        argv: &[OsString],
+        common: &EnvMap,
+        port_auto: bool,
+        launcher_env: &Environment,
+    ) -> Plan {
+        let n = topology.as_ref().map_or(1, |t| t.local_world_size);
+        let ranks = (0..n)
+            .map(|lr| {
+                let mut env = common.clone();
+                if let Some(t) = &topology {
+                    env.extend(contract::worker_env(t, lr, 0, None, launcher_env));
+                }
+                RankSpec {
+                    rank: topology.as_ref().map_or(0, |t| t.rank_of(lr)),
+                    local_rank: lr,
+                    argv: argv.iter().map(|a| substitute_local_rank(a, lr)).collect(),
+                    env,
+                }
+            })
+            .collect();
+        Plan {
+            ranks,
+            topology,
+            port_auto,
+            host: hostname(),
+        }
+    }
+
+    /// `nprocs` ranks of `argv` on this machine, rank 0 hosting the store on 127.0.0.1 at a free port;
+    /// `common` is added to every rank (e.g. `ACCELERATE_USE_CPU`). The entry point for other tools.
+    pub fn local(
+        nprocs: u32,
+        argv: &[OsString],
+        common: &EnvMap,
+        launcher_env: &Environment,
+    ) -> Result<Plan, PortError> {
+        let t = Topology {
+            local_world_size: nprocs.max(1),
+            node_rank: 0,
+            num_nodes: 1,
+            master_addr: "127.0.0.1".into(),
+            master_port: ports::free_port()?,
+            run_id: "none".into(),
+            role: "default".into(),
+            max_restarts: 0,
+        };
+        Ok(Plan::build(Some(t), argv, common, true, launcher_env))
+    }
+
+    /// Moves the rendezvous to another port (after a lost port race).
+    pub fn set_port(&mut self, port: u16) {
+        if let Some(t) = &mut self.topology {
+            t.master_port = port;
+        }
+        for r in &mut self.ranks {
+            if r.env.contains_key(env_vars::MASTER_PORT) {
+                r.env.insert(env_vars::MASTER_PORT.into(), port.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_rank_substitution_like_python_template() {
+        let s = |a: &str| {
+            substitute_local_rank(&OsString::from(a), 3)
+                .into_string()
+                .unwrap()
+        };
+        assert_eq!(s("--out=/x/${local_rank}.log"), "--out=/x/3.log");
+        assert_eq!(s("$local_rank"), "3");
+        assert_eq!(s("$local_ranks"), "$local_ranks");
+        assert_eq!(s("cost $$5"), "cost $5");
+        assert_eq!(s("$HOME"), "$HOME");
+    }
+
+    #[test]
+    fn local_plan_has_a_contract_per_rank() {
+        let argv = [OsString::from("python"), OsString::from("x.py")];
+        let p = Plan::local(3, &argv, &EnvMap::new(), &Environment::default()).unwrap();
+        assert_eq!(p.ranks.len(), 3);
+        assert_eq!(p.ranks[2].env["RANK"], "2");
+        assert_eq!(p.ranks[2].env["WORLD_SIZE"], "3");
+        let mut p = p;
+        p.set_port(4242);
+        assert_eq!(p.ranks[1].env["MASTER_PORT"], "4242");
+    }
+}

@@ -1,0 +1,585 @@
+//! Fault drills for accel-launch with real processes and real signals: each asserts the exit status,
+//! generous bounds on timing, and that no process of the run survives, grandchildren included.
+
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+
+fn python() -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python"));
+    assert!(p.exists(), "the test venv is missing: {}", p.display());
+    p
+}
+
+fn drill() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/drill.py")
+}
+
+fn launcher(dir: &Path, mode: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("HF_HOME", dir)
+        .env("ACCEL_PYTHON", python())
+        .args(["--cpu", "--num_processes", "2"])
+        .args(extra)
+        .arg(drill())
+        .arg(dir)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn wait_for(dir: &Path, names: &[&str], limit: Duration) {
+    let t = Instant::now();
+    while !names.iter().all(|n| dir.join(n).exists()) {
+        assert!(t.elapsed() < limit, "ranks never became ready: {names:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        // A zombie has ended; whoever adopted it has not reaped it yet.
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Every pid the run recorded (ranks and their grandchildren).
+fn recorded_pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("pid.") || name.starts_with("gc.") {
+                std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn assert_no_survivors(dir: &Path, within: Duration) {
+    let pids = recorded_pids(dir);
+    assert!(
+        pids.len() >= 4,
+        "expected rank and grandchild pids, got {pids:?}"
+    );
+    let t = Instant::now();
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if t.elapsed() > within {
+            for p in &left {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+            panic!("processes of the run survived: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn finish(child: Child) -> (i32, String, Duration) {
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        t.elapsed(),
+    )
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn a_rank_exit_code_passes_through_and_the_others_stop() {
+    let d = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let (code, err, _) = finish(
+        launcher(d.path(), "exit7", &["--grace_period", "20"])
+            .spawn()
+            .unwrap(),
+    );
+    let took = t.elapsed();
+    assert_eq!(code, 7, "{err}");
+    assert!(
+        err.contains("rank 1 (local rank 1)") && err.contains("exited with status 7"),
+        "{err}"
+    );
+    assert!(
+        err.contains("| rank 1 failing on purpose"),
+        "the failing rank's stderr tail: {err}"
+    );
+    // The other rank honours SIGTERM at once: nowhere near the 20 s grace.
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn a_sigkilled_rank_gives_128_plus_9() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, err, _) = finish(launcher(d.path(), "sigkill", &[]).spawn().unwrap());
+    assert_eq!(code, 137, "{err}");
+    assert!(err.contains("killed by signal 9 (SIGKILL)"), "{err}");
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+fn stop_drill(sig: &str, code: i32) {
+    let d = tempfile::tempdir().unwrap();
+    // The launcher leads its own process group, as a shell's foreground job does, and the signal goes
+    // to that whole group, as a terminal's Ctrl-C does: ranks must still get it exactly once.
+    let child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    let t = Instant::now();
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let (got, err, _) = finish(child);
+    assert_eq!(got, code, "{err}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    for r in 0..2 {
+        let ckpt = std::fs::read_to_string(d.path().join(format!("ckpt.{r}.SIG{sig}")))
+            .unwrap_or_default();
+        assert!(
+            ckpt == "checkpoint\n",
+            "rank {r} must checkpoint exactly once on SIG{sig}, got {ckpt:?}: {err}"
+        );
+    }
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_every_rank_once_then_143() {
+    stop_drill("TERM", 143);
+}
+
+#[test]
+fn sigint_to_the_launcher_reaches_every_rank_once_then_130() {
+    stop_drill("INT", 130);
+}
+
+#[test]
+fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
+    let d = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let (code, err, _) = finish(
+        launcher(d.path(), "ignore_term", &["--grace_period", "1.5"])
+            .spawn()
+            .unwrap(),
+    );
+    let took = t.elapsed();
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "SIGKILL came before the grace: {took:?}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn a_sigkilled_launcher_leaves_no_survivors() {
+    let d = tempfile::tempdir().unwrap();
+    let child = launcher(d.path(), "sleep", &["--grace_period", "20"])
+        .spawn()
+        .unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    signal(&child, "KILL");
+    let _ = finish(child);
+    // Ranks get SIGTERM from PDEATHSIG and end; the guards then kill what is left of their groups
+    // (grandchildren) at once, well before the 20 s grace.
+    assert_no_survivors(d.path(), Duration::from_secs(8));
+}
+
+#[test]
+fn a_hung_rank_is_stopped_and_the_group_restarted() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, err, _) = finish(
+        launcher(
+            d.path(),
+            "hang_restart",
+            &["--max_restarts", "2", "--grace_period", "5"],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("restarting all local ranks (restart 1 of 2)"),
+        "{err}"
+    );
+    for r in 0..2 {
+        assert!(
+            d.path().join(format!("pid.{r}.1")).exists(),
+            "rank {r} not restarted with TORCHELASTIC_RESTART_COUNT=1"
+        );
+        assert!(d.path().join(format!("done.{r}")).exists());
+        assert!(
+            !d.path().join(format!("pid.{r}.2")).exists(),
+            "restarted once too often"
+        );
+    }
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn sigusr1_reaches_every_rank() {
+    let d = tempfile::tempdir().unwrap();
+    let child = launcher(d.path(), "usr1", &[]).spawn().unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    signal(&child, "USR1");
+    let (code, err, _) = finish(child);
+    assert_eq!(code, 0, "SIGUSR1 must not stop the run by itself: {err}");
+    for r in 0..2 {
+        assert!(
+            d.path().join(format!("usr1.{r}")).exists(),
+            "rank {r} did not get SIGUSR1"
+        );
+    }
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn launcher_failures_have_their_own_codes() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .env("HF_HOME", d.path())
+            .env("ACCEL_PYTHON", python())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--no_python", "/nonexistent/prog"]);
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("not found"), "{err}");
+    let noexec = d.path().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    let (code, err) = run(&["--no_python", noexec.to_str().unwrap()]);
+    assert_eq!(code, 126, "{err}");
+    let busy = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let (code, err) = run(&[
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        &port,
+        "--no_python",
+        "true",
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains(&format!("port {port} is already in use")),
+        "{err}"
+    );
+    let (code, err) = run(&["--num_proceses", "2", "x.py"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--num_proceses"), "{err}");
+}
+
+#[test]
+fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .env("HF_HOME", d.path())
+            .args(["--cpu", "--num_processes", "2"])
+            .args(extra)
+            .args([
+                "--no_python",
+                "sh",
+                "-c",
+                "echo out $RANK; echo err $LOCAL_RANK >&2",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let logs = d.path().join("logs");
+    let (out, err) = run(&[
+        "--log_dir",
+        logs.to_str().unwrap(),
+        "--rank_prefix",
+        "[{rank}] ",
+        "--local_ranks_filter",
+        "1",
+    ]);
+    assert_eq!(out, "[1] out 1\n");
+    assert_eq!(err, "[1] err 1\n");
+    for r in 0..2 {
+        let f =
+            |s: &str| std::fs::read_to_string(logs.join(format!("attempt_0/{r}/{s}.log"))).unwrap();
+        assert_eq!(f("stdout"), format!("out {r}\n"));
+        assert_eq!(f("stderr"), format!("err {r}\n"));
+    }
+    let (out, _) = run(&[
+        "--tee",
+        "3",
+        "--log_dir",
+        logs.to_str().unwrap(),
+        "--log_template",
+        "n{node}/r{rank}-a{attempt}.{stream}",
+    ]);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["[default0]:out 0", "[default1]:out 1"]);
+    assert!(logs.join("n0/r1-a0.stdout").exists());
+}
+
+#[test]
+fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
+    let d = tempfile::tempdir().unwrap();
+    let venv_bin = python().parent().unwrap().to_path_buf();
+    let run = |path: &std::ffi::OsStr, args: &[&str]| {
+        let out = Command::new(BIN)
+            .env_clear()
+            .env("PATH", path)
+            .env("HF_HOME", d.path())
+            .env("ACCEL_PYTHON", python())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let with_venv =
+        std::env::join_paths([venv_bin.as_os_str(), "/usr/bin".as_ref(), "/bin".as_ref()]).unwrap();
+    let (code, out, err) = run(
+        &with_venv,
+        &[
+            "--dry-run",
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            "10.0.0.1",
+            "--rdzv_backend",
+            "c10d",
+            "train.py",
+            "--x",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!(
+            "# delegated to {}",
+            venv_bin.join("torchrun").display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "--nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint 10.0.0.1:29400"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(" train.py --x\n") && out.contains("ACCELERATE_USE_CPU=True"),
+        "{out}"
+    );
+    let bare = std::ffi::OsString::from("/nonexistent");
+    let (code, _, err) = run(&bare, &["--rdzv_backend", "c10d", "train.py"]);
+    assert_eq!(code, 127, "{err}");
+    assert!(
+        err.contains("needs `torchrun`, which is not installed"),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &bare,
+        &[
+            "--use_deepspeed",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "0",
+            "--main_process_ip",
+            "10.0.0.1",
+            "--deepspeed_hostfile",
+            "/etc/hostfile",
+            "train.py",
+        ],
+    );
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("needs `deepspeed`"), "{err}");
+    let (code, _, err) = run(
+        &bare,
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--mpirun_hostfile",
+            "/etc/hostfile",
+            "train.py",
+        ],
+    );
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("needs `mpirun`"), "{err}");
+}
+
+#[test]
+fn topology_errors_come_before_anything_is_spawned() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |envs: &[(&str, &str)], args: &[&str]| {
+        let out = Command::new(BIN)
+            .env("HF_HOME", d.path())
+            .envs(envs.iter().copied())
+            .args(args)
+            .args(["--no_python", "touch"])
+            .arg(d.path().join("spawned"))
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(
+        &[],
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            "10.0.0.1",
+        ],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no --machine_rank"), "{err}");
+    let (code, err) = run(
+        &[],
+        &[
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "1",
+        ],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no --main_process_ip"), "{err}");
+    let slurm = [
+        ("SLURM_JOB_ID", "9"),
+        ("SLURM_JOB_NODELIST", "localhost,127.0.0.1"),
+        ("SLURM_NNODES", "2"),
+        ("SLURM_NODEID", "1"),
+    ];
+    let (code, err) = run(&slurm, &["--cpu"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("loopback"), "{err}");
+    let mut per_node = slurm.to_vec();
+    per_node.push(("SLURM_NTASKS_PER_NODE", "4"));
+    let (code, err) = run(&per_node, &["--cpu"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("4 tasks per node"), "{err}");
+    assert!(!d.path().join("spawned").exists());
+}
+
+#[test]
+fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let seen = d.path().join("first_port");
+    // Rank 0 plays a TCPStore that lost its automatically chosen port once.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ] && [ ! -e {p} ]; then echo $MASTER_PORT > {p}; echo 'code: -98, name: EADDRINUSE, message: address already in use' >&2; exit 1; fi; \
+         if [ \"$RANK\" = 0 ] && [ \"$(cat {p})\" = \"$MASTER_PORT\" ]; then exit 9; fi; exit 0",
+        p = seen.display()
+    );
+    let out = Command::new(BIN)
+        .env("HF_HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--no_python",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("retrying on port"), "{err}");
+
+    // A rank that fails the way torch's @record does leaves its message in TORCHELASTIC_ERROR_FILE.
+    let record = r#"if [ "$RANK" = 1 ]; then printf '{"message": {"message": "ValueError: boom from rank 1", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1; fi; sleep 30"#;
+    let out = Command::new(BIN)
+        .env("HF_HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--no_python",
+            "sh",
+            "-c",
+            record,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: ValueError: boom from rank 1"), "{err}");
+}
