@@ -396,7 +396,7 @@ fn parity_with_accelerate_launch() {
         .iter()
         .filter(|c| {
             only.as_deref()
-                .map_or(true, |o| o.split(',').any(|n| n == c.name))
+                .is_none_or(|o| o.split(',').any(|n| n == c.name))
         })
         .collect();
     for chunk in cases.chunks(3) {

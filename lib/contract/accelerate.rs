@@ -994,10 +994,7 @@ pub fn merge_deepspeed_env(existing: &str, vars: &EnvMap) -> (String, Vec<String
     let mut skipped = Vec::new();
     let mut out: Vec<String> = existing
         .lines()
-        .filter(|l| {
-            l.split_once('=')
-                .map_or(true, |(k, _)| !vars.contains_key(k))
-        })
+        .filter(|l| l.split_once('=').is_none_or(|(k, _)| !vars.contains_key(k)))
         .map(str::to_string)
         .collect();
     for (k, v) in vars {

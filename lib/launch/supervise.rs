@@ -433,7 +433,7 @@ fn run_once(
             .console
             .local_ranks
             .as_ref()
-            .map_or(true, |l| l.contains(&spec.local_rank));
+            .is_none_or(|l| l.contains(&spec.local_rank));
         let prefix = opts.console.prefix.as_ref().map(|p| {
             render_template(
                 p,

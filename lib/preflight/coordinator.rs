@@ -32,27 +32,27 @@ pub struct Rank {
     pub child: Child,
 }
 
-/// The rank contract of local rank `local`, as torchrun (and accel-launch) export it.
-pub fn contract_env(world: &World, port: u16, local: usize) -> Vec<(&'static str, String)> {
-    let rank = world.global_rank(local);
-    let mut vars = vec![
-        (env_vars::RANK, rank.to_string()),
-        (env_vars::LOCAL_RANK, local.to_string()),
-        (env_vars::WORLD_SIZE, world.world_size().to_string()),
-        (env_vars::LOCAL_WORLD_SIZE, world.nproc_per_node.to_string()),
-        (env_vars::GROUP_RANK, world.machine_rank.to_string()),
-        (env_vars::GROUP_WORLD_SIZE, world.num_machines.to_string()),
-        (env_vars::ROLE_RANK, rank.to_string()),
-        (env_vars::ROLE_WORLD_SIZE, world.world_size().to_string()),
-        (env_vars::ROLE_NAME, "default".to_string()),
-        (env_vars::MASTER_ADDR, world.master_addr.clone()),
-        (env_vars::MASTER_PORT, port.to_string()),
-        (env_vars::TORCHELASTIC_RESTART_COUNT, "0".into()),
-        (env_vars::TORCHELASTIC_MAX_RESTARTS, "0".into()),
-        (env_vars::TORCHELASTIC_RUN_ID, "none".into()),
-    ];
+/// The rank contract of local rank `local`: exactly what accel-launch exports (the contract module's
+/// torchrun worker variables), plus CUDA_VISIBLE_DEVICES from gpu_ids.
+pub fn contract_env(
+    world: &World,
+    port: u16,
+    local: usize,
+    env: &Environment,
+) -> crate::contract::EnvMap {
+    let topology = crate::contract::Topology {
+        local_world_size: world.nproc_per_node as u32,
+        node_rank: world.machine_rank as u32,
+        num_nodes: world.num_machines as u32,
+        master_addr: world.master_addr.clone(),
+        master_port: port,
+        run_id: "none".into(),
+        role: "default".into(),
+        max_restarts: 0,
+    };
+    let mut vars = crate::contract::worker_env(&topology, local as u32, 0, None, env);
     if let Some(ids) = &world.gpu_ids {
-        vars.push((env_vars::CUDA_VISIBLE_DEVICES, ids.clone()));
+        vars.insert(env_vars::CUDA_VISIBLE_DEVICES.to_string(), ids.clone());
     }
     vars
 }
@@ -71,7 +71,7 @@ pub fn spawn_local_ranks(
         let mut cmd = Command::new(exe);
         cmd.arg("--worker")
             .args(&worker.args)
-            .envs(contract_env(world, port, local))
+            .envs(contract_env(world, port, local, env))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::PreflightError;
 use crate::cli::test::TestCli;
 use crate::config::{self, CliValue, DistributedType};
-use crate::env_vars::{self, Environment};
+use crate::env_vars::Environment;
 
 /// Where rank tensors live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,33 +87,6 @@ fn cli_values(cli: &TestCli) -> Vec<CliValue> {
     v
 }
 
-/// The first host of a SLURM hostlist: `node[01-04,07],gpu9` → `node01`.
-pub fn first_slurm_host(list: &str) -> Option<String> {
-    let list = list.trim();
-    let end = list
-        .char_indices()
-        .scan(0i32, |depth, (i, c)| {
-            match c {
-                '[' => *depth += 1,
-                ']' => *depth -= 1,
-                _ => {}
-            }
-            Some((i, c, *depth))
-        })
-        .find(|&(_, c, d)| c == ',' && d == 0)
-        .map(|(i, _, _)| i)
-        .unwrap_or(list.len());
-    let first = &list[..end];
-    match first.split_once('[') {
-        None => (!first.is_empty()).then(|| first.to_string()),
-        Some((prefix, rest)) => {
-            let range = rest.trim_end_matches(']').split(',').next()?;
-            let lo = range.split('-').next()?;
-            Some(format!("{prefix}{lo}"))
-        }
-    }
-}
-
 /// Resolves this machine's world from the command line, the environment and the config file.
 pub fn resolve(
     cli: &TestCli,
@@ -130,29 +103,19 @@ pub fn resolve(
     let mut machine_rank = cfg.machine_rank as usize;
     let mut master_addr = cfg.main_process_ip.clone();
     let mut master_port = cfg.main_process_port;
-    // Inside a multi-node SLURM step, the allocation says who is who when nothing else does.
+    // Inside a multi-node SLURM step, the allocation says who is who when nothing else does — read
+    // by the same code as accel-launch (hostlist expansion, the job-derived port).
     if cli.num_machines.is_none() && num_machines == 1 {
-        if let (Some(nn), Some(id)) = (
-            env.non_empty(env_vars::SLURM_NNODES)
-                .and_then(|v| v.parse::<usize>().ok()),
-            env.non_empty(env_vars::SLURM_NODEID)
-                .and_then(|v| v.parse::<usize>().ok()),
-        ) {
-            if nn > 1 {
-                num_machines = nn;
-                machine_rank = id;
-                if master_addr.is_none() {
-                    master_addr = env
-                        .non_empty(env_vars::SLURM_JOB_NODELIST)
-                        .or_else(|| env.non_empty(env_vars::SLURM_NODELIST))
-                        .and_then(first_slurm_host);
-                }
-                if master_port.is_none() {
-                    master_port = env
-                        .non_empty(env_vars::SLURM_JOB_ID)
-                        .and_then(|j| j.parse::<u64>().ok())
-                        .map(|j| 10000 + (j % 20000) as u16);
-                }
+        let job = crate::slurm::SlurmJob::detect(env)
+            .map_err(|e| PreflightError::Usage(e.to_string()))?;
+        if let Some(job) = job.filter(|j| j.num_nodes() > 1 && j.node_id.is_some()) {
+            num_machines = job.num_nodes() as usize;
+            machine_rank = job.node_id.unwrap_or(0) as usize;
+            if master_addr.is_none() {
+                master_addr = job.nodes.first().cloned();
+            }
+            if master_port.is_none() {
+                master_port = job.derived_port();
             }
         }
     }
@@ -209,60 +172,22 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// Reads and validates the contract; every problem is named with its variable.
+    /// Reads and validates the contract with the contract module's worker-side parser (the one
+    /// accel-launch's ranks are checked with); every problem is named with its variable.
     pub fn from_env(env: &Environment) -> Result<Contract, PreflightError> {
-        let num = |name: &'static str| -> Result<Option<usize>, PreflightError> {
-            match env.non_empty(name) {
-                None => Ok(None),
-                Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
-                    PreflightError::Contract(format!("{name}=`{v}` is not a non-negative integer"))
-                }),
-            }
-        };
-        let need = |name: &'static str, v: Option<usize>| {
-            v.ok_or_else(|| PreflightError::Contract(format!("{name} is not set")))
-        };
-        let rank = need(env_vars::RANK, num(env_vars::RANK)?)?;
-        let world_size = need(env_vars::WORLD_SIZE, num(env_vars::WORLD_SIZE)?)?;
-        let local_rank = need(env_vars::LOCAL_RANK, num(env_vars::LOCAL_RANK)?)?;
-        let local_world_size = num(env_vars::LOCAL_WORLD_SIZE)?.unwrap_or(world_size);
-        let master_addr = env
-            .non_empty(env_vars::MASTER_ADDR)
-            .ok_or_else(|| PreflightError::Contract("MASTER_ADDR is not set".into()))?
-            .to_string();
-        let port = need(env_vars::MASTER_PORT, num(env_vars::MASTER_PORT)?)?;
-        if world_size == 0 {
-            return Err(PreflightError::Contract("WORLD_SIZE is 0".into()));
-        }
-        if rank >= world_size {
-            return Err(PreflightError::Contract(format!(
-                "RANK {rank} is not below WORLD_SIZE {world_size}"
-            )));
-        }
-        if local_world_size == 0 || local_rank >= local_world_size {
-            return Err(PreflightError::Contract(format!(
-                "LOCAL_RANK {local_rank} is not below LOCAL_WORLD_SIZE {local_world_size}"
-            )));
-        }
-        if local_world_size > world_size {
-            return Err(PreflightError::Contract(format!(
-                "LOCAL_WORLD_SIZE {local_world_size} exceeds WORLD_SIZE {world_size}"
-            )));
-        }
-        let master_port = u16::try_from(port)
-            .ok()
-            .filter(|&p| p > 0)
-            .ok_or_else(|| PreflightError::Contract(format!("MASTER_PORT {port} is not a port")))?;
-        let num_nodes = num(env_vars::GROUP_WORLD_SIZE)?
-            .unwrap_or_else(|| world_size.div_ceil(local_world_size));
+        let c = crate::contract::WorkerContract::parse(env)
+            .map_err(|e| PreflightError::Contract(e.to_string()))?;
         Ok(Contract {
-            rank,
-            local_rank,
-            world_size,
-            local_world_size,
-            num_nodes,
-            master_addr,
-            master_port,
+            rank: c.rank as usize,
+            local_rank: c.local_rank as usize,
+            world_size: c.world_size as usize,
+            local_world_size: c.local_world_size as usize,
+            num_nodes: c
+                .group_world_size
+                .unwrap_or_else(|| c.world_size.div_ceil(c.local_world_size.max(1)))
+                as usize,
+            master_addr: c.master_addr,
+            master_port: c.master_port,
         })
     }
 }
@@ -336,9 +261,12 @@ mod tests {
             (w.num_machines, w.machine_rank, w.master_addr.as_str()),
             (2, 1, "gpu07")
         );
-        assert_eq!(w.master_port, Some(11234));
-        assert_eq!(first_slurm_host("a1,b[1-2]").as_deref(), Some("a1"));
-        assert_eq!(first_slurm_host("n[3,5-6],m").as_deref(), Some("n3"));
+        let job = crate::slurm::SlurmJob::detect(&env).unwrap().unwrap();
+        assert_eq!(
+            w.master_port,
+            job.derived_port(),
+            "the same port accel-launch derives"
+        );
     }
 
     #[test]
@@ -357,7 +285,7 @@ mod tests {
         assert!(Contract::from_env(&bad)
             .unwrap_err()
             .to_string()
-            .contains("RANK 2"));
+            .contains("RANK"));
         let mut bad = Environment::from_pairs(base);
         bad.set("MASTER_PORT", "70000");
         assert!(Contract::from_env(&bad).is_err());

@@ -123,7 +123,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 }
                 if resolved
                     .origin("main_process_ip")
-                    .map_or(true, |o| matches!(o, Origin::Default))
+                    .is_none_or(|o| matches!(o, Origin::Default))
                 {
                     args.main_process_ip = place.master_addr.clone().or(args.main_process_ip);
                 }

@@ -23,12 +23,88 @@ _accel__estimate__memory() {
 
     case "${cmd}" in
         accel__estimate__memory)
-            opts="-h -V --help --version"
+            opts="-h -V --library-name --library_name --dtypes --trust-remote-code --trust_remote_code --json --from --revision --strategy --num-gpus --num_gpus --offload --precision --batch-size --batch_size --seq-len --seq_len --grad-checkpointing --grad_checkpointing --context --dtype --kv-dtype --kv_dtype --gpu-memory --gpu_memory --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --library_name)
+                    COMPREPLY=($(compgen -W "timm transformers" -- "${cur}"))
+                    return 0
+                    ;;
+                --library-name)
+                    COMPREPLY=($(compgen -W "timm transformers" -- "${cur}"))
+                    return 0
+                    ;;
+                --dtypes)
+                    COMPREPLY=($(compgen -W "float32 float16 int8 int4" -- "${cur}"))
+                    return 0
+                    ;;
+                --from)
+                    COMPREPLY=($(compgen -W "auto config weights" -- "${cur}"))
+                    return 0
+                    ;;
+                --revision)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --strategy)
+                    COMPREPLY=($(compgen -W "ddp fsdp zero1 zero2 zero3" -- "${cur}"))
+                    return 0
+                    ;;
+                --num_gpus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --num-gpus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --precision)
+                    COMPREPLY=($(compgen -W "fp32 bf16 fp16" -- "${cur}"))
+                    return 0
+                    ;;
+                --batch_size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --seq_len)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --seq-len)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --dtype)
+                    COMPREPLY=($(compgen -W "float32 float16 bfloat16 fp8 int8 int4" -- "${cur}"))
+                    return 0
+                    ;;
+                --kv_dtype)
+                    COMPREPLY=($(compgen -W "float32 float16 bfloat16 fp8 int8 int4" -- "${cur}"))
+                    return 0
+                    ;;
+                --kv-dtype)
+                    COMPREPLY=($(compgen -W "float32 float16 bfloat16 fp8 int8 int4" -- "${cur}"))
+                    return 0
+                    ;;
+                --gpu_memory)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gpu-memory)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

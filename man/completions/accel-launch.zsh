@@ -15,11 +15,262 @@ _accel-launch() {
 
     local context curcontext="$curcontext" state line
     _arguments "${_arguments_options[@]}" : \
+'--config_file=[The config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
+'--config-file=[The config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
+'--grace_period=[Seconds between the stop signal and SIGKILL when ranks are stopped (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
+'--grace-period=[Seconds between the stop signal and SIGKILL when ranks are stopped (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
+'--log_template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
+'--log-template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
+'--rank_prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
+'--rank-prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
+'--local_ranks_filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:_default' \
+'--local-ranks-filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:_default' \
+'--num_cpu_threads_per_process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
+'--num-cpu-threads-per-process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
+'-t+[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:_default' \
+'--tee=[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:_default' \
+'--log_dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template)]:DIR:_files' \
+'--log-dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template)]:DIR:_files' \
+'--role=[Worker role (ROLE_NAME)]:ROLE:_default' \
+'--rdzv_conf=[Rendezvous options for --rdzv_backend c10d (passed to torchrun)]:RDZV_CONF:_default' \
+'--rdzv-conf=[Rendezvous options for --rdzv_backend c10d (passed to torchrun)]:RDZV_CONF:_default' \
+'--max_restarts=[Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)]:N:_default' \
+'--max-restarts=[Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)]:N:_default' \
+'--monitor_interval=[Seconds between checks of the ranks]:SECONDS:_default' \
+'--monitor-interval=[Seconds between checks of the ranks]:SECONDS:_default' \
+'*--vm=[TPU pod VMs (not supported)]:VM:_default' \
+'*--env=[TPU pod environment (not supported)]:KEY=VALUE:_default' \
+'--main_training_function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
+'--main-training-function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
+'--aws_access_key_id=[SageMaker (not supported)]:ID:_default' \
+'--aws-access-key-id=[SageMaker (not supported)]:ID:_default' \
+'--aws_secret_access_key=[SageMaker (not supported)]:KEY:_default' \
+'--aws-secret-access-key=[SageMaker (not supported)]:KEY:_default' \
+'--mpirun_hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
+'--mpirun-hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
+'--mixed_precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:_default' \
+'--mixed-precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:_default' \
+'--num_processes=[Total number of processes over all machines (config\: num_processes)]:VALUE:_default' \
+'--num-processes=[Total number of processes over all machines (config\: num_processes)]:VALUE:_default' \
+'--num_machines=[Number of machines (config\: num_machines)]:VALUE:_default' \
+'--num-machines=[Number of machines (config\: num_machines)]:VALUE:_default' \
+'--dynamo_backend=[torch.compile backend (no, eager, aot_eager, inductor, …)]:VALUE:_default' \
+'--dynamo-backend=[torch.compile backend (no, eager, aot_eager, inductor, …)]:VALUE:_default' \
+'--dynamo_mode=[torch.compile mode\: default, reduce-overhead, max-autotune]:VALUE:_default' \
+'--dynamo-mode=[torch.compile mode\: default, reduce-overhead, max-autotune]:VALUE:_default' \
+'--gpu_ids=[GPUs to use on each machine, comma-separated, or \`all\` (exported as CUDA_VISIBLE_DEVICES)]:VALUE:_default' \
+'--gpu-ids=[GPUs to use on each machine, comma-separated, or \`all\` (exported as CUDA_VISIBLE_DEVICES)]:VALUE:_default' \
+'--machine_rank=[Rank of this machine, 0 .. num_machines-1 (SLURM\: SLURM_NODEID)]:VALUE:_default' \
+'--machine-rank=[Rank of this machine, 0 .. num_machines-1 (SLURM\: SLURM_NODEID)]:VALUE:_default' \
+'--main_process_ip=[Address of the machine of rank 0 (SLURM\: the first node of the job)]:VALUE:_default' \
+'--main-process-ip=[Address of the machine of rank 0 (SLURM\: the first node of the job)]:VALUE:_default' \
+'--main_process_port=[Rendezvous port on the main machine; 0 or unset on one node\: a free port (SLURM\: derived from SLURM_JOB_ID)]:VALUE:_default' \
+'--main-process-port=[Rendezvous port on the main machine; 0 or unset on one node\: a free port (SLURM\: derived from SLURM_JOB_ID)]:VALUE:_default' \
+'--rdzv_backend=[Rendezvous backend\: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)]:VALUE:_default' \
+'--rdzv-backend=[Rendezvous backend\: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)]:VALUE:_default' \
+'--deepspeed_config_file=[DeepSpeed JSON config file]:VALUE:_default' \
+'--deepspeed-config-file=[DeepSpeed JSON config file]:VALUE:_default' \
+'--zero_stage=[ZeRO stage (0-3)]:VALUE:_default' \
+'--zero-stage=[ZeRO stage (0-3)]:VALUE:_default' \
+'--offload_optimizer_device=[Optimizer offload\: none, cpu or nvme]:VALUE:_default' \
+'--offload-optimizer-device=[Optimizer offload\: none, cpu or nvme]:VALUE:_default' \
+'--offload_param_device=[Parameter offload\: none, cpu or nvme]:VALUE:_default' \
+'--offload-param-device=[Parameter offload\: none, cpu or nvme]:VALUE:_default' \
+'--offload_optimizer_nvme_path=[NVMe path for optimizer offload (exported, unlike accelerate 1.15)]:VALUE:_default' \
+'--offload-optimizer-nvme-path=[NVMe path for optimizer offload (exported, unlike accelerate 1.15)]:VALUE:_default' \
+'--offload_param_nvme_path=[NVMe path for parameter offload (exported, unlike accelerate 1.15)]:VALUE:_default' \
+'--offload-param-nvme-path=[NVMe path for parameter offload (exported, unlike accelerate 1.15)]:VALUE:_default' \
+'--gradient_accumulation_steps=[Gradient accumulation steps]:VALUE:_default' \
+'--gradient-accumulation-steps=[Gradient accumulation steps]:VALUE:_default' \
+'--gradient_clipping=[Gradient clipping value]:VALUE:_default' \
+'--gradient-clipping=[Gradient clipping value]:VALUE:_default' \
+'--zero3_init_flag=[ZeRO-3 zero.Init for large models (true/false)]:VALUE:_default' \
+'--zero3-init-flag=[ZeRO-3 zero.Init for large models (true/false)]:VALUE:_default' \
+'--zero3_save_16bit_model=[Save 16-bit model weights with ZeRO-3 (true/false)]:VALUE:_default' \
+'--zero3-save-16bit-model=[Save 16-bit model weights with ZeRO-3 (true/false)]:VALUE:_default' \
+'--deepspeed_hostfile=[Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)]:VALUE:_default' \
+'--deepspeed-hostfile=[Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)]:VALUE:_default' \
+'--deepspeed_exclusion_filter=[deepspeed --exclude filter]:VALUE:_default' \
+'--deepspeed-exclusion-filter=[deepspeed --exclude filter]:VALUE:_default' \
+'--deepspeed_inclusion_filter=[deepspeed --include filter]:VALUE:_default' \
+'--deepspeed-inclusion-filter=[deepspeed --include filter]:VALUE:_default' \
+'--deepspeed_multinode_launcher=[deepspeed multi-node launcher\: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm]:VALUE:_default' \
+'--deepspeed-multinode-launcher=[deepspeed multi-node launcher\: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm]:VALUE:_default' \
+'--deepspeed_moe_layer_cls_names=[Comma-separated MoE layer class names]:VALUE:_default' \
+'--deepspeed-moe-layer-cls-names=[Comma-separated MoE layer class names]:VALUE:_default' \
+'--fsdp_version=[FSDP version, 1 or 2]:VALUE:_default' \
+'--fsdp-version=[FSDP version, 1 or 2]:VALUE:_default' \
+'--fsdp_offload_params=[Offload parameters to CPU (true/false)]:VALUE:_default' \
+'--fsdp-offload-params=[Offload parameters to CPU (true/false)]:VALUE:_default' \
+'--fsdp_min_num_params=[Minimum parameters for size-based auto wrap]:VALUE:_default' \
+'--fsdp-min-num-params=[Minimum parameters for size-based auto wrap]:VALUE:_default' \
+'--fsdp_sharding_strategy=[FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2]:VALUE:_default' \
+'--fsdp-sharding-strategy=[FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2]:VALUE:_default' \
+'--fsdp_reshard_after_forward=[FSDP2\: reshard after forward (true/false); FSDP1\: a sharding strategy]:VALUE:_default' \
+'--fsdp-reshard-after-forward=[FSDP2\: reshard after forward (true/false); FSDP1\: a sharding strategy]:VALUE:_default' \
+'--fsdp_auto_wrap_policy=[TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP]:VALUE:_default' \
+'--fsdp-auto-wrap-policy=[TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP]:VALUE:_default' \
+'--fsdp_transformer_layer_cls_to_wrap=[Layer class names to wrap (exported as FSDP_TRANSFORMER_CLS_TO_WRAP)]:VALUE:_default' \
+'--fsdp-transformer-layer-cls-to-wrap=[Layer class names to wrap (exported as FSDP_TRANSFORMER_CLS_TO_WRAP)]:VALUE:_default' \
+'--fsdp_backward_prefetch=[BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH]:VALUE:_default' \
+'--fsdp-backward-prefetch=[BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH]:VALUE:_default' \
+'--fsdp_state_dict_type=[FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT]:VALUE:_default' \
+'--fsdp-state-dict-type=[FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT]:VALUE:_default' \
+'--fsdp_forward_prefetch=[Explicit forward prefetch (true/false)]:VALUE:_default' \
+'--fsdp-forward-prefetch=[Explicit forward prefetch (true/false)]:VALUE:_default' \
+'--fsdp_use_orig_params=[use_orig_params (true/false)]:VALUE:_default' \
+'--fsdp-use-orig-params=[use_orig_params (true/false)]:VALUE:_default' \
+'--fsdp_cpu_ram_efficient_loading=[Load pretrained weights on rank 0 only (true/false)]:VALUE:_default' \
+'--fsdp-cpu-ram-efficient-loading=[Load pretrained weights on rank 0 only (true/false)]:VALUE:_default' \
+'--fsdp_sync_module_states=[Broadcast module states from rank 0 (true/false)]:VALUE:_default' \
+'--fsdp-sync-module-states=[Broadcast module states from rank 0 (true/false)]:VALUE:_default' \
+'--fsdp_activation_checkpointing=[Activation checkpointing (true/false)]:VALUE:_default' \
+'--fsdp-activation-checkpointing=[Activation checkpointing (true/false)]:VALUE:_default' \
+'--fsdp_activation_checkpointing_offload=[Offload checkpointed activations to CPU (true/false)]:VALUE:_default' \
+'--fsdp-activation-checkpointing-offload=[Offload checkpointed activations to CPU (true/false)]:VALUE:_default' \
+'--megatron_lm_tp_degree=[Tensor parallelism degree]:VALUE:_default' \
+'--megatron-lm-tp-degree=[Tensor parallelism degree]:VALUE:_default' \
+'--megatron_lm_pp_degree=[Pipeline parallelism degree]:VALUE:_default' \
+'--megatron-lm-pp-degree=[Pipeline parallelism degree]:VALUE:_default' \
+'--megatron_lm_num_micro_batches=[Micro-batches with pipeline parallelism]:VALUE:_default' \
+'--megatron-lm-num-micro-batches=[Micro-batches with pipeline parallelism]:VALUE:_default' \
+'--megatron_lm_sequence_parallelism=[Sequence parallelism (true/false)]:VALUE:_default' \
+'--megatron-lm-sequence-parallelism=[Sequence parallelism (true/false)]:VALUE:_default' \
+'--megatron_lm_recompute_activations=[Selective activation recomputation (true/false)]:VALUE:_default' \
+'--megatron-lm-recompute-activations=[Selective activation recomputation (true/false)]:VALUE:_default' \
+'--megatron_lm_use_distributed_optimizer=[Distributed optimizer (true/false)]:VALUE:_default' \
+'--megatron-lm-use-distributed-optimizer=[Distributed optimizer (true/false)]:VALUE:_default' \
+'--megatron_lm_gradient_clipping=[Gradient clipping by global L2 norm]:VALUE:_default' \
+'--megatron-lm-gradient-clipping=[Gradient clipping by global L2 norm]:VALUE:_default' \
+'--megatron_lm_recompute_granularity=[full or selective]:VALUE:_default' \
+'--megatron-lm-recompute-granularity=[full or selective]:VALUE:_default' \
+'--megatron_lm_recompute_method=[uniform or block]:VALUE:_default' \
+'--megatron-lm-recompute-method=[uniform or block]:VALUE:_default' \
+'--megatron_lm_recompute_num_layers=[Layers to recompute]:VALUE:_default' \
+'--megatron-lm-recompute-num-layers=[Layers to recompute]:VALUE:_default' \
+'--megatron_lm_decoder_last_pipeline_num_layers=[Decoder layers in the last pipeline stage]:VALUE:_default' \
+'--megatron-lm-decoder-last-pipeline-num-layers=[Decoder layers in the last pipeline stage]:VALUE:_default' \
+'--megatron_lm_expert_model_parallel_size=[Expert model parallel size]:VALUE:_default' \
+'--megatron-lm-expert-model-parallel-size=[Expert model parallel size]:VALUE:_default' \
+'--megatron_lm_context_parallel_size=[Context parallel size]:VALUE:_default' \
+'--megatron-lm-context-parallel-size=[Context parallel size]:VALUE:_default' \
+'--megatron_lm_expert_tensor_parallel_size=[Expert tensor parallel size]:VALUE:_default' \
+'--megatron-lm-expert-tensor-parallel-size=[Expert tensor parallel size]:VALUE:_default' \
+'--megatron_lm_attention_dropout=[Attention dropout]:VALUE:_default' \
+'--megatron-lm-attention-dropout=[Attention dropout]:VALUE:_default' \
+'--megatron_lm_hidden_dropout=[Hidden dropout]:VALUE:_default' \
+'--megatron-lm-hidden-dropout=[Hidden dropout]:VALUE:_default' \
+'--megatron_lm_attention_backend=[Attention backend]:VALUE:_default' \
+'--megatron-lm-attention-backend=[Attention backend]:VALUE:_default' \
+'--megatron_lm_attention_softmax_in_fp32=[Softmax in fp32 (true/false)]:VALUE:_default' \
+'--megatron-lm-attention-softmax-in-fp32=[Softmax in fp32 (true/false)]:VALUE:_default' \
+'--megatron_lm_calculate_per_token_loss=[Per-token loss (true/false)]:VALUE:_default' \
+'--megatron-lm-calculate-per-token-loss=[Per-token loss (true/false)]:VALUE:_default' \
+'--megatron_lm_use_rotary_position_embeddings=[Rotary position embeddings (true/false)]:VALUE:_default' \
+'--megatron-lm-use-rotary-position-embeddings=[Rotary position embeddings (true/false)]:VALUE:_default' \
+'--megatron_lm_use_custom_fsdp=[Megatron custom FSDP (true/false; \`False\` is false, unlike accelerate)]:VALUE:_default' \
+'--megatron-lm-use-custom-fsdp=[Megatron custom FSDP (true/false; \`False\` is false, unlike accelerate)]:VALUE:_default' \
+'--megatron_lm_no_load_optim=[Do not load optimizer state (true/false)]:VALUE:_default' \
+'--megatron-lm-no-load-optim=[Do not load optimizer state (true/false)]:VALUE:_default' \
+'--megatron_lm_no_save_optim=[Do not save optimizer state (true/false)]:VALUE:_default' \
+'--megatron-lm-no-save-optim=[Do not save optimizer state (true/false)]:VALUE:_default' \
+'--megatron_lm_eod_mask_loss=[Mask loss at end-of-document tokens (true/false)]:VALUE:_default' \
+'--megatron-lm-eod-mask-loss=[Mask loss at end-of-document tokens (true/false)]:VALUE:_default' \
+'--megatron_lm_overlap_cpu_optimizer_d2h_h2d=[Overlap CPU optimizer copies (true/false)]:VALUE:_default' \
+'--megatron-lm-overlap-cpu-optimizer-d2h-h2d=[Overlap CPU optimizer copies (true/false)]:VALUE:_default' \
+'--megatron_lm_optimizer_cpu_offload=[Offload the optimizer to CPU (true/false)]:VALUE:_default' \
+'--megatron-lm-optimizer-cpu-offload=[Offload the optimizer to CPU (true/false)]:VALUE:_default' \
+'--megatron_lm_use_precision_aware_optimizer=[Precision-aware optimizer (true/false)]:VALUE:_default' \
+'--megatron-lm-use-precision-aware-optimizer=[Precision-aware optimizer (true/false)]:VALUE:_default' \
+'--fp8_backend=[FP8 backend\: ao, te or msamp (exported upper-case, which the child needs)]:VALUE:_default' \
+'--fp8-backend=[FP8 backend\: ao, te or msamp (exported upper-case, which the child needs)]:VALUE:_default' \
+'--fp8_margin=[TE\: scaling margin]:VALUE:_default' \
+'--fp8-margin=[TE\: scaling margin]:VALUE:_default' \
+'--fp8_interval=[TE\: scaling factor update interval]:VALUE:_default' \
+'--fp8-interval=[TE\: scaling factor update interval]:VALUE:_default' \
+'--fp8_format=[TE\: HYBRID, E4M3 or E5M2]:VALUE:_default' \
+'--fp8-format=[TE\: HYBRID, E4M3 or E5M2]:VALUE:_default' \
+'--fp8_amax_history_len=[TE\: amax history length]:VALUE:_default' \
+'--fp8-amax-history-len=[TE\: amax history length]:VALUE:_default' \
+'--fp8_amax_compute_algo=[TE\: max or most_recent]:VALUE:_default' \
+'--fp8-amax-compute-algo=[TE\: max or most_recent]:VALUE:_default' \
+'--fp8_override_linear_precision=[TE\: fprop,dgrad,wgrad in higher precision, e.g. false,false,true]:VALUE:_default' \
+'--fp8-override-linear-precision=[TE\: fprop,dgrad,wgrad in higher precision, e.g. false,false,true]:VALUE:_default' \
+'--fp8_opt_level=[MS-AMP\: O1 or O2]:VALUE:_default' \
+'--fp8-opt-level=[MS-AMP\: O1 or O2]:VALUE:_default' \
+'--fp8_enable_fsdp_float8_all_gather=[AO\: float8 all-gather under FSDP2 (true/false)]:VALUE:_default' \
+'--fp8-enable-fsdp-float8-all-gather=[AO\: float8 all-gather under FSDP2 (true/false)]:VALUE:_default' \
+'--fp8_pad_inner_dim=[AO\: pad the inner dimension (true/false)]:VALUE:_default' \
+'--fp8-pad-inner-dim=[AO\: pad the inner dimension (true/false)]:VALUE:_default' \
+'--parallelism_config_dp_replicate_size=[Data-parallel replicate size]:VALUE:_default' \
+'--parallelism-config-dp-replicate-size=[Data-parallel replicate size]:VALUE:_default' \
+'--parallelism_config_dp_shard_size=[Data-parallel shard size]:VALUE:_default' \
+'--parallelism-config-dp-shard-size=[Data-parallel shard size]:VALUE:_default' \
+'--parallelism_config_tp_size=[Tensor-parallel size]:VALUE:_default' \
+'--parallelism-config-tp-size=[Tensor-parallel size]:VALUE:_default' \
+'--parallelism_config_cp_size=[Context-parallel size]:VALUE:_default' \
+'--parallelism-config-cp-size=[Context-parallel size]:VALUE:_default' \
+'--parallelism_config_cp_backend=[Context-parallel backend (torch)]:VALUE:_default' \
+'--parallelism-config-cp-backend=[Context-parallel backend (torch)]:VALUE:_default' \
+'--parallelism_config_cp_comm_strategy=[allgather or alltoall]:VALUE:_default' \
+'--parallelism-config-cp-comm-strategy=[allgather or alltoall]:VALUE:_default' \
+'--parallelism_config_sp_size=[Sequence-parallel size]:VALUE:_default' \
+'--parallelism-config-sp-size=[Sequence-parallel size]:VALUE:_default' \
+'--parallelism_config_sp_backend=[Sequence-parallel backend (deepspeed)]:VALUE:_default' \
+'--parallelism-config-sp-backend=[Sequence-parallel backend (deepspeed)]:VALUE:_default' \
+'--parallelism_config_sp_seq_length=[Sequence length]:VALUE:_default' \
+'--parallelism-config-sp-seq-length=[Sequence length]:VALUE:_default' \
+'--parallelism_config_sp_seq_length_is_variable=[Variable sequence length (true/false)]:VALUE:_default' \
+'--parallelism-config-sp-seq-length-is-variable=[Variable sequence length (true/false)]:VALUE:_default' \
+'--parallelism_config_sp_attn_implementation=[Attention implementation (sdpa, …)]:VALUE:_default' \
+'--parallelism-config-sp-attn-implementation=[Attention implementation (sdpa, …)]:VALUE:_default' \
+'-q[Print only the failing rank'\''s report, no launcher notes]' \
+'--quiet[Print only the failing rank'\''s report, no launcher notes]' \
+'-m[Run the script as a module\: \`python -m MODULE\`]' \
+'--module[Run the script as a module\: \`python -m MODULE\`]' \
+'--no_python[Run the script directly, without python (any executable)]' \
+'--no-python[Run the script directly, without python (any executable)]' \
+'--debug[Debug mode (ACCELERATE_DEBUG_MODE=true)]' \
+'--dry-run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
+'--dry_run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
+'--json[With --dry-run\: print JSON]' \
+'--cpu[Run on CPU\: N gloo ranks with --num_processes N (accelerate starts one process)]' \
+'--multi_gpu[Distributed GPU training (DDP)]' \
+'--multi-gpu[Distributed GPU training (DDP)]' \
+'--tpu[TPU training (not supported by accel-launch; use accelerate launch)]' \
+'--use_deepspeed[DeepSpeed training]' \
+'--use-deepspeed[DeepSpeed training]' \
+'--use_fsdp[Fully Sharded Data Parallel training]' \
+'--use-fsdp[Fully Sharded Data Parallel training]' \
+'--use_parallelism_config[N-D parallelism through parallelism_config (requires FSDP 2)]' \
+'--use-parallelism-config[N-D parallelism through parallelism_config (requires FSDP 2)]' \
+'--use_megatron_lm[Megatron-LM training]' \
+'--use-megatron-lm[Megatron-LM training]' \
+'--tpu_cluster[TPU pod (not supported)]' \
+'--tpu-cluster[TPU pod (not supported)]' \
+'--no_tpu_cluster[TPU\: internal (not supported)]' \
+'--no-tpu-cluster[TPU\: internal (not supported)]' \
+'--tpu_use_sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
+'--tpu-use-sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
+'--downcast_bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
+'--downcast-bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
+'--enable_cpu_affinity[Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)]' \
+'--enable-cpu-affinity[Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)]' \
+'--dynamo_use_fullgraph[torch.compile with fullgraph=True]' \
+'--dynamo-use-fullgraph[torch.compile with fullgraph=True]' \
+'--dynamo_use_dynamic[torch.compile with dynamic shapes]' \
+'--dynamo-use-dynamic[torch.compile with dynamic shapes]' \
+'--dynamo_use_regional_compilation[Compile repeated blocks once (regional compilation)]' \
+'--dynamo-use-regional-compilation[Compile repeated blocks once (regional compilation)]' \
+'--same_network[All machines are on the same network (accepted; the rendezvous is the same either way)]' \
+'--same-network[All machines are on the same network (accepted; the rendezvous is the same either way)]' \
+'--fp8_use_autocast_during_eval[TE\: autocast during evaluation]' \
+'--fp8-use-autocast-during-eval[TE\: autocast during evaluation]' \
 '-h[Print help (see more with '\''--help'\'')]' \
 '--help[Print help (see more with '\''--help'\'')]' \
 '-V[Print version]' \
 '--version[Print version]' \
-'*::args -- Arguments:_default' \
+'*::command -- The training script (or module with -m, or program with --no_python) and its arguments:_cmdambivalent' \
 && ret=0
 }
 

@@ -15,11 +15,34 @@ _accel-test() {
 
     local context curcontext="$curcontext" state line
     _arguments "${_arguments_options[@]}" : \
+'--config_file=[Config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
+'--config-file=[Config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
+'--num_processes=[Total number of ranks, over all machines]:N:_default' \
+'--num-processes=[Total number of ranks, over all machines]:N:_default' \
+'--num_machines=[Number of machines (nodes) in the job]:N:_default' \
+'--num-machines=[Number of machines (nodes) in the job]:N:_default' \
+'--machine_rank=[Rank of this machine (0 hosts the rendezvous)]:N:_default' \
+'--machine-rank=[Rank of this machine (0 hosts the rendezvous)]:N:_default' \
+'--main_process_ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:_default' \
+'--main-process-ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:_default' \
+'--main_process_port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:_default' \
+'--main-process-port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:_default' \
+'--gpu_ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:_default' \
+'--gpu-ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:_default' \
+'--timeout=[Seconds any single wait may take (rendezvous, a collective, a rank'\''s answer)]:SECONDS:_default' \
+'--max_size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
+'--max-size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
+'*--check=[Run only the checks whose name starts with PREFIX (repeatable), e.g. \`all_reduce.sum\`]:PREFIX:_default' \
+'--device=[Internal\: the device workers use (\`cpu\` or \`cuda\`)]:DEVICE:_default' \
+'--cpu[Run on CPU (gloo) even when GPUs are present]' \
+'--bench[Also measure all_reduce and all_gather latency and bandwidth (algbw and busbw as nccl-tests defines them) from 1 KB up to --max_size]' \
+'--python[Also run a torch.distributed check with the user'\''s python (ACCEL_PYTHON, else python3 or python on PATH) in the same world, to test that side of the installation]' \
+'--json[Print the report as one JSON document instead of lines]' \
+'--worker[Internal\: run as one rank of the world, from the rank contract in the environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), printing JSON events]' \
 '-h[Print help (see more with '\''--help'\'')]' \
 '--help[Print help (see more with '\''--help'\'')]' \
 '-V[Print version]' \
 '--version[Print version]' \
-'*::args -- Arguments:_default' \
 && ret=0
 }
 
