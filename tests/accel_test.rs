@@ -325,7 +325,7 @@ fn invalid_contract_is_named() {
     assert!(ev[0]["detail"]
         .as_str()
         .unwrap()
-        .contains("RANK 2 is not below WORLD_SIZE 2"));
+        .contains("RANK=2 is not below WORLD_SIZE=2"));
 }
 
 const WIRE: &str = r#"
