@@ -11,6 +11,7 @@ pub mod docs;
 pub mod env_vars;
 pub mod error;
 pub mod exit_status;
+pub mod merge;
 pub mod python;
 pub mod questionnaire;
 pub mod tools;
