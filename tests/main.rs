@@ -1,1 +1,2 @@
 //! Integration tests: drive the built binaries.
+mod merge;

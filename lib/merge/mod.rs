@@ -91,7 +91,7 @@ pub enum MergeError {
     Invalid { path: PathBuf, message: String },
     #[error("unsafe or malformed pickle")]
     Pickle(#[source] pickle::PickleError),
-    #[error("`{path}` is truncated: {what}, but the file has {len} bytes")]
+    #[error("`{path}` has {len} bytes, but {what}: the file is truncated or the offsets are out of range")]
     Truncated {
         path: PathBuf,
         what: String,

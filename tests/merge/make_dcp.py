@@ -5,6 +5,7 @@ Usage: make_dcp.py KIND OUT_DIR
   fsdp1   2 gloo ranks, FSDP1 SHARDED_STATE_DICT, {"model": msd, "optim": osd}
   accel   2 gloo ranks, accelerate-style save_state layout: OUT/pytorch_model_fsdp_0 and OUT/optimizer_0
   plain   1 process, no PG: nested dict with mixed dtypes, a transposed view, 0-d, empty and bytes items
+  complex 1 process: a complex64 tensor (a dtype safetensors lacks)
   big     1 process: a ~N MiB checkpoint for benchmarks (size from env BIG_MIB), 2 files
 """
 import os
@@ -141,10 +142,16 @@ def _big_worker(rank, world, out, port, mib):
     dist.destroy_process_group()
 
 
+def complex_(out):
+    dcp.save({"model": {"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex64)}}, checkpoint_id=out, no_dist=True)
+
+
 def main():
     kind, out = sys.argv[1], sys.argv[2]
     if kind == "plain":
         plain(out)
+    elif kind == "complex":
+        complex_(out)
     elif kind == "big":
         big(out)
     else:
