@@ -439,3 +439,70 @@ fn accelerate_flag_spellings() {
     let o = Command::new(BIN).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+fn zero_matches_reference(kind: &'static str) {
+    let ckpt = fixture(kind);
+    let out = out_dir(kind);
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(err.contains("DeepSpeed ZeRO-"), "{err}");
+    let reference = ckpt.join("reference.pt");
+    check(&ckpt, &out, &["--reference", reference.to_str().unwrap()]);
+}
+
+#[test]
+fn zero1_matches_zero_to_fp32_reconstruction() {
+    zero_matches_reference("zero1");
+}
+
+#[test]
+fn zero2_matches_zero_to_fp32_reconstruction() {
+    zero_matches_reference("zero2");
+}
+
+#[test]
+fn zero3_matches_zero_to_fp32_reconstruction() {
+    zero_matches_reference("zero3");
+    let ckpt = fixture("zero3");
+    let out = out_dir("zero3-bin");
+    ok(&merge(
+        &[&ckpt.join("global_step3"), &out],
+        &["--unsafe-serialization", "--dtype", "bf16"],
+    ));
+    let reference = ckpt.join("reference.pt");
+    check(
+        &ckpt,
+        &out,
+        &[
+            "--bin",
+            "--dtype",
+            "bf16",
+            "--reference",
+            reference.to_str().unwrap(),
+        ],
+    );
+}
+
+#[test]
+fn error_incomplete_zero_checkpoint() {
+    let src = fixture("zero2");
+    let ckpt = root().join("copy-zero-incomplete");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    std::fs::create_dir_all(ckpt.join("global_step3")).unwrap();
+    std::fs::copy(src.join("latest"), ckpt.join("latest")).unwrap();
+    std::fs::copy(
+        src.join("global_step3/mp_rank_00_model_states.pt"),
+        ckpt.join("global_step3/mp_rank_00_model_states.pt"),
+    )
+    .unwrap();
+    fails(
+        &ckpt,
+        3,
+        "1 `*_model_states.pt` and 0 `*_optim_states.pt` files",
+    );
+    std::fs::copy(
+        src.join("global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+        ckpt.join("global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+    )
+    .unwrap();
+    fails(&ckpt, 3, "saved by 2 ranks");
+}
