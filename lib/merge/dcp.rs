@@ -205,18 +205,20 @@ fn input_index(
     Ok(inputs.len() - 1)
 }
 
-/// Resolves one chunk: finds its archive in the data file and the tensor view inside it.
-fn resolve_chunk(
+/// Resolves one chunk: finds its archive in the data file `bytes` (read from `path`) and the tensor
+/// view inside it; returns the byte offset of the view's storage in the file, the view, and whether the
+/// storage is big-endian. Every offset is checked against `bytes`.
+pub fn resolve_chunk(
     fqn: &str,
     info: &StorageInfo,
-    input: &Input,
-    index: usize,
+    path: &Path,
+    bytes: &[u8],
 ) -> Result<(usize, TensorRef, bool), MergeError> {
-    let file_len = input.bytes().len() as u64;
+    let file_len = bytes.len() as u64;
     let end = info.offset.saturating_add(info.length);
     if end > file_len {
         return Err(MergeError::Truncated {
-            path: input.path.clone(),
+            path: path.to_path_buf(),
             what: format!("`{fqn}` needs bytes {}..{end}", info.offset),
             len: file_len,
         });
@@ -228,9 +230,9 @@ fn resolve_chunk(
         )));
     }
     let start = info.offset as usize;
-    let blob = &input.bytes()[start..end as usize];
+    let blob = &bytes[start..end as usize];
     let chunk_err = |e: String| MergeError::Chunk {
-        path: input.path.clone(),
+        path: path.to_path_buf(),
         fqn: fqn.to_owned(),
         offset: info.offset,
         message: e,
@@ -265,7 +267,7 @@ fn resolve_chunk(
     } else {
         // The safetensors serialization (B7): one blob for all tensors of the file, keyed by fqn;
         // it runs to the end of the file.
-        let tail = &input.bytes()[start..];
+        let tail = &bytes[start..];
         let (n, meta) = safetensors::SafeTensors::read_metadata(tail)
             .map_err(|e| chunk_err(format!("neither a torch.save archive nor safetensors: {e}")))?;
         let tensors = meta.tensors();
@@ -286,7 +288,6 @@ fn resolve_chunk(
             strides: super::tensor::contiguous_strides(&shape),
             shape,
         };
-        let _ = index;
         Ok((start + 8 + n + info.data_offsets.0, t, false))
     }
 }
@@ -342,7 +343,8 @@ pub fn read(dir: &Path, meta_path: &Path) -> Result<Read, MergeError> {
                             bad(format!("`{fqn}` chunk at {offsets:?} has no storage entry"))
                         })?;
                     let i = input_index(dir, &info.relative_path, &mut inputs, &mut by_name)?;
-                    let (storage_start, t, big) = resolve_chunk(fqn, info, &inputs[i], i)?;
+                    let (storage_start, t, big) =
+                        resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
                     if &t.shape != sizes {
                         return Err(MergeError::Chunk {
                             path: inputs[i].path.clone(),

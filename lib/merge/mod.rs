@@ -114,6 +114,8 @@ pub enum MergeError {
     Exists(PathBuf),
     #[error("{0}")]
     Selection(String),
+    #[error("interrupted; nothing was written")]
+    Interrupted,
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },
 }
@@ -155,6 +157,7 @@ impl Diagnostic for MergeError {
                 ExitStatus::Output
             }
             MergeError::Selection(_) => ExitStatus::Usage,
+            MergeError::Interrupted => ExitStatus::Interrupted,
             _ => ExitStatus::Input,
         }
     }

@@ -191,7 +191,15 @@ impl TensorRef {
     }
     /// Reads a tensor value out of a torch.save pickle node (a `_rebuild_*` call).
     pub fn from_pickle(p: &Pickle, id: Id) -> Result<TensorRef, TensorError> {
+        Self::from_pickle_at(p, id, 0)
+    }
+
+    fn from_pickle_at(p: &Pickle, id: Id, depth: u32) -> Result<TensorRef, TensorError> {
         use TensorError::NotATensor;
+        // Parameters wrap tensors once; a deeper chain is a crafted file trying to exhaust the stack.
+        if depth > 8 {
+            return Err(NotATensor("tensor wrappers nested too deeply"));
+        }
         let Node::Object { callable, args, .. } = p.node(id) else {
             return Err(NotATensor("the value is not a rebuilt tensor"));
         };
@@ -203,7 +211,8 @@ impl TensorRef {
             ("torch._utils", "_rebuild_parameter")
             | ("torch._utils", "_rebuild_parameter_with_state")
             | ("torch.nn.parameter", "Parameter") => {
-                Self::from_pickle(p, *args.first().ok_or(NotATensor("empty parameter"))?)
+                let inner = *args.first().ok_or(NotATensor("empty parameter"))?;
+                Self::from_pickle_at(p, inner, depth + 1)
             }
             ("torch._tensor", "_rebuild_from_type_v2") => {
                 // (func, cls, args, state): evaluate func(*args), the plain tensor.

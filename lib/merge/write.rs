@@ -518,6 +518,7 @@ pub fn write_files(
     entries: &[Entry],
     inputs: &[Input],
     progress: &(dyn Fn(u64) + Sync),
+    interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<PathBuf>, MergeError> {
     let mut handles = Vec::new();
     for fp in &plan.files {
@@ -543,6 +544,9 @@ pub fn write_files(
         .flat_map(|(k, fp)| fp.tensors.iter().map(move |&(i, at)| (k, i, at)))
         .collect();
     jobs.par_iter().try_for_each(|&(k, i, at)| {
+        if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(MergeError::Interrupted);
+        }
         let t = &sel[i];
         let e = &entries[t.entry];
         let (path, f) = &handles[k];
@@ -662,4 +666,74 @@ pub fn verify(plan: &Plan, dir: &Path, sel: &[OutTensor]) -> Result<(), MergeErr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merge::pickle::{load, Globals};
+    use crate::merge::tensor::TensorRef;
+
+    fn entry(shape: &[u64], dtype: DType) -> Entry {
+        Entry {
+            path: vec!["x".into()],
+            dtype,
+            shape: shape.to_vec(),
+            tile_shape: shape.to_vec(),
+            pieces: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn shards_are_greedy_and_oversized_tensors_stand_alone() {
+        let entries = vec![
+            entry(&[10], DType::F32),
+            entry(&[10], DType::F32),
+            entry(&[100], DType::F32),
+            entry(&[5], DType::BF16),
+        ];
+        let sel: Vec<OutTensor> = (0..4)
+            .map(|i| OutTensor {
+                name: format!("t{i}"),
+                entry: i,
+                dtype: entries[i].dtype,
+            })
+            .collect();
+        let plan = plan(Format::Safetensors, &sel, &entries, Some(80));
+        let names: Vec<&str> = plan.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "model-00001-of-00003.safetensors",
+                "model-00002-of-00003.safetensors",
+                "model-00003-of-00003.safetensors"
+            ]
+        );
+        assert_eq!(plan.files[0].tensors.len(), 2);
+        let (name, index) = plan.index.as_ref().unwrap();
+        assert_eq!(name, "model.safetensors.index.json");
+        let v: serde_json::Value = serde_json::from_str(index).unwrap();
+        assert_eq!(v["metadata"]["total_size"], 80 + 400 + 10);
+        assert_eq!(v["weight_map"]["t3"], "model-00003-of-00003.safetensors");
+        // Headers are 8-byte aligned and data follows immediately.
+        let f = &plan.files[0];
+        assert_eq!(f.tensors[0].1 % 8, 0);
+        assert_eq!(f.len, f.tensors[0].1 + 80);
+    }
+
+    #[test]
+    fn torch_pickle_reads_back_as_tensors() {
+        let list = vec![
+            ("a".to_string(), DType::F32, vec![3, 1 << 33]),
+            ("b".to_string(), DType::U16, vec![]),
+        ];
+        let p = load(&torch_pickle(&list), Globals::TorchWeights).unwrap();
+        let pairs = p.pairs(p.root).unwrap();
+        let a = TensorRef::from_pickle(&p, pairs[0].1).unwrap();
+        assert_eq!(a.shape, vec![3, 1 << 33]);
+        assert_eq!(a.strides, vec![1 << 33, 1]);
+        assert_eq!(a.key, "0");
+        let b = TensorRef::from_pickle(&p, pairs[1].1).unwrap();
+        assert_eq!((b.dtype, b.key.as_str()), (DType::U16, "1"));
+    }
 }

@@ -150,6 +150,11 @@ fn write_staged(
             b.inc(n);
         }
     };
+    // From here on, SIGINT/SIGTERM stop the write between tensors so the staging directory is removed.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
     write::write_files(
         plan,
         staging,
@@ -157,6 +162,7 @@ fn write_staged(
         &ckpt.entries,
         &ckpt.inputs,
         &tick,
+        &interrupted,
     )?;
     if let Some(b) = &bar {
         b.finish_and_clear();

@@ -108,9 +108,7 @@ def plain(out):
 
 def big(out):
     mib = int(os.environ.get("BIG_MIB", "2048"))
-    # A few >= 256 MiB tensors plus many small ones, split over 2 "ranks" by hand via DTensor-free chunks:
-    # DCP with no_dist writes one file, so shard explicitly by saving two halves as separate fqns? No:
-    # build a real 2-rank checkpoint with gloo instead (see big_worker).
+    # A few 256 MiB fp32 tensors (half the bytes) plus 400 small bf16 ones, saved by 2 gloo ranks.
     world = 2
     port = int(os.environ.get("PORT", "29631"))
     mp.spawn(_big_worker, args=(world, out, port, mib), nprocs=world, join=True)
@@ -121,22 +119,24 @@ def _big_worker(rank, world, out, port, mib):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import distribute_tensor, Shard
+    from torch.distributed.tensor import DTensor, Shard
 
+    # Each rank builds only its own Shard(0) half, so generation needs ~1x the checkpoint in RAM overall.
     mesh = init_device_mesh("cpu", (world,))
     sd = {}
     big_bytes = 256 << 20
     n_big = max(1, (mib << 20) // 2 // big_bytes)
+    cols = 4096
+    rows = big_bytes // 4 // cols
     for i in range(n_big):
-        t = torch.empty(big_bytes // 4 // 4096, 4096, dtype=torch.float32)
-        t.normal_(generator=torch.Generator().manual_seed(i)) if False else t.fill_(float(i) + 0.5)
-        sd[f"big.{i}.weight"] = distribute_tensor(t, mesh, [Shard(0)])
+        local = torch.full((rows // world, cols), float(i) + 0.5 + rank, dtype=torch.float32)
+        sd[f"big.{i}.weight"] = DTensor.from_local(local, mesh, [Shard(0)], shape=(rows, cols), stride=(cols, 1))
     rest = (mib << 20) - n_big * big_bytes
     n_small = 400
-    each = max(1024, rest // n_small // 2)
+    each = max(world, rest // n_small // 2 // world * world)
     for i in range(n_small):
-        t = torch.full((each,), float(i), dtype=torch.bfloat16)
-        sd[f"layers.{i}.weight"] = distribute_tensor(t, mesh, [Shard(0)])
+        local = torch.full((each // world,), float(i + rank), dtype=torch.bfloat16)
+        sd[f"layers.{i}.weight"] = DTensor.from_local(local, mesh, [Shard(0)], shape=(each,), stride=(1,))
     dcp.save({"model": sd}, checkpoint_id=out)
     dist.barrier()
     dist.destroy_process_group()
