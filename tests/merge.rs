@@ -407,11 +407,11 @@ fn error_disk_full_leaves_nothing() {
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
-            // Writes past 1 KiB fail (EFBIG) instead of killing the process.
+            // Writes past 64 bytes fail (EFBIG) instead of killing the process.
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
             let lim = libc::rlimit {
-                rlim_cur: 1024,
-                rlim_max: 1024,
+                rlim_cur: 64,
+                rlim_max: 64,
             };
             libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
             Ok(())

@@ -28,11 +28,12 @@ impl Input {
         self.map.as_deref().unwrap_or(&[])
     }
     /// Tells the kernel we are done with `range` of the mapping, so it stops counting as our memory.
-    fn release(&self, start: usize, end: usize) {
+    pub(crate) fn release(&self, start: usize, end: usize) {
         let Some(map) = &self.map else { return };
+        // Whole pages around the range: neighbours that are still needed simply fault back in.
         let page = 4096;
-        let lo = start.div_ceil(page) * page;
-        let hi = (end / page) * page;
+        let lo = (start / page) * page;
+        let hi = end.min(map.len());
         if hi > lo {
             // SAFETY: the mapping is a read-only shared file mapping; dropping its pages only makes a
             // later access fault them back in from the page cache with the same contents.
@@ -77,14 +78,24 @@ pub fn write_tensor(
 ) -> io::Result<()> {
     let numel: u64 = t.tile_shape.iter().product();
     let bytes = numel as usize * t.dtype.size();
-    if bytes <= PIECE {
+    // Pieces made of long contiguous runs with nothing to convert go kernel-to-kernel; only tensors
+    // made of many short or strided runs are worth assembling in memory.
+    let direct = t.pieces.iter().all(|p| {
+        let (_, len, contiguous) = run_shape(t.tile_shape, p);
+        p.dtype == t.dtype
+            && !p.big_endian
+            && contiguous
+            && len as usize * t.dtype.size() >= 64 << 10
+    });
+    if bytes <= PIECE && !direct {
         // Small tensors: assemble in memory, one write.
         let mut buf = vec![0u8; bytes];
         for p in t.pieces {
             for_each_run(t.tile_shape, p, |out_elem, src_elem, len| {
                 let dst =
                     &mut buf[out_elem as usize * t.dtype.size()..][..len as usize * t.dtype.size()];
-                gather(&inputs[p.input], p, src_elem, len, t.dtype, dst);
+                let (lo, hi) = gather(&inputs[p.input], p, src_elem, len, t.dtype, dst);
+                inputs[p.input].release(lo, hi);
                 Ok(())
             })?;
         }
@@ -138,16 +149,10 @@ pub struct SrcRun {
 }
 
 /// Calls `f(output_element, source, length)` for every output-contiguous run of the piece's box.
-fn for_each_run(
-    shape: &[u64],
-    p: &Piece,
-    mut f: impl FnMut(u64, SrcRun, u64) -> io::Result<()>,
-) -> io::Result<()> {
+/// The runs of a piece: the first dim of the output-contiguous block, the block's length in elements,
+/// and whether the source is contiguous over the block too.
+fn run_shape(shape: &[u64], p: &Piece) -> (usize, u64, bool) {
     let n = shape.len();
-    if p.sizes.contains(&0) {
-        return Ok(());
-    }
-    let g = contiguous_strides(shape);
     // The output-contiguous suffix starts at the last dim the box does not span fully.
     let mut m = 0;
     for d in (0..n).rev() {
@@ -165,6 +170,20 @@ fn for_each_run(
         }
         expect = expect.saturating_mul(p.sizes[d]);
     }
+    (m, len, contiguous)
+}
+
+fn for_each_run(
+    shape: &[u64],
+    p: &Piece,
+    mut f: impl FnMut(u64, SrcRun, u64) -> io::Result<()>,
+) -> io::Result<()> {
+    let n = shape.len();
+    if p.sizes.contains(&0) {
+        return Ok(());
+    }
+    let g = contiguous_strides(shape);
+    let (m, len, contiguous) = run_shape(shape, p);
     let mut idx = vec![0u64; m];
     loop {
         let mut out = 0u64;
@@ -212,6 +231,27 @@ fn gather(
     let src = input.bytes();
     let es = p.dtype.size();
     let os = out.size();
+    let conv = converter(p.dtype, p.big_endian, out);
+    if run.contiguous {
+        // The common case: one slice in, one slice out.
+        let at = p.storage_start + (run.start + run.skip) as usize * es;
+        let n = count as usize;
+        let s = &src[at..at + n * es];
+        match conv {
+            Conv::Copy => dst[..n * es].copy_from_slice(s),
+            Conv::Fast(f) => {
+                for (i, o) in s.chunks_exact(es).zip(dst.chunks_exact_mut(os)) {
+                    f(i, o);
+                }
+            }
+            Conv::General => {
+                for (i, o) in s.chunks_exact(es).zip(dst.chunks_exact_mut(os)) {
+                    convert(i, p.dtype, p.big_endian, out, o);
+                }
+            }
+        }
+        return (at, at + n * es);
+    }
     let dims = &p.sizes[run.m..];
     let strides = &p.strides[run.m..];
     // Unravel the first element's position within the inner block.
@@ -231,13 +271,12 @@ fn gather(
         let bytes = &src[at..at + es];
         lo = lo.min(at);
         hi = hi.max(at + es);
-        convert(
-            bytes,
-            p.dtype,
-            p.big_endian,
-            out,
-            &mut dst[j * os..(j + 1) * os],
-        );
+        let o = &mut dst[j * os..(j + 1) * os];
+        match conv {
+            Conv::Copy => o.copy_from_slice(bytes),
+            Conv::Fast(f) => f(bytes, o),
+            Conv::General => convert(bytes, p.dtype, p.big_endian, out, o),
+        }
         for d in (0..dims.len()).rev() {
             idx[d] += 1;
             if idx[d] < dims[d] {
@@ -299,6 +338,39 @@ fn copy_range(input: &Input, src: u64, out: &File, dst: u64, len: u64) -> io::Re
         done += n as u64;
     }
     Ok(())
+}
+
+/// How one element is turned into the output dtype.
+#[derive(Clone, Copy)]
+enum Conv {
+    /// A plain byte copy.
+    Copy,
+    /// A tight function for a common cast.
+    Fast(fn(&[u8], &mut [u8])),
+    /// The general [`convert`] (rare casts, big-endian input).
+    General,
+}
+
+fn converter(from: DType, big_endian: bool, to: DType) -> Conv {
+    if big_endian {
+        return Conv::General;
+    }
+    match (from, to) {
+        _ if from == to => Conv::Copy,
+        (DType::F32, DType::BF16) => Conv::Fast(|i, o| {
+            let f = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);
+            o.copy_from_slice(&f32_to_bf16(f).to_le_bytes());
+        }),
+        (DType::F32, DType::F16) => Conv::Fast(|i, o| {
+            let f = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);
+            o.copy_from_slice(&f32_to_f16(f).to_le_bytes());
+        }),
+        (DType::BF16, DType::F32) => Conv::Fast(|i, o| o.copy_from_slice(&[0, 0, i[0], i[1]])),
+        (DType::F16, DType::F32) => Conv::Fast(|i, o| {
+            o.copy_from_slice(&f16_to_f32(u16::from_le_bytes([i[0], i[1]])).to_le_bytes())
+        }),
+        _ => Conv::General,
+    }
 }
 
 /// Converts one element.

@@ -345,6 +345,10 @@ pub fn read(dir: &Path, meta_path: &Path) -> Result<Read, MergeError> {
                     let i = input_index(dir, &info.relative_path, &mut inputs, &mut by_name)?;
                     let (storage_start, t, big) =
                         resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
+                    // Only the archive's headers were read; keep resident memory independent of the
+                    // number of chunks.
+                    let end = info.offset.saturating_add(info.length) as usize;
+                    inputs[i].release(info.offset as usize, end);
                     if &t.shape != sizes {
                         return Err(MergeError::Chunk {
                             path: inputs[i].path.clone(),

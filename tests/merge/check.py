@@ -83,7 +83,7 @@ def load_output(args):
     total = sum(t.numel() * t.element_size() for t in sd.values())
     assert index["metadata"]["total_size"] == total, (index["metadata"], total)
     # transformers' own loader must accept the index and shards.
-    from transformers.modeling_utils import load_sharded_checkpoint
+    from transformers.trainer_utils import load_sharded_checkpoint
 
     root = torch.nn.Module()
     for name, t in sd.items():
@@ -96,7 +96,7 @@ def load_output(args):
         m.register_buffer(leaf, torch.empty_like(t))
     load_sharded_checkpoint(root, d, strict=True)
     for name, t in root.state_dict().items():
-        assert torch.equal(t.view(torch.uint8) if t.numel() else t, sd[name].view(torch.uint8) if t.numel() else sd[name]), name
+        assert same_bits(t, sd[name]), name
     return sd
 
 
