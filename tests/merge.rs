@@ -275,6 +275,12 @@ fn remove_checkpoint_dir_after_verified_write() {
     ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
     assert!(!ckpt.exists());
     assert!(out.join("model.safetensors").is_file());
+    // An output inside the checkpoint would be deleted with it: refused before anything is written.
+    let ckpt = copy_of("plain", "remove-inside");
+    let inside = ckpt.join("sub").join("out");
+    let o = merge(&[&ckpt, &inside], &["--remove_checkpoint_dir"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(ckpt.join(".metadata").exists() && !ckpt.join("sub").exists());
     // A failed merge leaves the input alone.
     let ckpt = copy_of("plain", "remove-fail");
     std::fs::write(ckpt.join("__0_0.distcp"), b"").unwrap();

@@ -56,8 +56,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     let plan = write::plan(format, &sel.tensors, &ckpt.entries, cli.max_shard_size);
     if cli.remove_checkpoint_dir {
         let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
-        let o = std::fs::canonicalize(&out_dir).unwrap_or_else(|_| out_dir.clone());
-        if o.starts_with(&c) {
+        if canonical_or_parent(&out_dir).starts_with(&c) {
             return Err(crate::error::Error::msg(
                 ExitStatus::Usage,
                 "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
@@ -184,6 +183,26 @@ fn write_staged(
     }
     std::fs::remove_dir(staging).map_err(|e| MergeError::io("remove", staging, e))?;
     Ok((start.elapsed().as_secs_f64(), plan.tensor_bytes))
+}
+
+/// The canonical form of a path that may not exist yet: its nearest existing ancestor, canonicalized,
+/// with the rest appended.
+fn canonical_or_parent(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut tail = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return tail.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_owned());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
 }
 
 /// With --force, an earlier sharded output of the same format would shadow or mix with the new one.
