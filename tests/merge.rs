@@ -48,7 +48,7 @@ fn fixture(kind: &'static str) -> PathBuf {
     static LOCKS: OnceLock<Vec<(&'static str, Mutex<()>)>> = OnceLock::new();
     let locks = LOCKS.get_or_init(|| {
         [
-            "fsdp2", "fsdp1", "accel", "plain", "complex", "zero2", "zero3", "zero1",
+            "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "zero2", "zero3", "zero1",
         ]
         .into_iter()
         .map(|k| (k, Mutex::new(())))
@@ -199,6 +199,16 @@ fn mixed_dtypes_views_zero_size_and_nested_names() {
         &["--unsafe_serialization", "--dtype", "bf16"],
     ));
     check(&ckpt, &bin, &["--bin", "--dtype", "bf16"]);
+}
+
+#[test]
+fn dcp_safetensors_serialization_is_read() {
+    // torch's own FileSystemReader cannot read this format; compare with the saved originals.
+    let ckpt = fixture("stformat");
+    let out = out_dir("stformat");
+    ok(&merge(&[&ckpt, &out], &[]));
+    let reference = ckpt.join("reference.pt");
+    check(&ckpt, &out, &["--reference", reference.to_str().unwrap()]);
 }
 
 #[test]

@@ -5,6 +5,7 @@ Usage: make_dcp.py KIND OUT_DIR
   fsdp1   2 gloo ranks, FSDP1 SHARDED_STATE_DICT, {"model": msd, "optim": osd}
   accel   2 gloo ranks, accelerate-style save_state layout: OUT/pytorch_model_fsdp_0 and OUT/optimizer_0
   plain   1 process, no PG: nested dict with mixed dtypes, a transposed view, 0-d, empty and bytes items
+  stformat 1 process: FileSystemWriter(serialization_format=SAFETENSORS); writes reference.pt
   complex 1 process: a complex64 tensor (a dtype safetensors lacks)
   big     1 process: a ~N MiB checkpoint for benchmarks (size from env BIG_MIB), 2 files
 """
@@ -146,10 +147,24 @@ def complex_(out):
     dcp.save({"model": {"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex64)}}, checkpoint_id=out, no_dist=True)
 
 
+def stformat(out):
+    # FileSystemWriter's safetensors serialization: torch's own reader cannot load it, so the original
+    # state dict is saved next to it as the reference.
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    torch.manual_seed(5)
+    sd = {"model": {"a": torch.randn(5, 3), "b": torch.randn(4).to(torch.bfloat16), "c": torch.arange(3), "n": 3}}
+    w = dcp.FileSystemWriter(out, serialization_format=SerializationFormat.SAFETENSORS)
+    dcp.save(sd, storage_writer=w, no_dist=True)
+    torch.save(sd, os.path.join(out, "reference.pt"))
+
+
 def main():
     kind, out = sys.argv[1], sys.argv[2]
     if kind == "plain":
         plain(out)
+    elif kind == "stformat":
+        stformat(out)
     elif kind == "complex":
         complex_(out)
     elif kind == "big":
