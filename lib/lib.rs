@@ -14,6 +14,7 @@ pub mod error;
 pub mod estimate;
 pub mod exit_status;
 pub mod launch;
+pub mod merge;
 pub mod preflight;
 pub mod python;
 pub mod questionnaire;

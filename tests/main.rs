@@ -15,4 +15,5 @@ mod env;
 mod estimate;
 mod launch;
 mod launch_faults;
+mod merge;
 mod questionnaire;

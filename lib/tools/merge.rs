@@ -1,10 +1,359 @@
-//! Runs `merge`; filled in by its own issue.
+//! Runs `accel-merge-weights`: read and verify the checkpoint, lay out the output, stream it into a
+//! staging directory, read it back, rename it into place; or, with `--inspect`, describe the checkpoint.
 
-use crate::cli::merge::MergeCli;
-use crate::env_vars::Environment;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::cli::merge::{DtypeArg, MergeCli};
+use crate::env_vars::{Environment, ACCEL_NO_PROGRESS};
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
+use crate::merge::select::{self, Selection};
+use crate::merge::tensor::DType;
+use crate::merge::write::{self, Format};
+use crate::merge::{self, Checkpoint, MergeError};
 
-pub fn run(_cli: MergeCli, _env: &Environment) -> Result<ExitStatus> {
-    super::not_built(crate::cli::merge::doc().name)
+const TOOL: &str = "accel-merge-weights";
+
+/// Files of a Hugging Face model directory that belong next to its weights.
+const HF_FILES: &[&str] = &[
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+];
+
+pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
+    let ckpt = merge::open(&cli.checkpoint_directory, cli.tag.as_deref())?;
+    let sel = select::select(&ckpt, &selection(&cli))?;
+    if cli.inspect {
+        return inspect(&cli, &ckpt, &sel);
+    }
+    let Some(out_dir) = cli.output_path.clone() else {
+        return Err(crate::error::Error::msg(
+            ExitStatus::Usage,
+            "OUTPUT_PATH is required",
+        ));
+    };
+    let format = if cli.unsafe_serialization {
+        Format::TorchBin
+    } else {
+        Format::Safetensors
+    };
+    let plan = write::plan(format, &sel.tensors, &ckpt.entries, cli.max_shard_size);
+    if cli.remove_checkpoint_dir {
+        let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
+        if canonical_or_parent(&out_dir).starts_with(&c) {
+            return Err(crate::error::Error::msg(
+                ExitStatus::Usage,
+                "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
+            ));
+        }
+    }
+    let mut names: Vec<String> = plan.files.iter().map(|f| f.name.clone()).collect();
+    names.extend(plan.index.iter().map(|(n, _)| n.clone()));
+    let hf = match &cli.hf_reference {
+        Some(dir) => hf_files(dir)?,
+        None => Vec::new(),
+    };
+    names.extend(
+        hf.iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+    );
+    let created = !out_dir.exists();
+    if !created && !out_dir.is_dir() {
+        return Err(MergeError::NotADirectory(out_dir).into());
+    }
+    for n in &names {
+        let p = out_dir.join(n);
+        if p.exists() && !cli.force {
+            return Err(MergeError::Exists(p).into());
+        }
+    }
+    std::fs::create_dir_all(&out_dir).map_err(|e| MergeError::io("create", &out_dir, e))?;
+    let staging = out_dir.join(format!(".accel-merge-{}.tmp", std::process::id()));
+    let result = write_staged(
+        &cli, env, &ckpt, &sel, &plan, &out_dir, &staging, &hf, &names,
+    );
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+        if created {
+            let _ = std::fs::remove_dir_all(&out_dir);
+        }
+    }
+    let (elapsed, bytes) = result?;
+    if cli.remove_checkpoint_dir {
+        std::fs::remove_dir_all(&cli.checkpoint_directory)
+            .map_err(|e| MergeError::io("remove", &cli.checkpoint_directory, e))?;
+    }
+    if !cli.quiet {
+        let target = if plan.files.len() == 1 {
+            out_dir.join(&plan.files[0].name).display().to_string()
+        } else {
+            format!("{} ({} files)", out_dir.display(), plan.files.len())
+        };
+        let mut line = format!(
+            "{TOOL}: merged {} tensors ({}) from {} checkpoint {} into {target} in {:.1}s ({}/s)",
+            sel.tensors.len(),
+            human(bytes),
+            ckpt.kind,
+            ckpt.dir.display(),
+            elapsed,
+            human((bytes as f64 / elapsed.max(1e-6)) as u64),
+        );
+        if !sel.skipped.is_empty() {
+            line.push_str(&format!("; skipped {} non-tensor items", sel.skipped.len()));
+        }
+        if !sel.left_out.is_empty() {
+            line.push_str(&format!(
+                "; left out top-level keys: {}",
+                sel.left_out.join(", ")
+            ));
+        }
+        eprintln!("{line}");
+    }
+    Ok(ExitStatus::Success)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_staged(
+    cli: &MergeCli,
+    env: &Environment,
+    ckpt: &Checkpoint,
+    sel: &select::Selected,
+    plan: &write::Plan,
+    out_dir: &Path,
+    staging: &Path,
+    hf: &[PathBuf],
+    names: &[String],
+) -> Result<(f64, u64), MergeError> {
+    std::fs::create_dir(staging).map_err(|e| MergeError::io("create", staging, e))?;
+    let start = Instant::now();
+    let bar = progress_bar(cli, env, plan.tensor_bytes);
+    let tick = |n: u64| {
+        if let Some(b) = &bar {
+            b.inc(n);
+        }
+    };
+    // From here on, SIGINT/SIGTERM stop the write between tensors so the staging directory is removed.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
+    write::write_files(
+        plan,
+        staging,
+        &sel.tensors,
+        &ckpt.entries,
+        &ckpt.inputs,
+        &tick,
+        &interrupted,
+    )?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    write::verify(plan, staging, &sel.tensors)?;
+    for src in hf {
+        if let Some(name) = src.file_name() {
+            let dst = staging.join(name);
+            std::fs::copy(src, &dst).map_err(|e| MergeError::io("copy", src, e))?;
+        }
+    }
+    if cli.force {
+        remove_stale(out_dir, plan.format);
+    }
+    for n in names {
+        let from = staging.join(n);
+        let to = out_dir.join(n);
+        std::fs::rename(&from, &to).map_err(|e| MergeError::io("rename", &to, e))?;
+    }
+    std::fs::remove_dir(staging).map_err(|e| MergeError::io("remove", staging, e))?;
+    Ok((start.elapsed().as_secs_f64(), plan.tensor_bytes))
+}
+
+/// The canonical form of a path that may not exist yet: its nearest existing ancestor, canonicalized,
+/// with the rest appended.
+fn canonical_or_parent(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut tail = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return tail.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_owned());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// With --force, an earlier sharded output of the same format would shadow or mix with the new one.
+fn remove_stale(out_dir: &Path, format: Format) {
+    let single = format.single_name();
+    let (stem, ext) = single.split_once('.').unwrap_or((&single, ""));
+    let Ok(rd) = std::fs::read_dir(out_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let shard = name.starts_with(&format!("{stem}-"))
+            && name.ends_with(&format!(".{ext}"))
+            && name.contains("-of-");
+        if shard || name == format.index_name() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn hf_files(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
+    if !dir.is_dir() {
+        return Err(MergeError::NotADirectory(dir.to_path_buf()));
+    }
+    let found: Vec<PathBuf> = HF_FILES
+        .iter()
+        .map(|n| dir.join(n))
+        .filter(|p| p.is_file())
+        .collect();
+    if found.is_empty() {
+        return Err(MergeError::NotACheckpoint {
+            path: dir.to_path_buf(),
+            found: "no config.json or tokenizer files".into(),
+            hint: "--hf-reference takes a Hugging Face model directory (with config.json)".into(),
+        });
+    }
+    Ok(found)
+}
+
+fn selection(cli: &MergeCli) -> Selection {
+    Selection {
+        key: cli.key.clone(),
+        all_keys: cli.all_keys,
+        strip_prefix: cli.strip_prefix.clone(),
+        dtype: match cli.dtype {
+            DtypeArg::Keep => None,
+            DtypeArg::Fp32 => Some(DType::F32),
+            DtypeArg::Bf16 => Some(DType::BF16),
+            DtypeArg::Fp16 => Some(DType::F16),
+        },
+    }
+}
+
+fn progress_bar(cli: &MergeCli, env: &Environment, total: u64) -> Option<indicatif::ProgressBar> {
+    let off = cli.quiet
+        || !std::io::stderr().is_terminal()
+        || env.get(ACCEL_NO_PROGRESS).is_some_and(|v| !v.is_empty());
+    if off {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    let style = indicatif::ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}
+
+fn human(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn inspect(cli: &MergeCli, ckpt: &Checkpoint, sel: &select::Selected) -> Result<ExitStatus> {
+    let rows: Vec<(String, &merge::Entry, DType)> = sel
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), &ckpt.entries[t.entry], t.dtype))
+        .collect();
+    let total_bytes: u64 = rows
+        .iter()
+        .map(|(_, e, d)| e.numel() * d.size() as u64)
+        .sum();
+    let total_chunks: usize = rows.iter().map(|(_, e, _)| e.pieces.len()).sum();
+    if cli.json {
+        let tensors: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, e, d)| {
+                serde_json::json!({
+                    "name": name,
+                    "dtype": d.safetensors(),
+                    "shape": e.shape,
+                    "chunks": e.pieces.len(),
+                    "bytes": e.numel() * d.size() as u64,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "format": ckpt.kind.to_string(),
+            "directory": ckpt.dir,
+            "unwrapped_key": sel.unwrapped,
+            "left_out_keys": sel.left_out,
+            "tensors": tensors,
+            "skipped_non_tensor": sel.skipped,
+            "files": ckpt.inputs.iter().map(|i| i.path.clone()).collect::<Vec<_>>(),
+            "total": {"tensors": rows.len(), "chunks": total_chunks, "bytes": total_bytes},
+        });
+        crate::tools::print(&(serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"))?;
+        return Ok(ExitStatus::Success);
+    }
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+    let mut out = format!(
+        "{:w$}  {:5}  {:20}  {:>6}  {:>12}\n",
+        "NAME", "DTYPE", "SHAPE", "CHUNKS", "BYTES"
+    );
+    for (name, e, d) in &rows {
+        out.push_str(&format!(
+            "{name:w$}  {:5}  {:20}  {:>6}  {:>12}\n",
+            d.safetensors(),
+            format!("{:?}", e.shape),
+            e.pieces.len(),
+            e.numel() * d.size() as u64
+        ));
+    }
+    out.push_str(&format!(
+        "{} checkpoint {}: {} tensors, {} chunks, {} in {} files",
+        ckpt.kind,
+        ckpt.dir.display(),
+        rows.len(),
+        total_chunks,
+        human(total_bytes),
+        ckpt.inputs.len()
+    ));
+    if !sel.skipped.is_empty() {
+        out.push_str(&format!("; {} non-tensor items skipped", sel.skipped.len()));
+    }
+    if let Some(k) = &sel.unwrapped {
+        out.push_str(&format!("; showing top-level key `{k}`"));
+    }
+    out.push('\n');
+    crate::tools::print(&out)?;
+    Ok(ExitStatus::Success)
 }

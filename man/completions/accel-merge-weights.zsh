@@ -15,11 +15,36 @@ _accel-merge-weights() {
 
     local context curcontext="$curcontext" state line
     _arguments "${_arguments_options[@]}" : \
+'--max_shard_size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:_default' \
+'--max-shard-size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:_default' \
+'--dtype=[Dtype of floating-point tensors in the output; integer and bool tensors are never cast]:DTYPE:((keep\:"Each tensor keeps the dtype it has in the checkpoint (fp32 for DeepSpeed master weights)"
+fp32\:""
+bf16\:""
+fp16\:""))' \
+'(--all_keys)--key=[Write this top-level key'\''s subtree, without the key in the names (default\: the only key, or \`model\` when there are several)]:KEY:_default' \
+'*--strip_prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
+'*--strip-prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
+'--hf_reference=[Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with \`from_pretrained\`]:DIR:_files' \
+'--hf-reference=[Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with \`from_pretrained\`]:DIR:_files' \
+'--tag=[DeepSpeed\: the tag (subdirectory) to read, instead of the one named in \`latest\`]:TAG:_default' \
+'--unsafe_serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
+'--unsafe-serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
+'--remove_checkpoint_dir[Delete the checkpoint directory after the merged weights were written and read back]' \
+'--remove-checkpoint-dir[Delete the checkpoint directory after the merged weights were written and read back]' \
+'--all_keys[Write every tensor under every top-level key, with full dotted names]' \
+'--all-keys[Write every tensor under every top-level key, with full dotted names]' \
+'-f[Replace existing output files]' \
+'--force[Replace existing output files]' \
+'--inspect[List the checkpoint'\''s tensors (name, dtype, shape, chunks, bytes) and totals; write nothing]' \
+'--json[With --inspect\: print JSON]' \
+'-q[No progress bar and no summary line]' \
+'--quiet[No progress bar and no summary line]' \
 '-h[Print help (see more with '\''--help'\'')]' \
 '--help[Print help (see more with '\''--help'\'')]' \
 '-V[Print version]' \
 '--version[Print version]' \
-'*::args -- Arguments:_default' \
+':checkpoint_directory -- The checkpoint directory\: a DCP directory with `.metadata`, accelerate'\''s save_state directory (the model is read from its `pytorch_model_fsdp_0/`), or a DeepSpeed save directory (with `latest`) or tag directory:_files' \
+'::output_path -- The directory to write the merged weights into (created if missing). Not needed with --inspect:_files' \
 && ret=0
 }
 

@@ -1,0 +1,403 @@
+//! torch.distributed.checkpoint (DCP) directories: the `.metadata` pickle says which tensors exist,
+//! how they are chunked, and where each chunk's torch.save archive (or safetensors blob) sits inside
+//! the `__<rank>_<n>.distcp` files. This module turns that into [`Entry`]s with resolved [`Piece`]s,
+//! checking every offset against the files before anything is written.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::copy::{Input, Piece};
+use super::pickle::{self, Globals, Id, Node, Pickle};
+use super::tensor::{DType, TensorRef};
+use super::torchzip;
+use super::{Entry, MergeError};
+
+/// One `state_dict_metadata` item.
+#[derive(Debug)]
+pub enum Item {
+    Tensor {
+        fqn: String,
+        dtype: Result<DType, String>,
+        size: Vec<u64>,
+        chunks: Vec<(Vec<u64>, Vec<u64>)>,
+    },
+    Bytes {
+        fqn: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageInfo {
+    pub relative_path: String,
+    pub offset: u64,
+    pub length: u64,
+    pub transforms: Vec<String>,
+}
+
+/// The parts of `Metadata` a merge needs.
+#[derive(Debug)]
+pub struct Metadata {
+    pub items: Vec<Item>,
+    pub storage: HashMap<(String, Option<Vec<u64>>), StorageInfo>,
+    /// fqn → path tuple, stringified (`planner_data`); empty when the writer did not flatten.
+    pub paths: HashMap<String, Vec<String>>,
+}
+
+fn bad(what: impl Into<String>) -> MergeError {
+    MergeError::Metadata(what.into())
+}
+
+fn uints(p: &Pickle, id: Id, what: &str) -> Result<Vec<u64>, MergeError> {
+    p.ints(id)
+        .and_then(|v| v.into_iter().map(|x| u64::try_from(x).ok()).collect())
+        .ok_or_else(|| bad(format!("{what} is not a tuple of sizes")))
+}
+
+fn field(p: &Pickle, obj: Id, key: &str, of: &str) -> Result<Id, MergeError> {
+    p.get(obj, key)
+        .ok_or_else(|| bad(format!("{of} has no `{key}`")))
+}
+
+/// Parses a `.metadata` pickle.
+pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
+    let p = pickle::load(bytes, Globals::DcpMetadata).map_err(MergeError::Pickle)?;
+    if p.class_of(p.root).map(|c| c.1) != Some("Metadata") {
+        return Err(bad("the pickle is not a DCP `Metadata` object"));
+    }
+    let sdm = field(&p, p.root, "state_dict_metadata", "Metadata")?;
+    let mut items = Vec::new();
+    for &(k, v) in p
+        .pairs(sdm)
+        .ok_or_else(|| bad("state_dict_metadata is not a dict"))?
+    {
+        let fqn = p
+            .as_str(k)
+            .ok_or_else(|| bad("a state_dict_metadata key is not a string"))?
+            .to_owned();
+        match p.class_of(v) {
+            Some((_, "BytesStorageMetadata")) => items.push(Item::Bytes { fqn }),
+            Some((_, "TensorStorageMetadata")) => {
+                let props = field(&p, v, "properties", &fqn)?;
+                let dtype_id = match p.node(props) {
+                    Node::Object {
+                        state: Some(st), ..
+                    } => match p.seq(*st) {
+                        Some(t) => t.first().copied(),
+                        None => p.get(props, "dtype"),
+                    },
+                    _ => None,
+                }
+                .ok_or_else(|| bad(format!("{fqn}: tensor properties carry no dtype")))?;
+                let dtype = match p.global(dtype_id) {
+                    Some(("torch", name)) => DType::from_torch(name),
+                    _ => return Err(bad(format!("{fqn}: the dtype is not a torch dtype"))),
+                };
+                let size = uints(&p, field(&p, v, "size", &fqn)?, "size")?;
+                let mut chunks = Vec::new();
+                for &c in p
+                    .seq(field(&p, v, "chunks", &fqn)?)
+                    .ok_or_else(|| bad(format!("{fqn}: chunks is not a list")))?
+                {
+                    let o = uints(&p, field(&p, c, "offsets", &fqn)?, "chunk offsets")?;
+                    let s = uints(&p, field(&p, c, "sizes", &fqn)?, "chunk sizes")?;
+                    chunks.push((o, s));
+                }
+                items.push(Item::Tensor {
+                    fqn,
+                    dtype,
+                    size,
+                    chunks,
+                });
+            }
+            _ => return Err(bad(format!("{fqn}: unknown storage metadata"))),
+        }
+    }
+    let mut storage = HashMap::new();
+    let sd = field(&p, p.root, "storage_data", "Metadata")?;
+    if let Some(pairs) = p.pairs(sd) {
+        for &(k, v) in pairs {
+            let fqn = p
+                .get(k, "fqn")
+                .and_then(|f| p.as_str(f))
+                .ok_or_else(|| bad("a storage_data key has no fqn"))?
+                .to_owned();
+            let offset = match p.get(k, "offset") {
+                Some(o) if !matches!(p.node(o), Node::None) => {
+                    Some(uints(&p, o, "an index offset")?)
+                }
+                _ => None,
+            };
+            let rel = p
+                .get(v, "relative_path")
+                .and_then(|r| p.as_str(r))
+                .ok_or_else(|| bad(format!("{fqn}: storage info has no relative_path")))?
+                .to_owned();
+            let num = |key: &str| -> Result<u64, MergeError> {
+                p.get(v, key)
+                    .and_then(|x| p.as_int(x))
+                    .and_then(|x| u64::try_from(x).ok())
+                    .ok_or_else(|| bad(format!("{fqn}: storage info has no valid `{key}`")))
+            };
+            let transforms = p
+                .get(v, "transform_descriptors")
+                .and_then(|t| p.seq(t))
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|&s| p.as_str(s).map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let info = StorageInfo {
+                relative_path: rel,
+                offset: num("offset")?,
+                length: num("length")?,
+                transforms,
+            };
+            storage.insert((fqn, offset), info);
+        }
+    }
+    let mut paths = HashMap::new();
+    if let Some(pd) = p.get(p.root, "planner_data") {
+        if let Some(pairs) = p.pairs(pd) {
+            for &(k, v) in pairs {
+                let (Some(k), Some(parts)) = (p.as_str(k), p.seq(v)) else {
+                    continue;
+                };
+                let parts = parts
+                    .iter()
+                    .map(|&x| match p.node(x) {
+                        Node::Str(s) => s.clone(),
+                        Node::Int(i) => i.to_string(),
+                        _ => String::from("?"),
+                    })
+                    .collect();
+                paths.insert(k.to_owned(), parts);
+            }
+        }
+    }
+    Ok(Metadata {
+        items,
+        storage,
+        paths,
+    })
+}
+
+/// Opens (and maps) a data file once; files are named by the metadata, so refuse anything that could
+/// point outside the checkpoint directory.
+fn input_index(
+    dir: &Path,
+    rel: &str,
+    inputs: &mut Vec<Input>,
+    by_name: &mut HashMap<String, usize>,
+) -> Result<usize, MergeError> {
+    if let Some(&i) = by_name.get(rel) {
+        return Ok(i);
+    }
+    if rel.is_empty() || rel.contains('/') || rel.contains('\\') || rel == ".." || rel == "." {
+        return Err(bad(format!(
+            "a data file name `{rel}` that is not a plain file name"
+        )));
+    }
+    let path = dir.join(rel);
+    let input = super::open_input(&path)?;
+    inputs.push(input);
+    by_name.insert(rel.to_owned(), inputs.len() - 1);
+    Ok(inputs.len() - 1)
+}
+
+/// Resolves one chunk: finds its archive in the data file `bytes` (read from `path`) and the tensor
+/// view inside it; returns the byte offset of the view's storage in the file, the view, and whether the
+/// storage is big-endian. Every offset is checked against `bytes`.
+pub fn resolve_chunk(
+    fqn: &str,
+    info: &StorageInfo,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(usize, TensorRef, bool), MergeError> {
+    let file_len = bytes.len() as u64;
+    let end = info.offset.saturating_add(info.length);
+    if end > file_len {
+        return Err(MergeError::Truncated {
+            path: path.to_path_buf(),
+            what: format!("`{fqn}` needs bytes {}..{end}", info.offset),
+            len: file_len,
+        });
+    }
+    if !info.transforms.is_empty() {
+        return Err(MergeError::Unsupported(format!(
+            "`{fqn}` is stored with transforms {:?}",
+            info.transforms
+        )));
+    }
+    let start = info.offset as usize;
+    let blob = &bytes[start..end as usize];
+    let chunk_err = |e: String| MergeError::Chunk {
+        path: path.to_path_buf(),
+        fqn: fqn.to_owned(),
+        offset: info.offset,
+        message: e,
+    };
+    if blob.starts_with(b"PK\x03\x04") {
+        let zip = torchzip::open(blob).map_err(|e| chunk_err(e.to_string()))?;
+        let pkl = zip.get("data.pkl").map_err(|e| chunk_err(e.to_string()))?;
+        let p = pickle::load(&blob[pkl], Globals::TorchWeights)
+            .map_err(|e| chunk_err(e.to_string()))?;
+        let t = TensorRef::from_pickle(&p, p.root).map_err(|e| match e {
+            super::tensor::TensorError::Dtype(d) => MergeError::Dtype {
+                fqn: fqn.to_owned(),
+                dtype: d,
+            },
+            e => chunk_err(e.to_string()),
+        })?;
+        let rec = zip
+            .get(&format!("data/{}", t.key))
+            .map_err(|e| chunk_err(e.to_string()))?;
+        let need = t
+            .extent()
+            .and_then(|x| x.checked_mul(t.dtype.size() as u64))
+            .unwrap_or(u64::MAX);
+        if need > rec.len() as u64 {
+            return Err(chunk_err(format!(
+                "the tensor view needs {need} bytes but its storage has {}",
+                rec.len()
+            )));
+        }
+        let big = zip.big_endian(blob);
+        Ok((start + rec.start, t, big))
+    } else {
+        // The safetensors serialization (B7): one blob for all tensors of the file, keyed by fqn;
+        // it runs to the end of the file.
+        let tail = &bytes[start..];
+        let (n, meta) = safetensors::SafeTensors::read_metadata(tail)
+            .map_err(|e| chunk_err(format!("neither a torch.save archive nor safetensors: {e}")))?;
+        let tensors = meta.tensors();
+        let info = tensors
+            .get(fqn)
+            .ok_or_else(|| chunk_err("the safetensors blob has no such tensor".into()))?;
+        let dtype = DType::from_safetensors(&format!("{:?}", info.dtype)).ok_or_else(|| {
+            MergeError::Dtype {
+                fqn: fqn.to_owned(),
+                dtype: format!("{:?}", info.dtype),
+            }
+        })?;
+        let shape: Vec<u64> = info.shape.iter().map(|&x| x as u64).collect();
+        let t = TensorRef {
+            dtype,
+            key: String::new(),
+            offset: 0,
+            strides: super::tensor::contiguous_strides(&shape),
+            shape,
+        };
+        Ok((start + 8 + n + info.data_offsets.0, t, false))
+    }
+}
+
+/// Inputs, tensor entries, and the paths of non-tensor items.
+pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>);
+
+/// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items.
+pub fn read(dir: &Path, meta_path: &Path) -> Result<Read, MergeError> {
+    let meta_bytes = std::fs::read(meta_path).map_err(|e| MergeError::io("read", meta_path, e))?;
+    let meta = parse_metadata(&meta_bytes).map_err(|e| e.at(meta_path))?;
+    let mut inputs = Vec::new();
+    let mut by_name = HashMap::new();
+    let mut entries = Vec::new();
+    let mut bytes_items = Vec::new();
+    let path_of = |fqn: &str| -> Vec<String> {
+        meta.paths
+            .get(fqn)
+            .cloned()
+            .unwrap_or_else(|| vec![fqn.to_owned()])
+    };
+    // Open every referenced file first, so a missing shard is reported before any parsing.
+    let mut rels: Vec<&String> = meta.storage.values().map(|s| &s.relative_path).collect();
+    rels.sort();
+    rels.dedup();
+    for rel in rels {
+        input_index(dir, rel, &mut inputs, &mut by_name)?;
+    }
+    for item in &meta.items {
+        match item {
+            Item::Bytes { fqn } => bytes_items.push(path_of(fqn)),
+            Item::Tensor {
+                fqn,
+                dtype,
+                size,
+                chunks,
+            } => {
+                let dtype = match dtype {
+                    Ok(d) => *d,
+                    Err(name) => {
+                        return Err(MergeError::Dtype {
+                            fqn: fqn.clone(),
+                            dtype: name.clone(),
+                        })
+                    }
+                };
+                let mut pieces = Vec::with_capacity(chunks.len());
+                for (offsets, sizes) in chunks {
+                    let info = meta
+                        .storage
+                        .get(&(fqn.clone(), Some(offsets.clone())))
+                        .ok_or_else(|| {
+                            bad(format!("`{fqn}` chunk at {offsets:?} has no storage entry"))
+                        })?;
+                    let i = input_index(dir, &info.relative_path, &mut inputs, &mut by_name)?;
+                    let (storage_start, t, big) =
+                        resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
+                    // Only the archive's headers were read; keep resident memory independent of the
+                    // number of chunks.
+                    let end = info.offset.saturating_add(info.length) as usize;
+                    inputs[i].release(info.offset as usize, end);
+                    if &t.shape != sizes {
+                        return Err(MergeError::Chunk {
+                            path: inputs[i].path.clone(),
+                            fqn: fqn.clone(),
+                            offset: info.offset,
+                            message: format!(
+                                "the stored chunk has shape {:?}, the metadata says {sizes:?}",
+                                t.shape
+                            ),
+                        });
+                    }
+                    if t.dtype != dtype {
+                        return Err(MergeError::Chunk {
+                            path: inputs[i].path.clone(),
+                            fqn: fqn.clone(),
+                            offset: info.offset,
+                            message: format!(
+                                "the stored chunk is {}, the metadata says {}",
+                                t.dtype.torch(),
+                                dtype.torch()
+                            ),
+                        });
+                    }
+                    pieces.push(Piece {
+                        offsets: offsets.clone(),
+                        sizes: sizes.clone(),
+                        input: i,
+                        storage_start,
+                        dtype: t.dtype,
+                        offset: t.offset,
+                        strides: t.strides,
+                        big_endian: big,
+                    });
+                }
+                entries.push(Entry {
+                    path: path_of(fqn),
+                    dtype,
+                    shape: size.clone(),
+                    tile_shape: size.clone(),
+                    pieces,
+                });
+            }
+        }
+    }
+    Ok((inputs, entries, bytes_items))
+}
+
+/// Where the metadata of a DCP directory is, if it is one.
+pub fn metadata_path(dir: &Path) -> Option<PathBuf> {
+    let p = dir.join(".metadata");
+    p.is_file().then_some(p)
+}

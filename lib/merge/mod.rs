@@ -1,0 +1,296 @@
+//! Merging sharded checkpoints into one set of weight files without torch and without holding the model
+//! in memory. A reader (DCP in [`dcp`], DeepSpeed ZeRO in [`zero`]) turns a checkpoint directory into
+//! [`Entry`]s: each output tensor with the pieces of input files it is assembled from. Every piece is
+//! resolved and every tiling verified before an output file exists; then [`write`] lays the output out
+//! from sizes alone and streams each tensor to its place, in parallel.
+
+pub mod copy;
+pub mod dcp;
+pub mod pickle;
+pub mod select;
+pub mod tensor;
+pub mod tiling;
+pub mod torchzip;
+pub mod write;
+pub mod zero;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Diagnostic;
+use crate::exit_status::ExitStatus;
+
+use copy::{Input, Piece};
+use tensor::DType;
+
+/// One tensor of the checkpoint: where it sits in the saved structure, and its pieces.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Path in the saved (nested) state dict, e.g. `["model", "0.weight"]`.
+    pub path: Vec<String>,
+    /// The dtype the tensor has in the checkpoint (or, for ZeRO, the dtype zero_to_fp32 gives it).
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// The shape the pieces tile: `shape` for DCP, the flat `[numel]` for ZeRO partitions.
+    pub tile_shape: Vec<u64>,
+    pub pieces: Vec<Piece>,
+}
+
+impl Entry {
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// What kind of checkpoint a directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dcp,
+    Zero(u8),
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Dcp => f.write_str("DCP"),
+            Kind::Zero(s) => write!(f, "DeepSpeed ZeRO-{s}"),
+        }
+    }
+}
+
+/// A checkpoint read and verified, ready to be written.
+pub struct Checkpoint {
+    pub kind: Kind,
+    /// The directory the data was read from (may be below the one given).
+    pub dir: PathBuf,
+    pub inputs: Vec<Input>,
+    pub entries: Vec<Entry>,
+    /// Paths of non-tensor items (DCP bytes items), which are reported and skipped.
+    pub bytes_items: Vec<Vec<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("`{0}` is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("`{path}` is not a checkpoint: {found}")]
+    NotACheckpoint {
+        path: PathBuf,
+        found: String,
+        hint: String,
+    },
+    #[error("cannot {action} `{path}`")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid checkpoint metadata: {0}")]
+    Metadata(String),
+    #[error("invalid checkpoint file `{path}`: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("unsafe or malformed pickle")]
+    Pickle(#[source] pickle::PickleError),
+    #[error("`{path}` has {len} bytes, but {what}: the file is truncated or the offsets are out of range")]
+    Truncated {
+        path: PathBuf,
+        what: String,
+        len: u64,
+    },
+    #[error("bad chunk of `{fqn}` at byte {offset} of `{path}`: {message}")]
+    Chunk {
+        path: PathBuf,
+        fqn: String,
+        offset: u64,
+        message: String,
+    },
+    #[error("the chunks of `{fqn}` do not cover it exactly: {problem}")]
+    Tiling { fqn: String, problem: String },
+    #[error("`{fqn}` has dtype `{dtype}`, which cannot be written")]
+    Dtype { fqn: String, dtype: String },
+    #[error("unsupported checkpoint feature: {0}")]
+    Unsupported(String),
+    #[error("`{0}` already exists")]
+    Exists(PathBuf),
+    #[error("{0}")]
+    Selection(String),
+    #[error("interrupted; nothing was written")]
+    Interrupted,
+    #[error("the written file `{path}` does not read back as expected: {message}")]
+    Verify { path: PathBuf, message: String },
+}
+
+impl MergeError {
+    pub fn io(action: &'static str, path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        MergeError::Io {
+            action,
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+    /// Attaches the file a metadata/pickle problem was found in.
+    pub fn at(self, path: &Path) -> Self {
+        match self {
+            MergeError::Metadata(m) => MergeError::Invalid {
+                path: path.to_path_buf(),
+                message: m,
+            },
+            MergeError::Pickle(e) => MergeError::Invalid {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            },
+            e => e,
+        }
+    }
+}
+
+impl Diagnostic for MergeError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            MergeError::Exists(_) | MergeError::Verify { .. } => ExitStatus::Output,
+            MergeError::Io { action, .. }
+                if action.starts_with("write")
+                    || action.starts_with("create")
+                    || action.starts_with("rename")
+                    || action.starts_with("remove") =>
+            {
+                ExitStatus::Output
+            }
+            MergeError::Selection(_) => ExitStatus::Usage,
+            MergeError::Interrupted => ExitStatus::Interrupted,
+            _ => ExitStatus::Input,
+        }
+    }
+    fn hints(&self) -> Vec<String> {
+        match self {
+            MergeError::Exists(_) => vec!["pass --force to replace it".into()],
+            MergeError::NotACheckpoint { hint, .. } => vec![hint.clone()],
+            MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                vec!["the disk is full: free space or choose another output directory".into()]
+            }
+            MergeError::Truncated { .. } => {
+                vec!["the checkpoint was probably copied or saved incompletely".into()]
+            }
+            MergeError::Dtype { .. } => {
+                vec!["safetensors has no such dtype; --dtype converts floating tensors only".into()]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Opens and maps one input file.
+pub fn open_input(path: &Path) -> Result<Input, MergeError> {
+    let file = std::fs::File::open(path).map_err(|e| MergeError::io("open", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| MergeError::io("stat", path, e))?
+        .len();
+    let map = if len == 0 {
+        None
+    } else {
+        // SAFETY: the mapping is read-only; checkpoints are not modified while being merged (if one
+        // were truncated underneath us we would get SIGBUS, as any mmap reader would).
+        Some(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| MergeError::io("map", path, e))?)
+    };
+    Ok(Input {
+        path: path.to_path_buf(),
+        file,
+        map,
+    })
+}
+
+/// Finds and reads the checkpoint in `dir`, whatever its kind, and verifies every tiling.
+pub fn open(dir: &Path, tag: Option<&str>) -> Result<Checkpoint, MergeError> {
+    if !dir.is_dir() {
+        if dir.exists() {
+            return Err(MergeError::NotADirectory(dir.to_path_buf()));
+        }
+        return Err(MergeError::io(
+            "read",
+            dir,
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ));
+    }
+    let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
+        let (inputs, entries, bytes_items) = dcp::read(dir, &meta)?;
+        Checkpoint {
+            kind: Kind::Dcp,
+            dir: dir.to_path_buf(),
+            inputs,
+            entries,
+            bytes_items,
+        }
+    } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
+        .iter()
+        .map(|s| dir.join(s))
+        .find(|p| dcp::metadata_path(p).is_some())
+    {
+        // accelerate's save_state directory: the model's DCP checkpoint is one level down.
+        let meta = sub.join(".metadata");
+        let (inputs, entries, bytes_items) = dcp::read(&sub, &meta)?;
+        Checkpoint {
+            kind: Kind::Dcp,
+            dir: sub,
+            inputs,
+            entries,
+            bytes_items,
+        }
+    } else if let Some(found) = zero::detect(dir, tag)? {
+        zero::read(found)?
+    } else {
+        return Err(not_a_checkpoint(dir));
+    };
+    for e in &ckpt.entries {
+        let boxes: Vec<(&[u64], &[u64])> = e
+            .pieces
+            .iter()
+            .map(|p| (p.offsets.as_slice(), p.sizes.as_slice()))
+            .collect();
+        tiling::verify(&e.tile_shape, &boxes).map_err(|t| MergeError::Tiling {
+            fqn: e.path.join("."),
+            problem: t.to_string(),
+        })?;
+    }
+    Ok(ckpt)
+}
+
+/// Says what a directory that is no known checkpoint contains, and what is missing.
+fn not_a_checkpoint(dir: &Path) -> MergeError {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let distcp = names.iter().filter(|n| n.ends_with(".distcp")).count();
+    let per_rank_meta = names
+        .iter()
+        .any(|n| n.starts_with("__") && n.ends_with(".metadata"));
+    let found = if names.is_empty() {
+        "the directory is empty".to_string()
+    } else if distcp > 0 {
+        format!("it has {distcp} .distcp data file(s) but no `.metadata`")
+    } else {
+        let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+        format!(
+            "found {}{}, but no `.metadata` (DCP) and no `latest` or `*_model_states.pt` (DeepSpeed)",
+            shown.join(", "),
+            if names.len() > 8 { ", …" } else { "" }
+        )
+    };
+    let hint = if per_rank_meta {
+        "per-rank `__<r>.metadata` files (use_collectives=False) are not supported; save with the default writer"
+    } else if distcp > 0 {
+        "the `.metadata` file is written last by rank 0; the save probably did not finish"
+    } else {
+        "pass the directory that holds `.metadata` (e.g. <output_dir>/pytorch_model_fsdp_0) or a DeepSpeed save dir"
+    };
+    MergeError::NotACheckpoint {
+        path: dir.to_path_buf(),
+        found,
+        hint: hint.to_string(),
+    }
+}

@@ -1,0 +1,514 @@
+//! DeepSpeed ZeRO checkpoints (stages 1–3), read with `zero_to_fp32.py`'s semantics: trainable params are
+//! rebuilt in fp32 from each rank's flat partitions of the optimizer's master weights, buffers come from
+//! rank 0's model file (cast to fp32, as `.float()` does), frozen params keep their saved dtype, and tied
+//! aliases repeat their source. Each param becomes a flat tiling of slices of the ranks' tensors, so the
+//! writer streams ZeRO exactly as it streams DCP chunks.
+
+use std::path::{Path, PathBuf};
+
+use super::copy::{Input, Piece};
+use super::pickle::{self, Globals, Id, Node, Pickle};
+use super::tensor::{DType, TensorRef};
+use super::torchzip;
+use super::{open_input, Checkpoint, Entry, Kind, MergeError};
+
+/// A DeepSpeed save directory resolved to its tag directory and files.
+pub struct Found {
+    pub dir: PathBuf,
+    pub model_files: Vec<PathBuf>,
+    pub optim_files: Vec<PathBuf>,
+}
+
+fn natural_key(p: &Path) -> Vec<(String, u64)> {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut num = String::new();
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+        } else {
+            if !num.is_empty() {
+                out.push((std::mem::take(&mut text), num.parse().unwrap_or(0)));
+                num.clear();
+            }
+            text.push(c);
+        }
+    }
+    out.push((text, num.parse().unwrap_or(0)));
+    out
+}
+
+fn list(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().ends_with(suffix))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_by_key(|p| natural_key(p));
+    v
+}
+
+/// Recognises a DeepSpeed save directory (with `latest`) or a tag directory.
+pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError> {
+    let latest = dir.join("latest");
+    let tag_dir = if let Some(t) = tag {
+        dir.join(t)
+    } else if latest.is_file() {
+        let t = std::fs::read_to_string(&latest).map_err(|e| MergeError::io("read", &latest, e))?;
+        dir.join(t.trim())
+    } else if !list(dir, "_model_states.pt").is_empty() {
+        dir.to_path_buf()
+    } else {
+        return Ok(None);
+    };
+    if !tag_dir.is_dir() {
+        return Err(MergeError::NotACheckpoint {
+            path: dir.to_path_buf(),
+            found: format!(
+                "a DeepSpeed save directory whose tag directory `{}` is missing",
+                tag_dir.display()
+            ),
+            hint: "check `latest`, or pass --tag".into(),
+        });
+    }
+    let model_files = list(&tag_dir, "_model_states.pt");
+    let optim_files = list(&tag_dir, "_optim_states.pt");
+    if model_files.is_empty() || optim_files.is_empty() {
+        return Err(MergeError::NotACheckpoint {
+            path: tag_dir.clone(),
+            found: format!(
+                "a DeepSpeed checkpoint with {} `*_model_states.pt` and {} `*_optim_states.pt` files",
+                model_files.len(),
+                optim_files.len()
+            ),
+            hint: "both model and optimizer state files are needed (zero_to_fp32 semantics); was the save interrupted?".into(),
+        });
+    }
+    Ok(Some(Found {
+        dir: tag_dir,
+        model_files,
+        optim_files,
+    }))
+}
+
+/// A loaded torch.save file: mapping, archive and pickle.
+struct PtFile {
+    input: usize,
+    zip: torchzip::Archive,
+    pickle: Pickle,
+    big_endian: bool,
+}
+
+fn load(path: &Path, inputs: &mut Vec<Input>) -> Result<PtFile, MergeError> {
+    let input = open_input(path)?;
+    let bad = |m: String| MergeError::Invalid {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let bytes = input.bytes();
+    let zip = torchzip::open(bytes).map_err(|e| bad(e.to_string()))?;
+    let pkl = zip.get("data.pkl").map_err(|e| bad(e.to_string()))?;
+    let pickle = pickle::load(&bytes[pkl], Globals::Any).map_err(|e| bad(e.to_string()))?;
+    let big_endian = zip.big_endian(bytes);
+    inputs.push(input);
+    Ok(PtFile {
+        input: inputs.len() - 1,
+        zip,
+        pickle,
+        big_endian,
+    })
+}
+
+impl PtFile {
+    fn bad(&self, inputs: &[Input], m: impl Into<String>) -> MergeError {
+        MergeError::Invalid {
+            path: inputs[self.input].path.clone(),
+            message: m.into(),
+        }
+    }
+    /// A tensor value: its view and the byte offset of its storage in the file, bounds-checked.
+    fn tensor(
+        &self,
+        inputs: &[Input],
+        id: Id,
+        what: &str,
+    ) -> Result<(TensorRef, usize), MergeError> {
+        let t = TensorRef::from_pickle(&self.pickle, id).map_err(|e| match e {
+            super::tensor::TensorError::Dtype(d) => MergeError::Dtype {
+                fqn: what.to_owned(),
+                dtype: d,
+            },
+            e => self.bad(inputs, format!("{what}: {e}")),
+        })?;
+        let rec = self
+            .zip
+            .get(&format!("data/{}", t.key))
+            .map_err(|e| self.bad(inputs, e.to_string()))?;
+        let need = t
+            .extent()
+            .and_then(|x| x.checked_mul(t.dtype.size() as u64))
+            .unwrap_or(u64::MAX);
+        if need > rec.len() as u64 {
+            return Err(self.bad(
+                inputs,
+                format!("{what}: the tensor reaches past its storage"),
+            ));
+        }
+        Ok((t, rec.start))
+    }
+    fn piece(&self, t: &TensorRef, start: usize, skip: u64, tile_at: u64, len: u64) -> Piece {
+        let stride = flat_stride(t);
+        Piece {
+            offsets: vec![tile_at],
+            sizes: vec![len],
+            input: self.input,
+            storage_start: start,
+            dtype: t.dtype,
+            offset: t.offset + skip * stride,
+            strides: vec![stride],
+            big_endian: self.big_endian,
+        }
+    }
+    fn get(&self, id: Id, key: &str) -> Option<Id> {
+        self.pickle.get(id, key)
+    }
+    fn int(&self, id: Id) -> Option<i64> {
+        match self.pickle.node(id) {
+            // An int Enum such as ZeroStageEnum is REDUCE(cls, (value,)).
+            Node::Object { args, .. } => self
+                .pickle
+                .seq(*args)?
+                .first()
+                .and_then(|&v| self.pickle.as_int(v)),
+            _ => self.pickle.as_int(id),
+        }
+    }
+}
+
+/// The element stride of a tensor with at most one dim larger than 1.
+fn flat_stride(t: &TensorRef) -> u64 {
+    t.shape
+        .iter()
+        .zip(&t.strides)
+        .find(|(&n, _)| n != 1)
+        .map_or(1, |(_, &s)| s)
+}
+
+fn as_1d(t: &TensorRef) -> bool {
+    t.shape.len() == 1 || t.numel() <= 1 || t.shape.iter().filter(|&&s| s != 1).count() <= 1
+}
+
+/// Reads a ZeRO checkpoint into entries.
+pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
+    let mut inputs = Vec::new();
+    let mut optim = Vec::new();
+    for p in &found.optim_files {
+        optim.push(load(p, &mut inputs)?);
+    }
+    let o0 = &optim[0];
+    let osd = o0
+        .get(o0.pickle.root, "optimizer_state_dict")
+        .ok_or_else(|| o0.bad(&inputs, "no `optimizer_state_dict`"))?;
+    let stage = o0
+        .get(osd, "zero_stage")
+        .and_then(|z| o0.int(z))
+        .ok_or_else(|| {
+            o0.bad(
+                &inputs,
+                "no `zero_stage`: not a ZeRO checkpoint (a BF16_Optimizer one?)",
+            )
+        })?;
+    if !(1..=3).contains(&stage) {
+        return Err(o0.bad(&inputs, format!("unknown zero stage {stage}")));
+    }
+    let world = o0
+        .get(osd, "partition_count")
+        .and_then(|pc| {
+            o0.int(pc).or_else(|| {
+                o0.pickle
+                    .seq(pc)
+                    .and_then(|v| v.iter().filter_map(|&x| o0.pickle.as_int(x)).max())
+            })
+        })
+        .ok_or_else(|| o0.bad(&inputs, "no `partition_count`"))?;
+    if world as usize != optim.len() {
+        return Err(MergeError::NotACheckpoint {
+            path: found.dir.clone(),
+            found: format!(
+                "{} `*_optim_states.pt` files, but the checkpoint was saved by {world} ranks",
+                optim.len()
+            ),
+            hint: "copy all ranks' files".into(),
+        });
+    }
+    let model0 = load(&found.model_files[0], &mut inputs)?;
+    let m = &model0;
+    let root = m.pickle.root;
+    let module = m
+        .get(root, "module")
+        .ok_or_else(|| m.bad(&inputs, "no `module`"))?;
+    let mut entries = Vec::new();
+    // Buffers, from rank 0's module, as fp32.
+    if let Some(names) = m.get(root, "buffer_names").and_then(|b| m.pickle.seq(b)) {
+        for &n in names {
+            let name = m
+                .pickle
+                .as_str(n)
+                .ok_or_else(|| m.bad(&inputs, "a buffer name is not a string"))?;
+            let t = m
+                .get(module, name)
+                .ok_or_else(|| m.bad(&inputs, format!("buffer `{name}` is not in `module`")))?;
+            let (t, start) = m.tensor(&inputs, t, name)?;
+            entries.push(whole(m, &t, start, name, DType::F32));
+        }
+    }
+    // Frozen params, in their saved dtype.
+    let frozen_shapes = m
+        .get(root, "frozen_param_shapes")
+        .filter(|&f| m.pickle.pairs(f).is_some());
+    if let Some(shapes) = frozen_shapes {
+        let mut models = vec![&model0];
+        let mut extra = Vec::new();
+        if stage == 3 {
+            for p in &found.model_files[1..] {
+                extra.push(load(p, &mut inputs)?);
+            }
+        }
+        models.extend(extra.iter());
+        for &(k, v) in m.pickle.pairs(shapes).unwrap_or(&[]) {
+            let name = m.pickle.as_str(k).unwrap_or_default().to_owned();
+            let shape = uints(m.pickle.ints(v))
+                .ok_or_else(|| m.bad(&inputs, format!("`{name}`: bad frozen shape")))?;
+            let n: u64 = shape.iter().product();
+            let mut pieces = Vec::new();
+            let mut dtype = None;
+            let mut at = 0u64;
+            for mf in &models {
+                if at >= n {
+                    break;
+                }
+                let frags = mf
+                    .get(mf.pickle.root, "frozen_param_fragments")
+                    .ok_or_else(|| mf.bad(&inputs, "no `frozen_param_fragments`"))?;
+                let t = mf
+                    .get(frags, &name)
+                    .ok_or_else(|| mf.bad(&inputs, format!("no fragment of `{name}`")))?;
+                let (t, start) = mf.tensor(&inputs, t, &name)?;
+                if !as_1d(&t) && stage == 3 {
+                    return Err(mf.bad(
+                        &inputs,
+                        format!("`{name}`: a frozen fragment that is not flat"),
+                    ));
+                }
+                dtype = Some(t.dtype);
+                if stage < 3 {
+                    // The full param, possibly multi-dim: tile it as a whole.
+                    entries.push(whole(mf, &t, start, &name, t.dtype));
+                    break;
+                }
+                let len = t.numel().min(n - at);
+                pieces.push(mf.piece(&t, start, 0, at, len));
+                at += len;
+            }
+            if stage == 3 {
+                entries.push(Entry {
+                    path: vec![name],
+                    dtype: dtype.unwrap_or(DType::BF16),
+                    shape,
+                    tile_shape: vec![n],
+                    pieces,
+                });
+            }
+        }
+    }
+    // Trainable params, fp32.
+    let shapes: Vec<(String, Vec<u64>)> = m
+        .get(root, "param_shapes")
+        .and_then(|ps| m.pickle.seq(ps))
+        .ok_or_else(|| m.bad(&inputs, "no `param_shapes`"))?
+        .iter()
+        .flat_map(|&g| m.pickle.pairs(g).unwrap_or(&[]).iter().copied())
+        .map(|(k, v)| {
+            let name = m.pickle.as_str(k).unwrap_or_default().to_owned();
+            (name, uints(m.pickle.ints(v)).unwrap_or_default())
+        })
+        .collect();
+    let group_sizes: Vec<usize> = m
+        .get(root, "param_shapes")
+        .and_then(|ps| m.pickle.seq(ps))
+        .map(|gs| {
+            gs.iter()
+                .map(|&g| m.pickle.pairs(g).map_or(0, |p| p.len()))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Each rank's flat tensors: per group (stage 1/2) or sub-groups (stage 3).
+    let mut flats: Vec<Vec<(TensorRef, usize)>> = Vec::new();
+    for o in &optim {
+        let osd = o
+            .get(o.pickle.root, "optimizer_state_dict")
+            .ok_or_else(|| o.bad(&inputs, "no `optimizer_state_dict`"))?;
+        let key = if stage == 3 {
+            "fp32_flat_groups"
+        } else {
+            "single_partition_of_fp32_groups"
+        };
+        let list = o
+            .get(osd, key)
+            .and_then(|l| o.pickle.seq(l))
+            .ok_or_else(|| o.bad(&inputs, format!("no `{key}`")))?;
+        let mut v = Vec::new();
+        for &t in list {
+            let (t, start) = o.tensor(&inputs, t, key)?;
+            if !as_1d(&t) {
+                return Err(o.bad(&inputs, format!("`{key}` holds a tensor that is not flat")));
+            }
+            v.push((t, start));
+        }
+        flats.push(v);
+    }
+    let w = optim.len() as u64;
+    if stage < 3 {
+        let mut k = 0;
+        for (g, &count) in group_sizes.iter().enumerate() {
+            // The group's full flat vector is the ranks' partitions, concatenated.
+            let mut parts = Vec::new();
+            let mut at = 0u64;
+            for (r, o) in optim.iter().enumerate() {
+                let (t, start) = flats[r]
+                    .get(g)
+                    .ok_or_else(|| o.bad(&inputs, format!("no partition for param group {g}")))?;
+                parts.push((r, at, t.clone(), *start));
+                at += t.numel();
+            }
+            let total = at;
+            let mut o = 0u64;
+            for (name, shape) in &shapes[k..k + count] {
+                let n: u64 = shape.iter().product();
+                let mut pieces = Vec::new();
+                for (r, lo, t, start) in &parts {
+                    let hi = lo + t.numel();
+                    let a = o.max(*lo);
+                    let b = (o + n).min(hi);
+                    if a < b {
+                        pieces.push(optim[*r].piece(t, *start, a - lo, a - o, b - a));
+                    }
+                }
+                entries.push(Entry {
+                    path: vec![name.clone()],
+                    dtype: DType::F32,
+                    shape: shape.clone(),
+                    tile_shape: vec![n],
+                    pieces,
+                });
+                o += n;
+            }
+            let align = 2 * w;
+            if o.div_ceil(align) * align != total.div_ceil(align) * align {
+                return Err(MergeError::Invalid {
+                    path: found.dir.clone(),
+                    message: format!("param group {g}: the params need {o} elements but the partitions hold {total}"),
+                });
+            }
+            k += count;
+        }
+    } else {
+        let mut o = 0u64;
+        for (name, shape) in &shapes {
+            let n: u64 = shape.iter().product();
+            let p = n.div_ceil(w);
+            let mut pieces = Vec::new();
+            for (r, rank) in flats.iter().enumerate() {
+                let valid = p.min(n.saturating_sub(r as u64 * p));
+                // Rank r's partition is elements [o, o+valid) of its sub-groups laid end to end.
+                let mut at = 0u64;
+                for (t, start) in rank {
+                    let lo = at;
+                    let hi = at + t.numel();
+                    let a = o.max(lo);
+                    let b = (o + valid).min(hi);
+                    if a < b {
+                        pieces.push(optim[r].piece(
+                            t,
+                            *start,
+                            a - lo,
+                            r as u64 * p + (a - o),
+                            b - a,
+                        ));
+                    }
+                    at = hi;
+                }
+            }
+            entries.push(Entry {
+                path: vec![name.clone()],
+                dtype: DType::F32,
+                shape: shape.clone(),
+                tile_shape: vec![n],
+                pieces,
+            });
+            o += p;
+        }
+        let held: u64 = flats[0].iter().map(|(t, _)| t.numel()).sum();
+        if o != held {
+            return Err(MergeError::Invalid {
+                path: found.dir.clone(),
+                message: format!("the params need {o} elements per rank but rank 0 holds {held}"),
+            });
+        }
+    }
+    // Tied weights: the alias gets a copy of its source.
+    if let Some(shared) = m.get(root, "shared_params").and_then(|s| m.pickle.pairs(s)) {
+        for &(a, s) in shared {
+            let (Some(alias), Some(src)) = (m.pickle.as_str(a), m.pickle.as_str(s)) else {
+                continue;
+            };
+            if let Some(e) = entries.iter().find(|e| e.path == [src]).cloned() {
+                entries.push(Entry {
+                    path: vec![alias.to_owned()],
+                    ..e
+                });
+            }
+        }
+    }
+    Ok(Checkpoint {
+        kind: Kind::Zero(stage as u8),
+        dir: found.dir,
+        inputs,
+        entries,
+        bytes_items: Vec::new(),
+    })
+}
+
+fn uints(v: Option<Vec<i64>>) -> Option<Vec<u64>> {
+    v?.into_iter().map(|x| u64::try_from(x).ok()).collect()
+}
+
+/// A whole tensor as one piece of an entry of the given output dtype.
+fn whole(f: &PtFile, t: &TensorRef, start: usize, name: &str, dtype: DType) -> Entry {
+    Entry {
+        path: vec![name.to_owned()],
+        dtype,
+        shape: t.shape.clone(),
+        tile_shape: t.shape.clone(),
+        pieces: vec![Piece {
+            offsets: vec![0; t.shape.len()],
+            sizes: t.shape.clone(),
+            input: f.input,
+            storage_start: start,
+            dtype: t.dtype,
+            offset: t.offset,
+            strides: t.strides.clone(),
+            big_endian: f.big_endian,
+        }],
+    }
+}

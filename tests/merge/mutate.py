@@ -1,0 +1,49 @@
+"""Damages a copy of a DCP checkpoint's .metadata in one specific way, for error tests.
+
+Usage: mutate.py MODE DIR   (DIR is modified in place)
+  offset_oob    move one chunk's storage offset past the end of its file
+  drop_chunk    forget one chunk of a sharded tensor (a gap)
+  overlap       make one chunk's box overlap its neighbour
+  evil          replace .metadata with a pickle that would run a shell command (it must never run)
+"""
+import dataclasses
+import os
+import pickle
+import sys
+
+mode, d = sys.argv[1], sys.argv[2]
+path = os.path.join(d, ".metadata")
+if mode == "evil":
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + os.path.join(d, "PWNED"),))
+    with open(path, "wb") as f:
+        pickle.dump(Evil(), f)
+    sys.exit(0)
+
+import torch  # noqa: E402  (needed to unpickle the metadata classes)
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata  # noqa: E402
+
+with open(path, "rb") as f:
+    md = pickle.load(f)
+fqn, tmd = next((k, v) for k, v in md.state_dict_metadata.items() if hasattr(v, "chunks") and len(v.chunks) == 2 and v.chunks[1].sizes[0] > 0)
+if mode == "offset_oob":
+    for idx, info in md.storage_data.items():
+        if idx.fqn == fqn:
+            info.offset += 10_000_000
+            break
+elif mode == "drop_chunk":
+    tmd.chunks.pop()
+elif mode == "overlap":
+    c = tmd.chunks[1]
+    tmd.chunks[1] = ChunkStorageMetadata(offsets=torch.Size([c.offsets[0] - 1, *c.offsets[1:]]), sizes=c.sizes)
+    for idx in list(md.storage_data):
+        if idx.fqn == fqn and idx.offset == c.offsets:
+            info = md.storage_data.pop(idx)
+            md.storage_data[dataclasses.replace(idx, offset=tmd.chunks[1].offsets)] = info
+            break
+else:
+    raise SystemExit(f"unknown mode {mode}")
+with open(path, "wb") as f:
+    pickle.dump(md, f)
+print(fqn)
