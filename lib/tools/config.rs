@@ -96,13 +96,19 @@ fn write_map(path: &Path, map: &Map<String, Value>) -> Result<()> {
             format!("cannot serialise config for `{}`: {e}", path.display()),
         )
     })?;
+    write_text(path, &text)?;
+    Ok(())
+}
+
+/// Creates the parent directory if needed, then replaces the file atomically.
+fn write_text(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| ConfigError::Write {
             path: path.to_path_buf(),
             source,
         })?;
     }
-    file::write_atomic(path, &text)?;
+    file::write_atomic(path, text)?;
     Ok(())
 }
 
@@ -313,13 +319,7 @@ fn set(path: &Path, key: &str, raw: &str, env: &Environment) -> Result<ExitStatu
         .map_err(|e| Error::msg(ExitStatus::Output, format!("cannot serialise config: {e}")))?;
     let loaded = config::normalize(Document::parse(path, text.clone())?)?;
     print_warnings(&loaded.warnings, env);
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| ConfigError::Write {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    }
-    file::write_atomic(path, &text)?;
+    write_text(path, &text)?;
     Ok(ExitStatus::Success)
 }
 
