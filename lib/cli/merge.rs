@@ -104,6 +104,12 @@ pub struct MergeCli {
     /// No progress bar and no summary line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Keep non-tensor items (DCP bytes items such as a pickled step counter) as 1-D uint8 tensors of
+    /// their stored bytes instead of skipping them. The bytes are torch.save's serialisation of the
+    /// object: `torch.load(io.BytesIO(t.numpy().tobytes()))` recovers it. Nothing is unpickled here.
+    #[arg(long = "include-bytes", visible_alias = "include_bytes")]
+    pub include_bytes: bool,
 }
 
 /// Output dtype choices.

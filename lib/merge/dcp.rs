@@ -295,8 +295,9 @@ pub fn resolve_chunk(
 /// Inputs, tensor entries, and the paths of non-tensor items.
 pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>);
 
-/// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items.
-pub fn read(dir: &Path, meta_path: &Path) -> Result<Read, MergeError> {
+/// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items, unless
+/// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes.
+pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, MergeError> {
     let meta_bytes = std::fs::read(meta_path).map_err(|e| MergeError::io("read", meta_path, e))?;
     let meta = parse_metadata(&meta_bytes).map_err(|e| e.at(meta_path))?;
     let mut inputs = Vec::new();
@@ -318,6 +319,45 @@ pub fn read(dir: &Path, meta_path: &Path) -> Result<Read, MergeError> {
     }
     for item in &meta.items {
         match item {
+            Item::Bytes { fqn } if include_bytes => {
+                let info = meta
+                    .storage
+                    .get(&(fqn.clone(), None))
+                    .ok_or_else(|| bad(format!("bytes item `{fqn}` has no storage entry")))?;
+                let i = input_index(dir, &info.relative_path, &mut inputs, &mut by_name)?;
+                let len = inputs[i].bytes().len() as u64;
+                if info
+                    .offset
+                    .checked_add(info.length)
+                    .is_none_or(|end| end > len)
+                {
+                    return Err(MergeError::Truncated {
+                        path: inputs[i].path.clone(),
+                        what: format!(
+                            "bytes item `{fqn}` is recorded at {}..{}",
+                            info.offset,
+                            info.offset.saturating_add(info.length)
+                        ),
+                        len,
+                    });
+                }
+                entries.push(Entry {
+                    path: path_of(fqn),
+                    dtype: DType::U8,
+                    shape: vec![info.length],
+                    tile_shape: vec![info.length],
+                    pieces: vec![Piece {
+                        offsets: vec![0],
+                        sizes: vec![info.length],
+                        input: i,
+                        storage_start: info.offset as usize,
+                        dtype: DType::U8,
+                        offset: 0,
+                        strides: vec![1],
+                        big_endian: false,
+                    }],
+                });
+            }
             Item::Bytes { fqn } => bytes_items.push(path_of(fqn)),
             Item::Tensor {
                 fqn,

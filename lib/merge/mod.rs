@@ -64,7 +64,7 @@ pub struct Checkpoint {
     pub dir: PathBuf,
     pub inputs: Vec<Input>,
     pub entries: Vec<Entry>,
-    /// Paths of non-tensor items (DCP bytes items), which are reported and skipped.
+    /// Paths of non-tensor items (DCP bytes items) that are reported and skipped.
     pub bytes_items: Vec<Vec<String>>,
 }
 
@@ -201,7 +201,8 @@ pub fn open_input(path: &Path) -> Result<Input, MergeError> {
 }
 
 /// Finds and reads the checkpoint in `dir`, whatever its kind, and verifies every tiling.
-pub fn open(dir: &Path, tag: Option<&str>) -> Result<Checkpoint, MergeError> {
+/// With `include_bytes`, DCP bytes items become uint8 entries of their stored bytes instead of being skipped.
+pub fn open(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
     if !dir.is_dir() {
         if dir.exists() {
             return Err(MergeError::NotADirectory(dir.to_path_buf()));
@@ -213,7 +214,7 @@ pub fn open(dir: &Path, tag: Option<&str>) -> Result<Checkpoint, MergeError> {
         ));
     }
     let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
-        let (inputs, entries, bytes_items) = dcp::read(dir, &meta)?;
+        let (inputs, entries, bytes_items) = dcp::read(dir, &meta, include_bytes)?;
         Checkpoint {
             kind: Kind::Dcp,
             dir: dir.to_path_buf(),
@@ -228,7 +229,7 @@ pub fn open(dir: &Path, tag: Option<&str>) -> Result<Checkpoint, MergeError> {
     {
         // accelerate's save_state directory: the model's DCP checkpoint is one level down.
         let meta = sub.join(".metadata");
-        let (inputs, entries, bytes_items) = dcp::read(&sub, &meta)?;
+        let (inputs, entries, bytes_items) = dcp::read(&sub, &meta, include_bytes)?;
         Checkpoint {
             kind: Kind::Dcp,
             dir: sub,

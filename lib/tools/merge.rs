@@ -37,7 +37,11 @@ const HF_FILES: &[&str] = &[
 ];
 
 pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
-    let ckpt = merge::open(&cli.checkpoint_directory, cli.tag.as_deref())?;
+    let ckpt = merge::open(
+        &cli.checkpoint_directory,
+        cli.tag.as_deref(),
+        cli.include_bytes,
+    )?;
     let sel = select::select(&ckpt, &selection(&cli))?;
     if cli.inspect {
         return inspect(&cli, &ckpt, &sel);

@@ -39,6 +39,8 @@ fp16\:""))' \
 '--json[With --inspect\: print JSON]' \
 '-q[No progress bar and no summary line]' \
 '--quiet[No progress bar and no summary line]' \
+'--include-bytes[Keep non-tensor items (DCP bytes items such as a pickled step counter) as 1-D uint8 tensors of their stored bytes instead of skipping them. The bytes are torch.save'\''s serialisation of the object\: \`torch.load(io.BytesIO(t.numpy().tobytes()))\` recovers it. Nothing is unpickled here]' \
+'--include_bytes[Keep non-tensor items (DCP bytes items such as a pickled step counter) as 1-D uint8 tensors of their stored bytes instead of skipping them. The bytes are torch.save'\''s serialisation of the object\: \`torch.load(io.BytesIO(t.numpy().tobytes()))\` recovers it. Nothing is unpickled here]' \
 '-h[Print help (see more with '\''--help'\'')]' \
 '--help[Print help (see more with '\''--help'\'')]' \
 '-V[Print version]' \
