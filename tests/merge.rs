@@ -208,15 +208,13 @@ fn include_bytes_keeps_non_tensor_items_as_their_torch_save_bytes() {
     let err = ok(&merge(&[&ckpt, &out], &["--include-bytes"]));
     assert!(!err.contains("skipped"), "{err}");
     // The bytes item `model.note` = "hello" comes back through torch.load of its stored bytes.
-    let code = concat!(
-        "import io, sys, torch; from safetensors.torch import load_file\n\
+    let code = "import io, sys, torch; from safetensors.torch import load_file\n\
          t = load_file(sys.argv[1] + '/model.safetensors')\n\
          assert t['note'].dtype == torch.uint8 and t['note'].dim() == 1, t['note']\n\
          v = torch.load(io.BytesIO(t['note'].numpy().tobytes()), weights_only=True)\n\
          assert v == 'hello', v\n\
          assert t['step'].item() == 7\n\
-         print('ok')"
-    );
+         print('ok')";
     let o = py(&["-c", code, &out.display().to_string()]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok", "{o:?}");
 }
