@@ -12,9 +12,11 @@ pub use supervise::{supervise, Console, Options};
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::config::{self, CliValue};
+use crate::config::{self, CliValue, Origin, Resolved};
 use crate::contract::accelerate::{Machine, MergeInput};
-use crate::contract::{LaunchArgs, Paradigm};
+use crate::contract::scheduler::{self, Source};
+use crate::contract::{ContractError, LaunchArgs, LaunchPath, Paradigm};
+use crate::env_vars;
 use crate::env_vars::Environment;
 use crate::error::Result;
 
@@ -53,6 +55,112 @@ pub fn plan(
         p = Plan::build(None, worker_argv, &common, false, env);
     }
     Ok(p)
+}
+
+/// Where this node sits in the job, applied to `args`: the flags and config win, then SLURM, MPI or
+/// Kubernetes-style variables fill in the machine count, this machine's rank and the rendezvous —
+/// checked for an inconsistent topology before anything is spawned. Shared by accel-launch and
+/// accel-test so both see the same world. `have_file`: a config file was read (its num_processes is
+/// the total over all nodes, as in accelerate).
+pub fn place_node(
+    env: &Environment,
+    resolved: &Resolved,
+    have_file: bool,
+    args: &mut LaunchArgs,
+) -> Result<Source> {
+    let mut source = Source::Flags;
+    let explicit_machines = args.num_machines > 1;
+    if !explicit_machines {
+        if let Some(place) = scheduler::detect_node(env)? {
+            if place.num_nodes > 1 {
+                source = place.source;
+                if place.source == Source::Slurm {
+                    check_slurm_tasks(env, &args, place.num_nodes)?;
+                }
+                let np_given = !matches!(
+                    resolved.origin("num_processes"),
+                    None | Some(Origin::Default) | Some(Origin::Derived(_))
+                );
+                if !np_given && !have_file {
+                    args.num_processes *= place.num_nodes;
+                }
+                if args.num_processes % place.num_nodes != 0 {
+                    return Err(ContractError::Topology(format!(
+                        "num_processes ({}) is the total over all nodes and is not a multiple of the {} nodes",
+                        args.num_processes, place.num_nodes
+                    )).into());
+                }
+                args.num_machines = place.num_nodes;
+                let rank_given = !matches!(
+                    resolved.origin("machine_rank"),
+                    None | Some(Origin::Default) | Some(Origin::Derived(_))
+                );
+                if !rank_given {
+                    args.machine_rank = Some(place.node_rank);
+                }
+                if resolved
+                    .origin("main_process_ip")
+                    .is_none_or(|o| matches!(o, Origin::Default))
+                {
+                    args.main_process_ip =
+                        place.master_addr.clone().or(args.main_process_ip.take());
+                }
+                if args.main_process_port.is_none() {
+                    args.main_process_port = place.master_port;
+                }
+                if place.source == Source::Slurm {
+                    let distinct = crate::slurm::SlurmJob::detect(env)
+                        .ok()
+                        .flatten()
+                        .map(|j| {
+                            j.nodes
+                                .iter()
+                                .collect::<std::collections::BTreeSet<_>>()
+                                .len()
+                        })
+                        .unwrap_or(0);
+                    if let Some(ip) = &args.main_process_ip {
+                        if place.node_rank != 0 && distinct > 1 && scheduler::is_loopback(ip) {
+                            return Err(ContractError::Topology(format!(
+                                "the rendezvous host `{ip}` resolves to a loopback address on a {}-node job",
+                                place.num_nodes
+                            )).into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    Ok(source)
+}
+
+pub(crate) fn check_slurm_tasks(env: &Environment, args: &LaunchArgs, nnodes: u32) -> Result<()> {
+    if let Some(tpn) = env
+        .non_empty(env_vars::SLURM_NTASKS_PER_NODE)
+        .and_then(|v| v.split('(').next()?.parse::<u32>().ok())
+    {
+        if tpn > 1 {
+            return Err(ContractError::Topology(format!(
+                "srun started {tpn} tasks per node: accel-launch is one task per node and starts the ranks itself (use --ntasks-per-node=1, or `srun accel-env -- python train.py` for one task per GPU)"
+            )).into());
+        }
+    }
+    if args.path != LaunchPath::Simple {
+        if let Some(g) = env
+            .non_empty(env_vars::SLURM_GPUS_ON_NODE)
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            let local = args.num_processes / nnodes.max(1);
+            if g > 0 && local != g {
+                return Err(ContractError::Topology(format!(
+                    "{local} ranks per node but SLURM_GPUS_ON_NODE={g}"
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

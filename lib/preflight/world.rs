@@ -7,7 +7,9 @@ use serde_json::Value;
 use super::PreflightError;
 use crate::cli::test::TestCli;
 use crate::config::{self, CliValue, DistributedType};
-use crate::env_vars::Environment;
+use crate::contract::accelerate::{Machine, MergeInput};
+use crate::contract::{LaunchArgs, Paradigm};
+use crate::env_vars::{self, Environment};
 
 /// Where rank tensors live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,75 +89,89 @@ fn cli_values(cli: &TestCli) -> Vec<CliValue> {
     v
 }
 
-/// Resolves this machine's world from the command line, the environment and the config file.
+/// Resolves this machine's world exactly as accel-launch does: the same config-file choice (`--cpu`
+/// ignores the default file, as in accelerate), accelerate's merge ([`LaunchArgs::merge`], including the
+/// embedded default without a config), and the same node placement from SLURM/MPI/outside variables
+/// ([`crate::launch::place_node`]).
 pub fn resolve(
     cli: &TestCli,
     env: &Environment,
     gpus_here: usize,
 ) -> Result<World, crate::error::Error> {
-    let resolved = config::resolve(cli.config_file.as_deref(), env, &cli_values(cli))?;
+    let explicit =
+        cli.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
+    let loaded = match config::choose_file(cli.config_file.as_deref(), env) {
+        Some((path, _)) if explicit || !cli.cpu => Some(config::load(&path)?),
+        _ => None,
+    };
+    let resolved = config::Resolved::resolve(loaded.as_ref(), env, &cli_values(cli))?;
     for w in &resolved.warnings {
         crate::error::warn("accel-test", &w.0, env);
     }
-    let cfg = resolved.config()?;
-    let cpu = cfg.use_cpu || cfg.distributed_type == DistributedType::MULTI_CPU || gpus_here == 0;
-    let mut num_machines = cfg.num_machines.max(1) as usize;
-    let mut machine_rank = cfg.machine_rank as usize;
-    let mut master_addr = cfg.main_process_ip.clone();
-    let mut master_port = cfg.main_process_port;
-    // Inside a multi-node SLURM step, the allocation says who is who when nothing else does — read
-    // by the same code as accel-launch (hostlist expansion, the job-derived port).
-    if cli.num_machines.is_none() && num_machines == 1 {
-        let job = crate::slurm::SlurmJob::detect(env)
-            .map_err(|e| PreflightError::Usage(e.to_string()))?;
-        if let Some(job) = job.filter(|j| j.num_nodes() > 1 && j.node_id.is_some()) {
-            num_machines = job.num_nodes() as usize;
-            machine_rank = job.node_id.unwrap_or(0) as usize;
-            if master_addr.is_none() {
-                master_addr = job.nodes.first().cloned();
-            }
-            if master_port.is_none() {
-                master_port = job.derived_port();
-            }
+    let mut args = LaunchArgs::merge(MergeInput {
+        resolved: &resolved,
+        loaded: loaded.as_ref(),
+        paradigm: Paradigm {
+            cpu: cli.cpu,
+            ..Paradigm::default()
+        },
+        num_cpu_threads_per_process: None,
+        machine: Machine {
+            gpus: gpus_here as u32,
+            physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
+        },
+        env,
+    })?;
+    crate::launch::place_node(env, &resolved, loaded.is_some(), &mut args)?;
+    let num_machines = args.num_machines.max(1) as usize;
+    let machine_rank = match (num_machines, args.machine_rank) {
+        (1, r) => r.unwrap_or(0) as usize,
+        (_, Some(r)) => r as usize,
+        (n, None) => {
+            return Err(PreflightError::Usage(format!(
+                "{n} machines but no --machine_rank for this one"
+            ))
+            .into())
         }
-    }
-    let total = if cfg.num_processes > 0 {
-        cfg.num_processes as usize
-    } else if cpu {
-        num_machines
-    } else {
-        gpus_here.max(1) * num_machines
     };
-    if total % num_machines != 0 {
-        return Err(PreflightError::Usage(format!(
-            "num_processes ({total}) is not a multiple of num_machines ({num_machines})"
-        ))
-        .into());
-    }
     if machine_rank >= num_machines {
         return Err(PreflightError::Usage(format!(
             "machine_rank {machine_rank} is out of range for {num_machines} machine(s)"
         ))
         .into());
     }
-    if num_machines > 1 && master_addr.is_none() {
+    if num_machines > 1 && args.main_process_ip.is_none() {
         return Err(PreflightError::Usage(
             "a multi-node job needs --main_process_ip (the address of machine 0)".into(),
         )
         .into());
     }
+    if args.num_processes as usize % num_machines != 0 {
+        return Err(PreflightError::Usage(format!(
+            "num_processes ({}) is not a multiple of num_machines ({num_machines})",
+            args.num_processes
+        ))
+        .into());
+    }
+    let mut master_port = args.main_process_port.filter(|p| *p != 0);
     if num_machines > 1 && master_port.is_none() {
         master_port = Some(29500);
     }
-    let gpu_ids = cfg.gpu_ids.filter(|g| !g.is_empty() && g != "all");
+    let cpu = args.cpu_flag
+        || args.use_cpu
+        || args.distributed_type == DistributedType::MULTI_CPU
+        || gpus_here == 0;
     Ok(World {
         num_machines,
         machine_rank,
-        nproc_per_node: total / num_machines,
-        master_addr: master_addr.unwrap_or_else(|| "127.0.0.1".into()),
+        nproc_per_node: args.num_local_processes() as usize,
+        master_addr: args
+            .main_process_ip
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1".into()),
         master_port,
         device: if cpu { Device::Cpu } else { Device::Cuda },
-        gpu_ids,
+        gpu_ids: args.gpu_ids.clone().filter(|g| !g.is_empty() && g != "all"),
     })
 }
 
@@ -210,8 +226,15 @@ mod tests {
             (4, 4, Device::Cpu)
         );
         assert_eq!(w.master_port, None);
+        // No config on a machine without GPUs: accel-launch's embedded default (2 CPU ranks, 1 on a
+        // single-core machine).
         let w = resolve(&cli(&[]), &env, 0).unwrap();
-        assert_eq!((w.world_size(), w.device), (1, Device::Cpu));
+        let want = if crate::devices::detect_cpu().physical_cores >= 2 {
+            2
+        } else {
+            1
+        };
+        assert_eq!((w.world_size(), w.device), (want, Device::Cpu));
         let w = resolve(
             &cli(&[
                 "--num_processes",

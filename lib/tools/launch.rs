@@ -11,9 +11,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::cli::launch::LaunchCli;
-use crate::config::{self, Origin};
+use crate::config;
 use crate::contract::accelerate::{Machine, MergeInput};
-use crate::contract::scheduler::{self, Source};
+use crate::contract::scheduler::Source;
 use crate::contract::{ContractError, EnvMap, LaunchArgs, LaunchPath, Paradigm, Topology};
 use crate::env_vars::{self, Environment};
 use crate::error::{warn, Error, Result};
@@ -90,69 +90,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         env,
     })?;
 
-    // Where this node sits: flags win, then SLURM / outside variables.
-    let mut source = Source::Flags;
-    let explicit_machines = args.num_machines > 1;
-    if !explicit_machines {
-        if let Some(place) = scheduler::detect_node(env)? {
-            if place.num_nodes > 1 {
-                source = place.source;
-                if place.source == Source::Slurm {
-                    check_slurm_tasks(env, &args, place.num_nodes)?;
-                }
-                let np_given = !matches!(
-                    resolved.origin("num_processes"),
-                    None | Some(Origin::Default) | Some(Origin::Derived(_))
-                );
-                if !np_given && loaded.is_none() {
-                    args.num_processes *= place.num_nodes;
-                }
-                if args.num_processes % place.num_nodes != 0 {
-                    return Err(ContractError::Topology(format!(
-                        "num_processes ({}) is the total over all nodes and is not a multiple of the {} nodes",
-                        args.num_processes, place.num_nodes
-                    )).into());
-                }
-                args.num_machines = place.num_nodes;
-                let rank_given = !matches!(
-                    resolved.origin("machine_rank"),
-                    None | Some(Origin::Default) | Some(Origin::Derived(_))
-                );
-                if !rank_given {
-                    args.machine_rank = Some(place.node_rank);
-                }
-                if resolved
-                    .origin("main_process_ip")
-                    .is_none_or(|o| matches!(o, Origin::Default))
-                {
-                    args.main_process_ip = place.master_addr.clone().or(args.main_process_ip);
-                }
-                if args.main_process_port.is_none() {
-                    args.main_process_port = place.master_port;
-                }
-                if place.source == Source::Slurm {
-                    let distinct = crate::slurm::SlurmJob::detect(env)
-                        .ok()
-                        .flatten()
-                        .map(|j| {
-                            j.nodes
-                                .iter()
-                                .collect::<std::collections::BTreeSet<_>>()
-                                .len()
-                        })
-                        .unwrap_or(0);
-                    if let Some(ip) = &args.main_process_ip {
-                        if place.node_rank != 0 && distinct > 1 && scheduler::is_loopback(ip) {
-                            return Err(ContractError::Topology(format!(
-                                "the rendezvous host `{ip}` resolves to a loopback address on a {}-node job",
-                                place.num_nodes
-                            )).into());
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let source = launch::place_node(env, &resolved, loaded.is_some(), &mut args)?;
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let mut common = args.accelerate_env(env, &cwd)?;
@@ -333,34 +271,6 @@ fn visible_gpus(env: &Environment) -> u32 {
             .count() as u32;
     }
     crate::devices::detect_gpus(env).gpus.len() as u32
-}
-
-fn check_slurm_tasks(env: &Environment, args: &LaunchArgs, nnodes: u32) -> Result<()> {
-    if let Some(tpn) = env
-        .non_empty(env_vars::SLURM_NTASKS_PER_NODE)
-        .and_then(|v| v.split('(').next()?.parse::<u32>().ok())
-    {
-        if tpn > 1 {
-            return Err(ContractError::Topology(format!(
-                "srun started {tpn} tasks per node: accel-launch is one task per node and starts the ranks itself (use --ntasks-per-node=1, or `srun accel-env -- python train.py` for one task per GPU)"
-            )).into());
-        }
-    }
-    if args.path != LaunchPath::Simple {
-        if let Some(g) = env
-            .non_empty(env_vars::SLURM_GPUS_ON_NODE)
-            .and_then(|v| v.parse::<u32>().ok())
-        {
-            let local = args.num_processes / nnodes.max(1);
-            if g > 0 && local != g {
-                return Err(ContractError::Topology(format!(
-                    "{local} ranks per node but SLURM_GPUS_ON_NODE={g}"
-                ))
-                .into());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// torchrun's worker argv (torch-contracts §A1); the plain child of accelerate's simple path has no `-u`.
