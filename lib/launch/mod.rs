@@ -75,7 +75,7 @@ pub fn place_node(
             if place.num_nodes > 1 {
                 source = place.source;
                 if place.source == Source::Slurm {
-                    check_slurm_tasks(env, &args, place.num_nodes)?;
+                    check_slurm_tasks(env, args, place.num_nodes)?;
                 }
                 let np_given = !matches!(
                     resolved.origin("num_processes"),
