@@ -169,8 +169,10 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
         }
     }
     assert!(seen.contains("PASS  rendezvous"), "{seen}");
-    let ranks = ranks_of(child.id());
-    assert_eq!(ranks.len(), 3, "{ranks:?}");
+    // Every direct child: the three ranks and accel-launch's supervisor's guard for each.
+    let children = ranks_of(child.id());
+    let ranks: Vec<_> = children.iter().filter(|(_, r)| !r.is_empty()).collect();
+    assert_eq!(ranks.len(), 3, "{children:?}");
     let victim = ranks.iter().find(|(_, r)| r == "1").expect("rank 1").0;
     let killed_at = Instant::now();
     nix::sys::signal::kill(
@@ -187,15 +189,123 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
     assert!(!status.success(), "{seen}");
     assert!(seen.contains("verdict: FAIL"), "{seen}");
     assert!(seen.contains("rank 1 died: killed by signal 9"), "{seen}");
-    // The survivors name the dead rank themselves, well within the coordinator's limit.
-    assert!(seen.contains("no word from rank 1"), "{seen}");
+    // The survivors name the dead rank themselves, well within the coordinator's limit ("no word from
+    // rank 1", or "ranks 1, 2" from a survivor that did not hear from the other one in time either).
+    let named = seen.lines().any(|l| {
+        l.split_once("no word from ").is_some_and(|(_, rest)| {
+            let list = rest.split(" (").next().unwrap_or("");
+            list.trim_start_matches("ranks ")
+                .trim_start_matches("rank ")
+                .split(", ")
+                .any(|r| r == "1")
+        })
+    });
+    assert!(named, "{seen}");
     assert!(took < Duration::from_secs(60), "{took:?}\n{seen}");
-    for (pid, _) in ranks {
+    for (pid, rank) in &children {
         assert!(
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-            "rank process {pid} survived:\n{seen}"
+            "process {pid} (RANK={rank}) survived:\n{seen}"
         );
     }
+}
+
+/// Whether `pid` still runs (a zombie left to a non-reaping init does not count).
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// A 2-rank world that is up and busy for a minute: every rank runs its --python step with a stand-in
+/// interpreter that records its pid and sleeps (a rank's own child, in the rank's process group).
+/// Returns accel-test, the ranks' pids and the sleepers' pids.
+fn busy_world(d: &std::path::Path) -> (std::process::Child, Vec<u32>, Vec<u32>) {
+    let pids = d.join("pids");
+    let fake = d.join("python");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\necho $$ >> {}\nexec sleep 120\n", pids.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--timeout",
+            "60",
+            "--check",
+            "barrier",
+            "--python",
+        ])
+        .env("HF_HOME", "/nonexistent-accel-test-home")
+        .env("ACCEL_PYTHON", &fake)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let sleepers = loop {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let v: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if v.len() == 2 || Instant::now() > until {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        sleepers.len(),
+        2,
+        "the ranks never reached their --python step"
+    );
+    let ranks: Vec<u32> = ranks_of(child.id())
+        .into_iter()
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(ranks.len(), 2);
+    assert!(sleepers.iter().all(|p| running(*p)));
+    (child, ranks, sleepers)
+}
+
+fn all_gone_within(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let until = Instant::now() + limit;
+    while pids.iter().any(|p| running(*p)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pids.iter().copied().filter(|p| running(*p)).collect()
+}
+
+#[test]
+fn a_sigkilled_accel_test_leaves_no_process_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut child, ranks, sleepers) = busy_world(d.path());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // PDEATHSIG ends the ranks; each rank's guard then takes down its group, the rank's own children
+    // included, which PDEATHSIG alone never reaches.
+    let left = all_gone_within(&[ranks, sleepers].concat(), Duration::from_secs(10));
+    assert!(left.is_empty(), "survived a SIGKILLed accel-test: {left:?}");
+}
+
+#[test]
+fn sigint_stops_the_world_with_status_130() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut child, ranks, sleepers) = busy_world(d.path());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::SIGINT,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let left = all_gone_within(&[ranks, sleepers].concat(), Duration::from_secs(1));
+    assert!(left.is_empty(), "survived SIGINT: {left:?}");
 }
 
 #[test]

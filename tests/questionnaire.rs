@@ -91,6 +91,15 @@ impl Pty {
         cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
+        // Ctrl-C must be able to kill the program even when the suite runs as a background job, which
+        // starts with SIGINT ignored (an ignored disposition survives exec).
+        // SAFETY: signal() is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let child = cmd.spawn().unwrap();
         drop(cmd);
         let master = File::from(pty.master);

@@ -159,14 +159,24 @@ pub fn doc() -> ToolDoc {
             ("accel-test --python", "Also run a torch.distributed check with the python on PATH."),
         ],
         launcher_codes: false,
-        extra_sections: &[(
+        extra_sections: &[
+            (
+                "PROCESSES",
+                &[
+                    "The ranks are run by accel-launch's own supervisor: each rank leads its own process group and session, gets PR_SET_PDEATHSIG, and has a small guard process that takes the rank's whole group down (the rank's own children included) should accel-test itself be SIGKILLed. Nothing outlives accel-test.",
+                    "A failure does not stop the world at once, as it would in accel-launch: the survivors are what name the dead or wrong rank, so they get --timeout plus 10 s to report before they are stopped (SIGTERM, 2 s, SIGKILL). A world in which no rank makes progress for --timeout plus 15 s is stopped as well. SIGINT and SIGTERM are forwarded to every rank's group; accel-test then exits 130.",
+                    "A rank's stdout carries its JSON events to accel-test; anything else a rank writes reaches stderr with a `[rank N]` prefix.",
+                ],
+            ),
+            (
             "OUTPUT",
             &[
                 "One line per check: `PASS` or `FAIL`, the check (e.g. `all_reduce.sum float32[1009]`), the ranks, and on failure the rank with what was expected and what came back. The last line is `verdict: PASS` or `verdict: FAIL` with the reason.",
                 "Sums use the values (rank+1)*(i%7+1) (half types: (rank+i)%4), so every expected result is exact. Gloo has no AVG reduction: all_reduce.avg is a sum divided by the world size, as accelerate's reduce(\"mean\") does; NCCL uses its native AVG.",
                 "--bench columns follow nccl-tests: size is the bytes per rank for all_reduce and the total gathered bytes for all_gather; algbw = size / time; busbw = algbw * 2(n-1)/n for all_reduce and algbw * (n-1)/n for all_gather.",
             ],
-        )],
+        ),
+        ],
     }
 }
 

@@ -7,7 +7,9 @@ pub mod ports;
 pub mod supervise;
 
 pub use plan::{Plan, RankSpec};
-pub use supervise::{supervise, Console, Options};
+pub use supervise::{
+    run, supervise, Capture, Captured, Console, OnFailure, Options, RankEnd, RankResult, RunOutcome,
+};
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -6,6 +6,11 @@
 //! Stopping is always the same: the signal (SIGTERM, or the one the launcher received) to every rank's
 //! group, a grace period to checkpoint, then SIGKILL. The first rank to fail decides the exit status:
 //! its code, or 128+N for signal N.
+//!
+//! A tool that reads its ranks' output itself (accel-test reads its ranks' JSON events) runs them through
+//! the same supervisor with a [`Capture`]: stdout lines and rank ends come to it over a channel, the
+//! survivors of a failure are left running ([`OnFailure::Continue`]) so they can report it, and the
+//! caller decides when to stop through [`Capture::stop`].
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -13,7 +18,8 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -82,6 +88,63 @@ pub struct Console {
     pub local_ranks: Option<Vec<u32>>,
 }
 
+/// What a run that reads its ranks' output itself receives, in order per rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Captured {
+    /// One line of a rank's stdout, without its newline.
+    Line { rank: u32, line: String },
+    /// The rank's stdout is closed: every line it wrote has been sent.
+    Eof { rank: u32 },
+    /// The rank's process ended (its last lines may still be on their way: wait for its `Eof`).
+    Ended { rank: u32, end: RankEnd },
+}
+
+/// Hands the ranks' stdout to the caller instead of the console (stderr still goes to the console).
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub sink: Sender<Captured>,
+    /// Set by the caller to stop the run: the stop signal to every rank, the grace period, SIGKILL.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What happens to the other ranks when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Stop them at once (torchrun's behaviour): the stop signal, the grace period, SIGKILL.
+    #[default]
+    StopAll,
+    /// Let them run on: they end on their own, or when the caller sets [`Capture::stop`].
+    Continue,
+}
+
+/// How one rank's process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankEnd {
+    pub status: std::process::ExitStatus,
+    /// It ended by a signal after the supervisor had begun stopping the run (it was stopped, it did
+    /// not die on its own).
+    pub stopped: bool,
+}
+
+/// One rank of a finished run.
+#[derive(Debug, Clone)]
+pub struct RankResult {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub end: RankEnd,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// What the launcher exits with.
+    pub status: ExitStatus,
+    /// The launcher was told to stop by this signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
+    pub signal: Option<i32>,
+    /// Every rank of the last attempt.
+    pub ranks: Vec<RankResult>,
+}
+
 /// Supervision settings.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -102,6 +165,9 @@ pub struct Options {
     pub tail_lines: usize,
     /// Suppress the launcher's own progress notes (restarts).
     pub quiet: bool,
+    pub on_failure: OnFailure,
+    /// Send stdout and rank ends to the caller; it also prints failures itself.
+    pub capture: Option<Capture>,
 }
 
 impl Default for Options {
@@ -116,6 +182,8 @@ impl Default for Options {
             console: Console::default(),
             tail_lines: 20,
             quiet: false,
+            on_failure: OnFailure::StopAll,
+            capture: None,
         }
     }
 }
@@ -174,6 +242,8 @@ struct Running {
     pgid: Pid,
     guard: Option<Pid>,
     status: Option<std::process::ExitStatus>,
+    /// Ended by a signal after the run began stopping.
+    stopped: bool,
     tail: Arc<Mutex<Tail>>,
     readers: Vec<JoinHandle<()>>,
     error_file: Option<PathBuf>,
@@ -223,6 +293,11 @@ pub fn signal_name(sig: i32) -> &'static str {
 /// Must be called from a thread that outlives the ranks (the main thread): `PR_SET_PDEATHSIG` fires
 /// when the spawning thread exits.
 pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitStatus> {
+    run(plan, opts, env).map(|o| o.status)
+}
+
+/// [`supervise`], returning how every rank ended.
+pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
     let (tx, rx) = mpsc::channel();
     let mut sigs = FORWARDED.to_vec();
     sigs.push(libc::SIGCHLD);
@@ -249,7 +324,7 @@ fn run_attempts(
     opts: &Options,
     env: &Environment,
     rx: &Receiver<Event>,
-) -> Result<ExitStatus> {
+) -> Result<RunOutcome> {
     let tmp_root = match &opts.log_dir {
         Some(_) => None,
         None => {
@@ -263,10 +338,20 @@ fn run_attempts(
     let mut attempt = 0u32;
     let mut port_retries = 0u32;
     let result = loop {
-        let outcome = run_once(&plan, opts, env, rx, attempt, tmp_root.as_deref())?;
+        let (outcome, ranks) = run_once(&plan, opts, env, rx, attempt, tmp_root.as_deref())?;
+        let done = |status, signal| RunOutcome {
+            status,
+            signal,
+            ranks: ranks.clone(),
+        };
         match outcome {
-            Outcome::Success => break Ok(ExitStatus::Success),
-            Outcome::Signalled(sig) => break Ok(ExitStatus::Worker((128 + sig).min(255) as u8)),
+            Outcome::Success => break Ok(done(ExitStatus::Success, None)),
+            Outcome::Signalled(sig) => {
+                break Ok(done(
+                    ExitStatus::Worker((128 + sig).min(255) as u8),
+                    Some(sig),
+                ))
+            }
             Outcome::Failed(f) => {
                 let race =
                     plan.port_auto && f.local_rank == 0 && ports::is_addr_in_use(&f.stderr_tail);
@@ -295,8 +380,10 @@ fn run_attempts(
                     );
                     continue;
                 }
-                report(opts, &f);
-                break Ok(ExitStatus::Worker(f.exit_code()));
+                if opts.capture.is_none() {
+                    report(opts, &f);
+                }
+                break Ok(done(ExitStatus::Worker(f.exit_code()), None));
             }
         }
     };
@@ -356,7 +443,7 @@ fn run_once(
     rx: &Receiver<Event>,
     attempt: u32,
     tmp_root: Option<&Path>,
-) -> Result<Outcome> {
+) -> Result<(Outcome, Vec<RankResult>)> {
     let launcher = nix::unistd::getpid();
     let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
     let role = plan
@@ -480,9 +567,12 @@ fn run_once(
             if let Some(pipe) = pipe {
                 let tail = is_err.then(|| tail.clone());
                 let prefix = prefix.clone();
-                readers.push(std::thread::spawn(move || {
-                    forward(pipe, is_err, show, prefix, file, tail)
-                }));
+                let to = match (&opts.capture, is_err) {
+                    (Some(c), false) => Sink::Capture(spec.rank, c.sink.clone()),
+                    _ if !show => Sink::Nowhere,
+                    _ => Sink::Console { is_err, prefix },
+                };
+                readers.push(std::thread::spawn(move || forward(pipe, to, file, tail)));
             }
         }
         running.push(Running {
@@ -492,6 +582,7 @@ fn run_once(
             pgid: pid,
             guard,
             status: None,
+            stopped: false,
             tail,
             readers,
             error_file,
@@ -500,12 +591,21 @@ fn run_once(
 
     let mut first_failure: Option<usize> = None;
     let mut stop_signal: Option<i32> = None;
+    // Set once the run is being stopped: the time SIGKILL follows.
     let mut deadline: Option<Instant> = None;
     let mut killed = false;
     loop {
         for r in running.iter_mut().filter(|r| r.status.is_none()) {
             if let Ok(Some(st)) = r.child.try_wait() {
                 r.status = Some(st);
+                r.stopped = deadline.is_some() && st.signal().is_some();
+                if let Some(c) = &opts.capture {
+                    let end = RankEnd {
+                        status: st,
+                        stopped: r.stopped,
+                    };
+                    let _ = c.sink.send(Captured::Ended { rank: r.rank, end });
+                }
             }
         }
         if first_failure.is_none() && stop_signal.is_none() {
@@ -514,9 +614,19 @@ fn run_once(
                 .position(|r| r.status.is_some_and(|s| !s.success()))
             {
                 first_failure = Some(i);
-                signal_groups(&running, libc::SIGTERM);
-                deadline = Some(Instant::now() + opts.grace);
+                if opts.on_failure == OnFailure::StopAll && deadline.is_none() {
+                    signal_groups(&running, libc::SIGTERM);
+                    deadline = Some(Instant::now() + opts.grace);
+                }
             }
+        }
+        let stop_asked = opts
+            .capture
+            .as_ref()
+            .is_some_and(|c| c.stop.load(Ordering::Relaxed));
+        if stop_asked && deadline.is_none() {
+            signal_groups(&running, libc::SIGTERM);
+            deadline = Some(Instant::now() + opts.grace);
         }
         if running.iter().all(|r| r.status.is_some()) {
             break;
@@ -553,15 +663,38 @@ fn run_once(
     // Leaders are gone; whatever is left in their groups (grandchildren) goes too.
     signal_groups_all(&running, libc::SIGKILL);
     finish(&mut running);
+    let results = running
+        .iter()
+        .map(|r| RankResult {
+            rank: r.rank,
+            local_rank: r.local_rank,
+            end: RankEnd {
+                status: r
+                    .status
+                    .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
+                stopped: r.stopped,
+            },
+        })
+        .collect();
+    let outcome = outcome_of(plan, &running, stop_signal, first_failure);
+    Ok((outcome, results))
+}
+
+fn outcome_of(
+    plan: &Plan,
+    running: &[Running],
+    stop_signal: Option<i32>,
+    first_failure: Option<usize>,
+) -> Outcome {
     if let Some(s) = stop_signal {
-        return Ok(Outcome::Signalled(s));
+        return Outcome::Signalled(s);
     }
     match first_failure {
-        None => Ok(Outcome::Success),
+        None => Outcome::Success,
         Some(i) => {
             let r = &running[i];
             let error_message = r.error_file.as_ref().and_then(|p| read_error_file(p));
-            Ok(Outcome::Failed(Failure {
+            Outcome::Failed(Failure {
                 rank: r.rank,
                 local_rank: r.local_rank,
                 host: plan.host.clone(),
@@ -570,7 +703,7 @@ fn run_once(
                     .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
                 stderr_tail: r.tail.lock().map(|t| t.text()).unwrap_or_default(),
                 error_message,
-            }))
+            })
         }
     }
 }
@@ -631,17 +764,26 @@ fn finish(running: &mut [Running]) {
     }
 }
 
+/// Where a reader sends what a rank writes.
+enum Sink {
+    Nowhere,
+    Console {
+        is_err: bool,
+        prefix: Option<String>,
+    },
+    /// Lines to the capturing caller, tagged with the rank.
+    Capture(u32, Sender<Captured>),
+}
+
 fn forward(
     mut pipe: Box<dyn Read + Send>,
-    is_err: bool,
-    show: bool,
-    prefix: Option<String>,
+    to: Sink,
     mut file: Option<std::fs::File>,
     tail: Option<Arc<Mutex<Tail>>>,
 ) {
     let mut buf = [0u8; 8192];
     let mut pending: Vec<u8> = Vec::new();
-    let emit = |data: &[u8]| {
+    let emit = |is_err: bool, data: &[u8]| {
         if is_err {
             let _ = std::io::stderr().lock().write_all(data);
         } else {
@@ -666,12 +808,16 @@ fn forward(
                 t.push(data);
             }
         }
-        if !show {
-            continue;
-        }
-        match &prefix {
-            None => emit(data),
-            Some(p) => {
+        match &to {
+            Sink::Nowhere => {}
+            Sink::Console {
+                is_err,
+                prefix: None,
+            } => emit(*is_err, data),
+            Sink::Console {
+                is_err,
+                prefix: Some(p),
+            } => {
                 pending.extend_from_slice(data);
                 let mut out = Vec::new();
                 while let Some(i) = pending.iter().position(|b| *b == b'\n') {
@@ -679,18 +825,37 @@ fn forward(
                     out.extend(pending.drain(..=i));
                 }
                 if !out.is_empty() {
-                    emit(&out);
+                    emit(*is_err, &out);
+                }
+            }
+            Sink::Capture(rank, tx) => {
+                pending.extend_from_slice(data);
+                while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=i).collect();
+                    let line = String::from_utf8_lossy(&line[..i]).into_owned();
+                    let _ = tx.send(Captured::Line { rank: *rank, line });
                 }
             }
         }
     }
-    if show && !pending.is_empty() {
-        if let Some(p) = &prefix {
+    match &to {
+        Sink::Console {
+            is_err,
+            prefix: Some(p),
+        } if !pending.is_empty() => {
             let mut out = p.as_bytes().to_vec();
             out.extend_from_slice(&pending);
             out.push(b'\n');
-            emit(&out);
+            emit(*is_err, &out);
         }
+        Sink::Capture(rank, tx) => {
+            if !pending.is_empty() {
+                let line = String::from_utf8_lossy(&pending).into_owned();
+                let _ = tx.send(Captured::Line { rank: *rank, line });
+            }
+            let _ = tx.send(Captured::Eof { rank: *rank });
+        }
+        _ => {}
     }
 }
 

@@ -1,24 +1,29 @@
-//! The coordinator: starts this machine's ranks (accel-test itself in worker mode), reads their events,
-//! prints the report as it comes, and makes sure nothing outlives it — every rank runs in its own
-//! process group, dies with the coordinator (PDEATHSIG), and is killed when the world has failed and
-//! the timeout for the survivors to report is over.
+//! The coordinator: runs this machine's ranks (accel-test itself in worker mode) through accel-launch's
+//! own supervisor — the same plan, contract, process groups, PDEATHSIG and per-rank guards, so nothing
+//! outlives accel-test even when it is SIGKILLed — and turns the ranks' JSON events into the report as
+//! they come.
+//!
+//! Unlike a training run, a failed world is not stopped at the first failure: the survivors are what
+//! name the dead or wrong rank, so they get one timeout (plus a margin) to report before they are
+//! stopped; a world in which nothing happens for longer than that is stopped too.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use std::os::unix::process::ExitStatusExt;
 
 use super::report::{Event, RankEnd, Report};
 use super::world::{Device, World};
 use super::PreflightError;
+use crate::contract::{EnvMap, Topology};
 use crate::env_vars::{self, Environment};
+use crate::error::Result;
 use crate::exit_status::ExitStatus;
+use crate::launch::{self, Capture, Captured, Console, OnFailure, Plan};
 
 /// What every worker is asked to do, as worker-mode arguments.
 #[derive(Debug, Clone)]
@@ -26,21 +31,26 @@ pub struct WorkerArgs {
     pub args: Vec<String>,
 }
 
-/// A started rank.
-pub struct Rank {
-    pub rank: usize,
-    pub child: Child,
-}
+/// How long the survivors of a failure get to report it, beyond the check timeout itself: a survivor
+/// can be blocked in a collective for the whole timeout, then waits up to 5 s for the living to say
+/// they failed too before it names the silent ranks.
+const REPORT_MARGIN: Duration = Duration::from_secs(10);
+/// How long a world may show no sign of life, beyond the check timeout, before it is stopped.
+const IDLE_MARGIN: Duration = Duration::from_secs(15);
+/// SIGTERM to SIGKILL: a worker has nothing to save.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// The rank contract of local rank `local`: exactly what accel-launch exports (the contract module's
-/// torchrun worker variables), plus CUDA_VISIBLE_DEVICES from gpu_ids.
-pub fn contract_env(
+/// This machine's ranks as a launch plan: `exe --worker ARGS…` for each local rank, with exactly the
+/// contract accel-launch exports (torchrun's worker variables), CUDA_VISIBLE_DEVICES from gpu_ids,
+/// and torchrun's OMP_NUM_THREADS=1 for several ranks on one machine.
+pub fn rank_plan(
     world: &World,
     port: u16,
-    local: usize,
+    exe: &Path,
+    worker: &WorkerArgs,
     env: &Environment,
-) -> crate::contract::EnvMap {
-    let topology = crate::contract::Topology {
+) -> Plan {
+    let topology = Topology {
         local_world_size: world.nproc_per_node as u32,
         node_rank: world.machine_rank as u32,
         num_nodes: world.num_machines as u32,
@@ -50,87 +60,32 @@ pub fn contract_env(
         role: "default".into(),
         max_restarts: 0,
     };
-    let mut vars = crate::contract::worker_env(&topology, local as u32, 0, None, env);
+    let mut argv: Vec<OsString> = vec![exe.into(), "--worker".into()];
+    argv.extend(worker.args.iter().map(OsString::from));
+    let mut common = EnvMap::new();
+    if env.get(env_vars::OMP_NUM_THREADS).is_none() && world.nproc_per_node > 1 {
+        common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
+    }
+    // libtorch's INFO chatter stays quiet unless asked for.
+    if env.get(env_vars::TORCH_CPP_LOG_LEVEL).is_none() {
+        common.insert(env_vars::TORCH_CPP_LOG_LEVEL.into(), "ERROR".into());
+    }
     if let Some(ids) = &world.gpu_ids {
-        vars.insert(env_vars::CUDA_VISIBLE_DEVICES.to_string(), ids.clone());
+        common.insert(env_vars::CUDA_VISIBLE_DEVICES.into(), ids.clone());
     }
-    vars
+    // The port is the one the report names; a lost race shows up as a failed rendezvous check.
+    Plan::build(Some(topology), &argv, &common, false, env)
 }
 
-/// Starts this machine's ranks. The one place that spawns them: when the library launcher lands, this
-/// becomes a call to it with the worker command.
-pub fn spawn_local_ranks(
-    world: &World,
-    port: u16,
-    exe: &Path,
-    worker: &WorkerArgs,
-    env: &Environment,
-) -> Result<Vec<Rank>, PreflightError> {
-    let mut ranks = Vec::new();
-    for local in 0..world.nproc_per_node {
-        let mut cmd = Command::new(exe);
-        cmd.arg("--worker")
-            .args(&worker.args)
-            .envs(contract_env(world, port, local, env))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        // torchrun's default for several ranks on one machine; libtorch's INFO chatter stays quiet.
-        if env.get(env_vars::OMP_NUM_THREADS).is_none() && world.nproc_per_node > 1 {
-            cmd.env(env_vars::OMP_NUM_THREADS, "1");
-        }
-        if env.get(env_vars::TORCH_CPP_LOG_LEVEL).is_none() {
-            cmd.env(env_vars::TORCH_CPP_LOG_LEVEL, "ERROR");
-        }
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill the rank with us.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        match cmd.spawn() {
-            Ok(child) => ranks.push(Rank {
-                rank: world.global_rank(local),
-                child,
-            }),
-            Err(e) => {
-                kill_all(&mut ranks);
-                return Err(PreflightError::Spawn(exe.display().to_string(), e));
-            }
-        }
-    }
-    Ok(ranks)
-}
-
-/// Kills every rank's process group and reaps the ranks.
-pub fn kill_all(ranks: &mut [Rank]) {
-    for r in ranks.iter() {
-        let _ = killpg(Pid::from_raw(r.child.id() as i32), Signal::SIGKILL);
-    }
-    for r in ranks.iter_mut() {
-        let _ = r.child.wait();
-    }
-}
-
-enum Msg {
-    Line(usize, String),
-    Eof(usize),
-}
-
-/// Runs the world's local ranks to the end and prints the report. `what` describes the world for the
-/// verdict line.
+/// Runs the world's local ranks to the end and prints the report.
 pub fn supervise(
     world: &World,
     worker: &WorkerArgs,
     env: &Environment,
     timeout: Duration,
     json: bool,
-    out: &mut dyn FnMut(&str) -> crate::error::Result<()>,
-) -> crate::error::Result<ExitStatus> {
+    out: &mut (dyn FnMut(&str) -> Result<()> + Send),
+) -> Result<ExitStatus> {
     let start = Instant::now();
     let port = match world.master_port {
         Some(p) => p,
@@ -165,121 +120,47 @@ pub fn supervise(
             timeout.as_secs_f64()
         ))?;
     }
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
-    }
     let exe = std::env::current_exe().map_err(PreflightError::Exe)?;
-    let mut ranks = spawn_local_ranks(world, port, &exe, worker, env)?;
+    let plan = rank_plan(world, port, &exe, worker, env);
     let (tx, rx) = mpsc::channel();
-    for (i, r) in ranks.iter_mut().enumerate() {
-        if let Some(stdout) = r.child.stdout.take() {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    match line {
-                        Ok(l) => {
-                            if tx.send(Msg::Line(i, l)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let _ = tx.send(Msg::Eof(i));
-            });
-        }
-    }
-    drop(tx);
-    let mut report = Report::new(ranks.iter().map(|r| r.rank).collect(), world.world_size());
-    let mut ended = vec![false; ranks.len()];
-    let mut eof = vec![false; ranks.len()];
-    let idle_limit = timeout + Duration::from_secs(15);
-    let mut last_activity = Instant::now();
-    // Once something failed, the survivors get one timeout to say so.
-    let mut grace: Option<Instant> = None;
-    let mut killed = false;
-    let mut was_interrupted = false;
-    loop {
-        let mut text = String::new();
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Msg::Line(i, line)) => {
-                last_activity = Instant::now();
-                match serde_json::from_str::<Event>(&line) {
-                    Ok(ev) => {
-                        if matches!(
-                            ev,
-                            Event::Check { ok: false, .. } | Event::Done { ok: false, .. }
-                        ) && grace.is_none()
-                        {
-                            grace = Some(Instant::now() + timeout + Duration::from_secs(5));
-                        }
-                        text.push_str(&report.add(ev));
-                    }
-                    // Anything else a rank prints (a library's chatter) goes to stderr, marked.
-                    Err(_) => eprintln!("[rank {}] {line}", ranks[i].rank),
-                }
-            }
-            Ok(Msg::Eof(i)) => eof[i] = true,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => eof.iter_mut().for_each(|e| *e = true),
-        }
-        for (i, r) in ranks.iter_mut().enumerate() {
-            if ended[i] || !eof[i] {
-                continue;
-            }
-            if let Ok(Some(status)) = r.child.try_wait() {
-                ended[i] = true;
-                last_activity = Instant::now();
-                let end = match (status.code(), status.signal()) {
-                    (Some(c), _) => RankEnd::Exited(c),
-                    (None, Some(_)) if killed => RankEnd::Killed,
-                    (None, Some(s)) => RankEnd::Signaled(s),
-                    _ => RankEnd::Exited(-1),
-                };
-                if end != RankEnd::Exited(0) && grace.is_none() {
-                    grace = Some(Instant::now() + timeout + Duration::from_secs(5));
-                }
-                text.push_str(&report.ended(r.rank, end));
-            }
-        }
-        if !text.is_empty() && !json {
-            out(&text)?;
-        }
-        if ended.iter().all(|e| *e) {
-            break;
-        }
-        if interrupted.load(Ordering::Relaxed) {
-            was_interrupted = true;
-        }
-        let now = Instant::now();
-        let give_up = was_interrupted
-            || grace.is_some_and(|g| now >= g)
-            || now.duration_since(last_activity) >= idle_limit;
-        if give_up && !killed {
-            if !was_interrupted {
-                let why = if grace.is_some_and(|g| now >= g) {
-                    format!(
-                        "ranks still running {:.0} s after the first failure were killed",
-                        timeout.as_secs_f64() + 5.0
-                    )
-                } else {
-                    format!(
-                        "no rank made progress for {:.0} s",
-                        idle_limit.as_secs_f64()
-                    )
-                };
-                report.notes.push(why);
-            }
-            killed = true;
-            for r in ranks.iter() {
-                let _ = killpg(Pid::from_raw(r.child.id() as i32), Signal::SIGKILL);
-            }
-            // Readers end when the pipes close; mark them so the exits are collected.
-            eof.iter_mut().for_each(|e| *e = true);
-        }
-    }
-    kill_all(&mut ranks);
+    let stop = Arc::new(AtomicBool::new(false));
+    let opts = launch::Options {
+        tool: "accel-test",
+        grace: STOP_GRACE,
+        console: Console {
+            prefix: Some("[rank {rank}] ".into()),
+            local_ranks: None,
+        },
+        quiet: true,
+        on_failure: OnFailure::Continue,
+        capture: Some(Capture {
+            sink: tx,
+            stop: Arc::clone(&stop),
+        }),
+        ..launch::Options::default()
+    };
+    let mut report = Report::new(
+        plan.ranks.iter().map(|r| r.rank as usize).collect(),
+        world.world_size(),
+    );
+    let finished = AtomicBool::new(false);
+    let follower = Follower {
+        report: &mut report,
+        stop: &stop,
+        timeout,
+        json,
+        out: &mut *out,
+    };
+    let (outcome, followed) = std::thread::scope(|s| {
+        let finished = &finished;
+        let follower = s.spawn(move || follower.run(rx, finished));
+        // The supervisor stays on this (the main) thread: PDEATHSIG follows the spawning thread.
+        let outcome = launch::run(&plan, &opts, env);
+        finished.store(true, Ordering::Relaxed);
+        let followed = follower.join().unwrap_or(Ok(()));
+        (outcome, followed)
+    });
+    let outcome = outcome?;
     let rest = report.flush(true);
     let seconds = start.elapsed().as_secs_f64();
     if json {
@@ -288,14 +169,131 @@ pub fn supervise(
         out(&rest)?;
         out(&report.verdict(seconds, &what))?;
     }
-    if was_interrupted {
-        return Ok(ExitStatus::Interrupted);
+    followed?;
+    match outcome.signal {
+        Some(s) if s == libc::SIGINT || s == libc::SIGTERM => return Ok(ExitStatus::Interrupted),
+        Some(_) => return Ok(outcome.status),
+        None => {}
     }
     Ok(if report.passed() {
         ExitStatus::Success
     } else {
         ExitStatus::Failure
     })
+}
+
+/// Reads the ranks' events while the supervisor runs them; prints the report as it completes and asks
+/// the supervisor to stop the world when it has failed and the survivors had their time, or when
+/// nothing happens any more.
+struct Follower<'a> {
+    report: &'a mut Report,
+    stop: &'a AtomicBool,
+    timeout: Duration,
+    json: bool,
+    out: &'a mut (dyn FnMut(&str) -> Result<()> + Send),
+}
+
+impl Follower<'_> {
+    fn run(self, rx: Receiver<Captured>, finished: &AtomicBool) -> Result<()> {
+        let idle_limit = self.timeout + IDLE_MARGIN;
+        let mut last_activity = Instant::now();
+        // Once something failed, the survivors get one timeout to say so.
+        let mut grace: Option<Instant> = None;
+        let mut gave_up = false;
+        let mut eof: Vec<u32> = Vec::new();
+        // Ends wait for the rank's last lines (its Eof), so that its report is complete first.
+        let mut pending: Vec<(u32, RankEnd)> = Vec::new();
+        let mut failed_print: Option<crate::error::Error> = None;
+        loop {
+            let mut text = String::new();
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Captured::Line { rank, line }) => {
+                    last_activity = Instant::now();
+                    match serde_json::from_str::<Event>(&line) {
+                        Ok(ev) => {
+                            if matches!(
+                                ev,
+                                Event::Check { ok: false, .. } | Event::Done { ok: false, .. }
+                            ) && grace.is_none()
+                            {
+                                grace = Some(Instant::now() + self.timeout + REPORT_MARGIN);
+                            }
+                            text.push_str(&self.report.add(ev));
+                        }
+                        // Anything else a rank prints (a library's chatter) goes to stderr, marked.
+                        Err(_) => eprintln!("[rank {rank}] {line}"),
+                    }
+                }
+                Ok(Captured::Eof { rank }) => {
+                    eof.push(rank);
+                    if let Some(i) = pending.iter().position(|(r, _)| *r == rank) {
+                        let (r, end) = pending.remove(i);
+                        text.push_str(&self.report.ended(r as usize, end));
+                    }
+                }
+                Ok(Captured::Ended { rank, end }) => {
+                    last_activity = Instant::now();
+                    let end = match (end.status.code(), end.status.signal()) {
+                        (Some(c), _) => RankEnd::Exited(c),
+                        (None, Some(_)) if end.stopped && gave_up => RankEnd::Killed,
+                        (None, Some(s)) => RankEnd::Signaled(s),
+                        _ => RankEnd::Exited(-1),
+                    };
+                    if end != RankEnd::Exited(0) && grace.is_none() {
+                        grace = Some(Instant::now() + self.timeout + REPORT_MARGIN);
+                    }
+                    if eof.contains(&rank) {
+                        text.push_str(&self.report.ended(rank as usize, end));
+                    } else {
+                        pending.push((rank, end));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) if finished.load(Ordering::Relaxed) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if !text.is_empty() && !self.json && failed_print.is_none() {
+                if let Err(e) = (self.out)(&text) {
+                    // Nowhere to report to: stop the world rather than run it blind.
+                    failed_print = Some(e);
+                    self.stop.store(true, Ordering::Relaxed);
+                }
+            }
+            let now = Instant::now();
+            if !gave_up {
+                let why = if grace.is_some_and(|g| now >= g) {
+                    Some(format!(
+                        "ranks still running {:.0} s after the first failure were killed",
+                        (self.timeout + REPORT_MARGIN).as_secs_f64()
+                    ))
+                } else if now.duration_since(last_activity) >= idle_limit {
+                    Some(format!(
+                        "no rank made progress for {:.0} s",
+                        idle_limit.as_secs_f64()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    self.report.notes.push(why);
+                    gave_up = true;
+                    self.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        // Ranks whose stdout a stray grandchild still holds: their ends are known all the same.
+        let mut text = String::new();
+        for (r, end) in pending {
+            text.push_str(&self.report.ended(r as usize, end));
+        }
+        if !text.is_empty() && !self.json && failed_print.is_none() {
+            (self.out)(&text)?;
+        }
+        match failed_print {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds: f64) -> String {
@@ -345,4 +343,56 @@ fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_plan_carries_the_launcher_contract() {
+        let world = World {
+            num_machines: 2,
+            machine_rank: 1,
+            nproc_per_node: 2,
+            master_addr: "n0".into(),
+            master_port: Some(29500),
+            device: Device::Cpu,
+            gpu_ids: Some("2,3".into()),
+        };
+        let worker = WorkerArgs {
+            args: vec!["--timeout".into(), "5".into()],
+        };
+        let plan = rank_plan(
+            &world,
+            29500,
+            Path::new("/bin/accel-test"),
+            &worker,
+            &Environment::default(),
+        );
+        assert_eq!(plan.ranks.len(), 2);
+        let r = &plan.ranks[1];
+        assert_eq!(
+            r.argv,
+            ["/bin/accel-test", "--worker", "--timeout", "5"].map(OsString::from)
+        );
+        assert_eq!((r.rank, r.local_rank), (3, 1));
+        for (k, v) in [
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "4"),
+            ("GROUP_RANK", "1"),
+            ("MASTER_ADDR", "n0"),
+            ("MASTER_PORT", "29500"),
+            ("OMP_NUM_THREADS", "1"),
+            ("TORCH_CPP_LOG_LEVEL", "ERROR"),
+            ("CUDA_VISIBLE_DEVICES", "2,3"),
+        ] {
+            assert_eq!(r.env.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        // The user's own settings win.
+        let env = Environment::from_pairs([("OMP_NUM_THREADS", "8")]);
+        let plan = rank_plan(&world, 29500, Path::new("x"), &worker, &env);
+        assert!(!plan.ranks[0].env.contains_key("OMP_NUM_THREADS"));
+    }
 }

@@ -23,8 +23,6 @@ pub enum PreflightError {
     Usage(String),
     #[error("invalid rank contract: {0}")]
     Contract(String),
-    #[error("cannot start rank process `{0}`")]
-    Spawn(String, #[source] std::io::Error),
     #[error("cannot find a free port for the rendezvous")]
     Port(#[source] std::io::Error),
     #[error("cannot locate the accel-test executable")]
@@ -50,9 +48,7 @@ impl Diagnostic for PreflightError {
     fn exit_status(&self) -> ExitStatus {
         match self {
             PreflightError::Usage(_) | PreflightError::Timeout(_) => ExitStatus::Usage,
-            PreflightError::Spawn(..) | PreflightError::Port(_) | PreflightError::Exe(_) => {
-                ExitStatus::LauncherFailed
-            }
+            PreflightError::Port(_) | PreflightError::Exe(_) => ExitStatus::LauncherFailed,
             PreflightError::Contract(_) | PreflightError::NoTorch => ExitStatus::Failure,
         }
     }

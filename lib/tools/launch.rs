@@ -258,6 +258,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         },
         tail_lines: 20,
         quiet: cli.quiet,
+        ..launch::Options::default()
     };
     launch::supervise(&plan, &opts, env)
 }
