@@ -945,3 +945,73 @@ fn leader_running(stat_path: Option<&std::ffi::CString>) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::EnvMap;
+
+    /// The capturing mode accel-test relies on: lines come over the channel tagged with the rank, a
+    /// failure leaves the others running, and the caller's stop ends them.
+    #[test]
+    fn capture_continue_and_stop() {
+        let script = "echo hello $RANK; echo -n tail$RANK; [ $RANK = 1 ] && exit 3; exec sleep 30";
+        let argv: Vec<OsString> = ["sh", "-c", script].iter().map(OsString::from).collect();
+        let env = Environment::default();
+        let mut plan = Plan::local(2, &argv, &EnvMap::new(), &env).unwrap();
+        plan.port_auto = false;
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = Options {
+            tool: "test",
+            grace: Duration::from_secs(5),
+            quiet: true,
+            on_failure: OnFailure::Continue,
+            capture: Some(Capture {
+                sink: tx,
+                stop: Arc::clone(&stop),
+            }),
+            ..Options::default()
+        };
+        let stopper = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for c in rx.iter() {
+                if let Captured::Ended { rank: 1, end } = &c {
+                    assert_eq!(end.status.code(), Some(3));
+                    // Rank 0 is still running, as asked; now stop it.
+                    std::thread::sleep(Duration::from_millis(300));
+                    stop.store(true, Ordering::Relaxed);
+                }
+                seen.push(c);
+                let ends = seen
+                    .iter()
+                    .filter(|c| matches!(c, Captured::Ended { .. } | Captured::Eof { .. }))
+                    .count();
+                if ends == 4 {
+                    break;
+                }
+            }
+            seen
+        });
+        let started = Instant::now();
+        let outcome = run(&plan, &opts, &env).unwrap();
+        let seen = stopper.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(outcome.status, ExitStatus::Worker(3));
+        assert_eq!(outcome.signal, None);
+        for r in 0..2u32 {
+            let lines: Vec<&str> = seen
+                .iter()
+                .filter_map(|c| match c {
+                    Captured::Line { rank, line } if *rank == r => Some(line.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(lines, [format!("hello {r}"), format!("tail{r}")]);
+        }
+        let r0 = &outcome.ranks[0];
+        assert_eq!(r0.end.status.signal(), Some(libc::SIGTERM));
+        assert!(r0.end.stopped, "rank 0 was stopped by the caller");
+        assert!(!outcome.ranks[1].end.stopped);
+    }
+}
