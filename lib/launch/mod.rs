@@ -1,6 +1,7 @@
 //! Starting and supervising the ranks of a run: the [`plan::Plan`] (per-rank argv and environment),
 //! [`supervise::supervise`] (process groups, signals, fail-fast, restarts, logs) and rendezvous
-//! [`ports`]. Any tool can launch any worker argv with `Plan::local(n, argv, env)` + `supervise`.
+//! [`ports`]. Any tool can launch any worker argv with `Plan::local(n, argv, env)` + `supervise`;
+//! one that reads its ranks' output itself (accel-test) uses [`supervise::run`] with a [`Capture`].
 
 pub mod plan;
 pub mod ports;
