@@ -72,6 +72,9 @@ def main():
             with open(args.output, "w") as f:
                 json.dump({"losses": losses, "num_processes": accelerator.num_processes,
                            "distributed_type": str(accelerator.distributed_type)}, f)
+    # Every rank reaches the teardown together: a rank that destroys its gloo group while a peer is
+    # still busy (rank 0 writing its results) can abort in libtorch's teardown.
+    accelerator.wait_for_everyone()
     accelerator.end_training()
 
 
