@@ -1,4 +1,4 @@
-//! Builds accel-test's C++ shim over libtorch's c10d (lib/torch/shim.cpp), and only when the `torch`
+//! Builds accel-test's C++ shim over libtorch's c10d (bin/accel-test/torch/shim.cpp), and only when the `torch`
 //! feature is on: without it this script does nothing, so the default build needs no C++ toolchain,
 //! no Python and no libtorch.
 //!
@@ -93,7 +93,7 @@ fn main() {
     if env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
     }
-    println!("cargo:rerun-if-changed=lib/torch/shim.cpp");
+    println!("cargo:rerun-if-changed=bin/accel-test/torch/shim.cpp");
     println!("cargo:rerun-if-env-changed=VIRTUAL_ENV");
     let torch = if rerun_env("LIBTORCH_USE_PYTORCH").is_some() {
         from_python()
@@ -120,6 +120,10 @@ fn main() {
     let extra: Vec<PathBuf> = rerun_env("ACCEL_CUDA_EXTRA_INCLUDE")
         .map(|v| env::split_paths(&v).collect())
         .unwrap_or_default();
+    // Headers installed later (scripts/setup adds nvidia-cuda-crt/-cccl) must bring the NCCL path in.
+    for dir in cuda_inc.iter().chain(&extra) {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
     let found = |rel: &str| cuda_inc.iter().chain(&extra).any(|p| p.join(rel).is_file());
     let crt_ok = found("crt/host_config.h") && found("nv/target");
     let with_nccl = rerun_env("ACCEL_NO_NCCL").is_none()
@@ -138,7 +142,7 @@ fn main() {
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={}", torch.abi))
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .define("USE_C10D_GLOO", None)
-        .file("lib/torch/shim.cpp");
+        .file("bin/accel-test/torch/shim.cpp");
     if with_nccl {
         build
             .define("USE_C10D_NCCL", None)

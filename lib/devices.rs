@@ -96,6 +96,69 @@ pub fn detect_gpus(env: &Environment) -> Gpus {
     }
 }
 
+/// How many GPUs a process started here can use: the GPUs found, narrowed by `CUDA_VISIBLE_DEVICES`
+/// exactly as CUDA narrows them (`torch/cuda/__init__.py::_parse_visible_devices` and
+/// `_device_count_nvml`): entries are read like `strtoul` (`1gpu` is 1), the first negative or unknown
+/// entry ends the list (`0,-1,2` is one GPU, `-1` none), a repeated entry empties it, and an index
+/// beyond the GPUs found ends it too. `GPU-…` UUID prefixes are matched against the GPUs' UUIDs.
+pub fn visible_gpus(env: &Environment) -> u32 {
+    let found = detect_gpus(env).gpus;
+    match env.get(env_vars::CUDA_VISIBLE_DEVICES) {
+        None => found.len() as u32,
+        Some(var) => count_visible(var, &found) as u32,
+    }
+}
+
+fn count_visible(var: &str, found: &[Gpu]) -> usize {
+    let var = var.trim();
+    if var.starts_with("MIG-") {
+        // One MIG instance per process is what CUDA exposes; torch does not count them either.
+        return var
+            .split(',')
+            .take_while(|e| e.starts_with("MIG-"))
+            .count()
+            .min(1);
+    }
+    let mut ordinals: Vec<usize> = Vec::new();
+    for elem in var.split(',') {
+        let elem = elem.trim();
+        let ordinal = if elem.starts_with("GPU-") {
+            let matches: Vec<usize> = found
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.uuid.as_deref().is_some_and(|u| u.starts_with(elem)))
+                .map(|(i, _)| i)
+                .collect();
+            match matches[..] {
+                [one] => Some(one),
+                _ => None,
+            }
+        } else {
+            strtoul(elem).filter(|n| *n < found.len())
+        };
+        match ordinal {
+            None => break,
+            Some(o) if ordinals.contains(&o) => return 0,
+            Some(o) => ordinals.push(o),
+        }
+    }
+    ordinals.len()
+}
+
+/// The leading integer of `s` as C's `strtoul` reads it for CUDA; `None` for a negative or missing one.
+fn strtoul(s: &str) -> Option<usize> {
+    let digits: String = s
+        .strip_prefix('+')
+        .unwrap_or(s)
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if s.starts_with('-') || digits.is_empty() {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 fn parse_smi_line(line: &str) -> Option<Gpu> {
     let f: Vec<&str> = line.split(',').map(str::trim).collect();
     if f.len() < 5 {
@@ -183,6 +246,36 @@ mod tests {
         let banner =
             "| NVIDIA-SMI 570.86.15   Driver Version: 570.86.15   CUDA Version: 12.8     |";
         assert_eq!(cuda_from_banner(banner).as_deref(), Some("12.8"));
+    }
+
+    #[test]
+    fn cuda_visible_devices_narrows_as_cuda_does() {
+        let gpus: Vec<Gpu> = (0..4)
+            .map(|i| Gpu {
+                index: i,
+                uuid: Some(format!("GPU-{i}aa{i}")),
+                ..Gpu::default()
+            })
+            .collect();
+        for (var, want) in [
+            ("0,1", 2),
+            ("", 0),
+            ("-1", 0),
+            ("0,-1,2", 1),
+            ("3,2,1,0", 4),
+            ("1gpu,2", 2),
+            ("0,0", 0),
+            ("2,7,1", 1),
+            ("GPU-1,GPU-3aa", 2),
+            ("GPU-9", 0),
+        ] {
+            assert_eq!(
+                count_visible(var, &gpus),
+                want,
+                "CUDA_VISIBLE_DEVICES={var}"
+            );
+        }
+        assert_eq!(count_visible("0,1", &[]), 0);
     }
 
     #[test]

@@ -36,6 +36,12 @@ fn section(roff: &mut Roff, title: &str) {
 /// The man page of one tool.
 pub fn man_page(tool: &ToolDoc) -> Vec<u8> {
     let cmd = (tool.command)();
+    // NAME is clap's `about`, which the tools' `#[command(about)]` fills with the package description;
+    // a man page's NAME line is the tool's own one-liner: the first line of its long help.
+    let cmd = match one_liner(&cmd) {
+        Some(line) => cmd.about(line),
+        None => cmd,
+    };
     let man = clap_mangen::Man::new(cmd.clone())
         .section("1")
         .manual("accel manual")
@@ -94,4 +100,12 @@ pub fn man_page(tool: &ToolDoc) -> Vec<u8> {
     roff.text([roman(others.join(", "))]);
     out.extend(roff.to_roff().into_bytes());
     out
+}
+
+/// The first sentence of a command's long help, without its full stop: `accel-config - Write, read and
+/// check accelerate config files (YAML, JSON or TOML)`.
+pub fn one_liner(cmd: &clap::Command) -> Option<String> {
+    let long = cmd.get_long_about()?.to_string();
+    let first = long.lines().next()?.trim().trim_end_matches('.');
+    (!first.is_empty()).then(|| first.to_string())
 }

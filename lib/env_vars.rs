@@ -17,7 +17,7 @@ pub enum Group {
     Contract,
     /// Set by accel-launch for each rank: what `accelerate launch` exports for the configured run.
     Accelerate,
-    /// Read from a SLURM allocation (`srun`/`sbatch`).
+    /// Read from the job scheduler: a SLURM allocation (`srun`/`sbatch`), Kubeflow Trainer, SkyPilot.
     Slurm,
     /// Read from MPI launchers (Open MPI, MPICH/PMI, MVAPICH).
     Mpi,
@@ -44,6 +44,9 @@ macro_rules! vars {
         pub static REGISTRY: &[EnvVar] = &[
             $( EnvVar { name: $name, group: Group::$group, doc: $doc }, )*
         ];
+        /// The constants' own names, in the same order, to check each names its variable.
+        #[cfg(test)]
+        static IDENTS: &[&str] = &[ $( stringify!($ident), )* ];
     };
 }
 
@@ -84,7 +87,7 @@ vars! {
     MASTER_PORT = "MASTER_PORT", Contract, "Port of the TCPStore rendezvous on MASTER_ADDR.";
     TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT", Contract, "How many times the worker group was restarted.";
     TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS", Contract, "--max_restarts.";
-    TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID", Contract, "Run id (--rdzv_id; `none` for static rendezvous).";
+    TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID", Contract, "Run id: always `none`, as torchrun sets it for a static rendezvous.";
     TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE", Contract, "Never set by accel: rank 0 hosts the store.";
     TORCHELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE", Contract, "Per-rank file where @record writes a failing rank's traceback.";
     TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING", Contract, "Set to 1, as torchrun does.";
@@ -124,6 +127,18 @@ vars! {
     SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE", Slurm, "Tasks per node.";
     SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE", Slurm, "GPUs allocated on this node.";
     SLURM_STEP_NUM_TASKS = "SLURM_STEP_NUM_TASKS", Slurm, "Number of tasks in this step.";
+    SLURM_STEP_ID = "SLURM_STEP_ID", Slurm, "Set inside an srun step: tells a step's tasks from the batch script itself.";
+    SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT", Slurm, "How many times the job was requeued (set by SLURM from the first requeue on); passed to the ranks, so a script can tell a resumed job from a fresh one.";
+    SLURM_STEP_TASKS_PER_NODE = "SLURM_STEP_TASKS_PER_NODE", Slurm, "Tasks of this srun step on each node (`2(x3),1`); accel-launch and accel-test refuse more than one on a node.";
+    PET_NNODES = "PET_NNODES", Slurm, "Kubeflow Trainer v2 (torchrun's --nnodes): the number of nodes; read with PET_NODE_RANK when no --num_machines is given. An elastic MIN:MAX range is refused.";
+    PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE", Slurm, "Kubeflow Trainer v2 (torchrun's --nproc_per_node): ranks per node.";
+    PET_NODE_RANK = "PET_NODE_RANK", Slurm, "Kubeflow Trainer v2 (torchrun's --node_rank): this node's rank.";
+    PET_MASTER_ADDR = "PET_MASTER_ADDR", Slurm, "Kubeflow Trainer v2 (torchrun's --master_addr): the host of node 0.";
+    PET_MASTER_PORT = "PET_MASTER_PORT", Slurm, "Kubeflow Trainer v2 (torchrun's --master_port): the rendezvous port.";
+    SKYPILOT_NODE_IPS = "SKYPILOT_NODE_IPS", Slurm, "SkyPilot: the IP addresses of the task's nodes, one per line, head node first (the rendezvous host).";
+    SKYPILOT_NODE_RANK = "SKYPILOT_NODE_RANK", Slurm, "SkyPilot: this node's rank.";
+    SKYPILOT_NUM_NODES = "SKYPILOT_NUM_NODES", Slurm, "SkyPilot: the number of nodes; must match SKYPILOT_NODE_IPS.";
+    SKYPILOT_NUM_GPUS_PER_NODE = "SKYPILOT_NUM_GPUS_PER_NODE", Slurm, "SkyPilot: GPUs per node (ranks per node).";
 
     OMPI_COMM_WORLD_SIZE = "OMPI_COMM_WORLD_SIZE", Mpi, "Open MPI world size.";
     OMPI_COMM_WORLD_RANK = "OMPI_COMM_WORLD_RANK", Mpi, "Open MPI rank.";
@@ -138,6 +153,7 @@ vars! {
     NO_COLOR = "NO_COLOR", Output, "When set and non-empty, no colour in diagnostics.";
     TERM = "TERM", Output, "Terminal type (reported).";
 
+    TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", Accelerate, "Set for torchrun (--rdzv_backend c10d) from --rank_prefix: its console line prefix (`${rank}`, `${local_rank}`, `${role_name}`).";
     TORCHELASTIC_SIGNALS_TO_HANDLE = "TORCHELASTIC_SIGNALS_TO_HANDLE", Contract, "Signals torchrun's agent handles; set to torchrun's default for parity.";
     KMP_AFFINITY = "KMP_AFFINITY", Accelerate, "Set for CPU runs, as accelerate does (granularity=fine,compact,1,0).";
     KMP_BLOCKTIME = "KMP_BLOCKTIME", Accelerate, "Set to 1 for CPU runs, as accelerate does.";
@@ -147,8 +163,15 @@ vars! {
     PARALLELISM_CONFIG_VARS = "PARALLELISM_CONFIG_*", Accelerate, "N-D parallelism sizes and backends from parallelism_config.";
     ACCELERATE_FP8_VARS = "ACCELERATE_FP8_*", Accelerate, "fp8 runs: backend and recipe from fp8_config.";
     ACCELERATE_DEEPSPEED_VARS = "ACCELERATE_DEEPSPEED_*", Accelerate, "DeepSpeed runs: zero stage, offload devices and NVMe paths, config file.";
-    NODE_RANK = "NODE_RANK", Contract, "Read (with MASTER_ADDR and NNODES) as this node's rank when set from outside, e.g. by a Kubernetes operator.";
+    NODE_RANK = "NODE_RANK", Contract, "Read (with MASTER_ADDR and NNODES) as this node's rank when set from outside, e.g. by a Kubernetes operator. A Kubeflow PyTorchJob (v1) pod's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK without LOCAL_RANK are read as the pod's place: one launcher (or one process) per pod.";
     NNODES = "NNODES", Contract, "Read (with MASTER_ADDR and NODE_RANK) as the number of nodes when set from outside.";
+    ACCEL_LAUNCH_HANG_TIMEOUT = "ACCEL_LAUNCH_HANG_TIMEOUT", Accel, "Default for accel-launch --hang_timeout (seconds without progress of any rank before the run is declared hung; 0 or unset: off).";
+    TORCH_FR_BUFFER_SIZE = "TORCH_FR_BUFFER_SIZE", Accelerate, "Set to 2000 by accel-launch --hang_timeout (unless set): torch's Flight Recorder keeps the last collectives.";
+    TORCH_FR_DUMP_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE", Accelerate, "With --hang_timeout and --log_dir: where NCCL ranks dump their Flight Recorder (LOG_DIR/hang/flight_recorder_RANK).";
+    TORCH_NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT", Accelerate, "Set to 1 by accel-launch --hang_timeout with --log_dir: NCCL's watchdog dumps the Flight Recorder on a collective timeout.";
+    TORCH_NCCL_DEBUG_INFO_PIPE_FILE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", Accelerate, "Set by accel-launch --hang_timeout with --log_dir: the pipe through which the launcher asks NCCL ranks for a Flight Recorder dump on a hang.";
+    ACCEL_LAUNCH_SLURM_REQUEUE = "ACCEL_LAUNCH_SLURM_REQUEUE", Accel, "Set to 1 (or true/yes): accel-launch --slurm_requeue (0, false, no or unset: off). accelerate refuses unknown keys in its config files, so this has no config key.";
+    ACCEL_LAUNCH_REQUEUE_SIGNAL = "ACCEL_LAUNCH_REQUEUE_SIGNAL", Accel, "Default for accel-launch --requeue_signal (the warning signal SLURM sends before the time limit; USR1 when unset).";
     ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
     DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
     TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";
@@ -262,7 +285,19 @@ mod tests {
         let before = names.len();
         names.dedup();
         assert_eq!(before, names.len(), "duplicate variable in REGISTRY");
-        assert_eq!(MASTER_PORT, "MASTER_PORT");
+        // A constant spelled after one variable but holding another would pass every other test.
+        assert_eq!(IDENTS.len(), REGISTRY.len());
+        // Families (`FSDP_*`) are named `FSDP_VARS`; a prefix (`ACCEL_CONFIG_`) `…_PREFIX`.
+        for (ident, var) in IDENTS.iter().zip(REGISTRY) {
+            let ok = match var.name.strip_suffix('*') {
+                Some(family) => *ident == format!("{family}VARS"),
+                None if var.name.ends_with('_') => {
+                    ident.starts_with(var.name) && ident.ends_with("_PREFIX")
+                }
+                None => *ident == var.name,
+            };
+            assert!(ok, "constant {ident} holds {}", var.name);
+        }
     }
 
     #[test]

@@ -26,6 +26,14 @@ pub enum ExitStatus {
     CannotExecute,
     /// The program to run was not found on PATH.
     NotFound,
+    /// accel-launch --hang_timeout: no rank made progress for that long; the run was stopped.
+    Hang,
+    /// Another node of a multi-node run was lost (its launcher died, or its heartbeats stopped), so
+    /// this node stopped its ranks.
+    NodeLost,
+    /// accel-launch --slurm_requeue: SLURM's warning signal came, the ranks were stopped, and the job
+    /// was put back in the queue.
+    Requeued,
     /// A worker's own exit code or `128+N` for a worker killed by signal N, passed through.
     Worker(u8),
 }
@@ -42,6 +50,9 @@ impl ExitStatus {
             ExitStatus::LauncherFailed => 125,
             ExitStatus::CannotExecute => 126,
             ExitStatus::NotFound => 127,
+            ExitStatus::Hang => 124,
+            ExitStatus::NodeLost => 122,
+            ExitStatus::Requeued => 123,
             ExitStatus::Worker(code) => code,
         }
     }
@@ -54,18 +65,31 @@ impl ExitStatus {
             ("2".to_string(), "Usage error: bad command line, or an invalid or missing config file."),
             ("3".to_string(), "An input file (checkpoint, safetensors, model config) is missing or malformed."),
             ("4".to_string(), "An output could not be written, or exists and --force was not given."),
-            ("130".to_string(), "Interrupted by SIGINT or SIGTERM."),
         ];
         if launcher {
             rows.extend([
-                ("125".to_string(), "The launcher itself failed: bad topology, no free port, could not spawn."),
+                ("122".to_string(), "Multi-node run: another node was lost (its launcher died, or its heartbeats stopped), and this node stopped its ranks."),
+                ("123".to_string(), "--slurm_requeue: SLURM's warning signal came, the ranks were given --grace_period to save and exit, and the job was requeued (scontrol requeue, by node 0's launcher); every node exits 123."),
+                ("124".to_string(), "--hang_timeout: no rank made progress for that long; the stacks were reported and the run stopped."),
+                ("125".to_string(), "The launcher itself failed: bad topology, no free port, could not spawn; with --slurm_requeue also no scontrol, a job that is not requeueable, slurmctld unreachable (checked before the ranks start), or a requeue that failed."),
                 ("126".to_string(), "The command was found but could not be executed."),
                 ("127".to_string(), "The command was not found."),
+                // The launcher ends as the signal that stopped it would end a shell's job: 128+N
+                // (`launch/supervise` forwards it to the ranks first).
+                (
+                    "130, 143, 129, 131".to_string(),
+                    "Stopped by SIGINT, SIGTERM, SIGHUP or SIGQUIT (128+N), after the ranks were stopped.",
+                ),
                 (
                     "N".to_string(),
-                    "Any other status is the exit code of the first rank that failed, or 128+N if it was killed by signal N.",
+                    "Any other status is the exit code of the first rank that failed (on any node of a multi-node run), or 128+N if it was killed by signal N.",
                 ),
             ]);
+        } else {
+            rows.push((
+                "130".to_string(),
+                "Interrupted by SIGINT, SIGTERM or SIGHUP.",
+            ));
         }
         rows
     }

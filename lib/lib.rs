@@ -9,6 +9,7 @@ pub mod config;
 pub mod contract;
 pub mod devices;
 pub mod docs;
+pub mod duration;
 pub mod env_vars;
 pub mod error;
 pub mod estimate;

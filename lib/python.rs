@@ -62,7 +62,10 @@ pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
     let (executable, version, path): (String, String, Vec<String>) =
         serde_json::from_slice(&out.stdout)
             .map_err(|e| format!("unexpected probe output from {}: {e}", python.display()))?;
-    let installed = installed_distributions(path.iter().map(Path::new));
+    let mut installed = installed_distributions(path.iter().map(Path::new));
+    if let Some(local) = torch_local_version(path.iter().map(Path::new)) {
+        installed.insert("torch".into(), local);
+    }
     let packages = PACKAGES
         .iter()
         .map(|p| (p.to_string(), installed.get(&normalize(p)).cloned()))
@@ -77,6 +80,36 @@ pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
         packages,
         nccl,
     })
+}
+
+/// torch's full version with its local part (`2.13.0+cu130`, `2.13.0+cpu`), which is what
+/// `accelerate env` prints (`torch.__version__`) and what a bug report needs: the wheel's dist-info
+/// name drops the `+…` part. Read from `torch/version.py` beside the first `torch-*.dist-info` on the
+/// path, without importing torch (seconds).
+fn torch_local_version<'a>(dirs: impl Iterator<Item = &'a Path>) -> Option<String> {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let has_dist = entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("torch-") && n.ends_with(".dist-info"))
+        });
+        if !has_dist {
+            continue;
+        }
+        let text = std::fs::read_to_string(dir.join("torch").join("version.py")).ok()?;
+        return text.lines().find_map(|l| {
+            let v = l
+                .strip_prefix("__version__")?
+                .trim_start()
+                .strip_prefix('=')?;
+            let v = v.trim().trim_matches(['\'', '"']);
+            (!v.is_empty()).then(|| v.to_string())
+        });
+    }
+    None
 }
 
 /// PEP 503-style normalisation as used in dist-info directory names.
@@ -121,5 +154,16 @@ mod tests {
         let found = installed_distributions(std::iter::once(dir.path()));
         assert_eq!(found["torch"], "2.13.0");
         assert_eq!(found["nvidia_nccl_cu13"], "2.29.7");
+        assert_eq!(torch_local_version(std::iter::once(dir.path())), None);
+        std::fs::create_dir(dir.path().join("torch")).unwrap();
+        std::fs::write(
+            dir.path().join("torch/version.py"),
+            "__all__ = ['__version__']\n__version__ = '2.13.0+cpu'\n",
+        )
+        .unwrap();
+        assert_eq!(
+            torch_local_version(std::iter::once(dir.path())).as_deref(),
+            Some("2.13.0+cpu")
+        );
     }
 }

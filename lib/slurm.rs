@@ -111,6 +111,11 @@ pub struct SlurmJob {
     pub localid: Option<u32>,
     pub ntasks: Option<u32>,
     pub ntasks_per_node: Option<u32>,
+    /// `SLURM_STEP_TASKS_PER_NODE` (srun steps only; a batch script has none) or else
+    /// `SLURM_NTASKS_PER_NODE`, in SLURM's compressed form (`2(x3),1`).
+    pub tasks_per_node: Option<String>,
+    /// Set inside an srun step (`SLURM_STEP_ID`), not in the batch script itself.
+    pub in_step: bool,
 }
 
 fn num<T: std::str::FromStr>(env: &Environment, name: &str) -> Option<T> {
@@ -145,6 +150,12 @@ impl SlurmJob {
             ntasks: num(env, env_vars::SLURM_NTASKS)
                 .or_else(|| num(env, env_vars::SLURM_STEP_NUM_TASKS)),
             ntasks_per_node: num(env, env_vars::SLURM_NTASKS_PER_NODE),
+            tasks_per_node: env
+                .non_empty(env_vars::SLURM_STEP_TASKS_PER_NODE)
+                .or_else(|| env.non_empty(env_vars::SLURM_NTASKS_PER_NODE))
+                .map(str::to_string),
+            in_step: env.non_empty(env_vars::SLURM_STEP_ID).is_some()
+                || env.non_empty(env_vars::SLURM_STEP_TASKS_PER_NODE).is_some(),
         }))
     }
 
@@ -153,11 +164,40 @@ impl SlurmJob {
         self.nnodes.unwrap_or(self.nodes.len().max(1) as u32)
     }
 
-    /// The rendezvous port for a job that names none: stable for the job, different between jobs, and
-    /// below the Linux ephemeral range (32768+) so it does not collide with outgoing connections.
-    pub fn derived_port(&self) -> Option<u16> {
-        self.job_id.map(|id| 15000 + (id % 17000) as u16)
+    /// Tasks SLURM runs on this node, from the per-node list (`2(x3),1`: nodes 0–2 run 2, node 3 runs 1).
+    pub fn tasks_on_this_node(&self) -> Option<u32> {
+        let counts = expand_counts(self.tasks_per_node.as_deref()?)?;
+        let node = self.node_id.unwrap_or(0) as usize;
+        counts.get(node).or(counts.last()).copied()
     }
+
+    /// The rendezvous port for a job that names none: stable for the job, different between jobs, and
+    /// below the Linux ephemeral range (32768+) so it does not collide with outgoing connections. Ports
+    /// go in steps of two: the next one is the job's control plane (`launch::control::control_port`),
+    /// so jobs with consecutive ids sharing a node never take each other's.
+    pub fn derived_port(&self) -> Option<u16> {
+        self.job_id.map(|id| 15000 + 2 * (id % 8500) as u16)
+    }
+}
+
+/// SLURM's compressed count list (`SLURM_TASKS_PER_NODE`, `SLURM_JOB_CPUS_PER_NODE`): `2(x3),1` is
+/// `[2, 2, 2, 1]`. `None` when malformed.
+pub fn expand_counts(list: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for item in list.split(',') {
+        let item = item.trim();
+        let (count, times) = match item.split_once("(x") {
+            Some((c, rest)) => (c, rest.strip_suffix(')')?.parse::<usize>().ok()?),
+            None => (item, 1),
+        };
+        let count: u32 = count.parse().ok()?;
+        // A node list never has more entries than a job has nodes; bound it anyway.
+        if out.len() + times > 1_000_000 {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(count, times));
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -216,8 +256,32 @@ mod tests {
         assert_eq!(job.num_nodes(), 2);
         assert_eq!(job.node_id, Some(1));
         assert_eq!(job.ntasks_per_node, Some(4));
-        let port = job.derived_port().unwrap();
-        assert!((15000..32000).contains(&port));
+        // 15000 + 2 × (123456 mod 8500) = 23912: even, below the ephemeral range, and job 123457's port
+        // is two higher, clear of this job's control plane at port + 1.
+        assert_eq!(job.derived_port(), Some(23912));
         assert!(SlurmJob::detect(&Environment::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn per_node_task_counts() {
+        assert_eq!(expand_counts("2(x3),1"), Some(vec![2, 2, 2, 1]));
+        assert_eq!(expand_counts("4"), Some(vec![4]));
+        assert_eq!(expand_counts("2(x"), None);
+        assert_eq!(expand_counts("a"), None);
+        let env = |node: &'static str| {
+            Environment::from_pairs([
+                ("SLURM_JOB_ID", "7"),
+                ("SLURM_JOB_NODELIST", "n[1-4]"),
+                ("SLURM_NODEID", node),
+                ("SLURM_NTASKS_PER_NODE", "2(x3),1"),
+            ])
+        };
+        let on = |n| {
+            SlurmJob::detect(&env(n))
+                .unwrap()
+                .unwrap()
+                .tasks_on_this_node()
+        };
+        assert_eq!((on("0"), on("2"), on("3")), (Some(2), Some(2), Some(1)));
     }
 }

@@ -282,9 +282,43 @@ fn provenance_cli_env_file_default() {
         .arg(&file)
         .args(["show", "--origin", "--json"])
         .run();
+    out.code_is(0);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["num_processes"]["origin"]["line"], 2);
     assert_eq!(v["num_processes"]["value"], 4);
+    assert_eq!(v["rdzv_backend"]["origin"]["kind"], "default");
+    // The command line beats the environment, which beats the file: accel-launch's resolution, the
+    // one place config values come from flags.
+    let out = Run::new("accel-launch", home.path())
+        .env("ACCEL_CONFIG_MIXED_PRECISION", "bf16")
+        .env("ACCEL_CONFIG_NUM_PROCESSES", "6")
+        .arg("--config_file")
+        .arg(&file)
+        .args(["--num_processes", "3", "--dry-run", "--json", "train.py"])
+        .run();
+    out.code_is(0);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let entry = |k: &str| {
+        v["config"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == k)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {k} in {v}"))
+    };
+    assert_eq!(entry("num_processes")["value"], 3);
+    assert_eq!(entry("num_processes")["origin"], "--num_processes");
+    assert_eq!(entry("mixed_precision")["value"], "bf16");
+    assert_eq!(
+        entry("mixed_precision")["origin"],
+        "env ACCEL_CONFIG_MIXED_PRECISION"
+    );
+    assert_eq!(
+        entry("distributed_type")["origin"],
+        format!("{}:1", file.display())
+    );
+    assert_eq!(entry("rdzv_backend")["origin"], "default");
 }
 
 #[test]
@@ -507,4 +541,285 @@ fn debug_logging_goes_to_stderr_only() {
         .stderr_contains("accel-config: debug: no config file");
     assert_eq!(quiet.stdout, loud.stdout);
     quiet.stderr_lacks("debug");
+}
+
+/// `set` and `update` change only the lines of the keys they change; comments, order, quoting and
+/// unknown keys survive, and `update` warns about every change it makes.
+#[test]
+fn set_and_update_keep_comments_order_and_formatting() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    let original = "# cluster for the nightly run\n\
+                    distributed_type: FSDP   # not DDP: the model is big\n\
+                    num_processes: 8\n\
+                    \n\
+                    # FSDP settings, tuned by hand\n\
+                    fsdp_config:\n\
+                    \x20   fsdp_sharding_strategy: 1   # FULL_SHARD\n\
+                    \x20   fsdp_version: 1\n\
+                    mixed_precision: 'bf16'\n\
+                    my_team_note: keep me\n";
+    fs::write(&file, original).unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "num_processes", "16"])
+        .run()
+        .code_is(0);
+    let after_set = fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        after_set,
+        original.replace("num_processes: 8\n", "num_processes: 16\n"),
+        "set must change only its own line"
+    );
+    let out = Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("update")
+        .run();
+    out.code_is(0)
+        .stderr_contains(&format!(
+            "warning: {}:7: `fsdp_config.fsdp_sharding_strategy`: `1` → `FULL_SHARD`",
+            file.display()
+        ))
+        .stderr_contains("added `compute_environment: LOCAL_MACHINE`")
+        .stderr_contains("kept unknown key `my_team_note`");
+    let after_update = fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        after_update,
+        after_set.replace(
+            "    fsdp_sharding_strategy: 1   # FULL_SHARD\n",
+            "    fsdp_sharding_strategy: FULL_SHARD   # FULL_SHARD\n"
+        ) + "compute_environment: LOCAL_MACHINE\n",
+    );
+    // Nothing left to change: the file is not rewritten.
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .arg("update")
+        .run()
+        .code_is(0)
+        .stderr_contains("is up to date");
+    assert_eq!(fs::read_to_string(&file).unwrap(), after_update);
+    // TOML keeps its comments too; JSON its key order.
+    let toml = home.path().join("c.toml");
+    fs::write(
+        &toml,
+        "# mine\nnum_processes = 2 # two\ndistributed_type = \"MULTI_GPU\"\n",
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&toml)
+        .args(["set", "mixed_precision", "bf16"])
+        .run()
+        .code_is(0);
+    assert_eq!(
+        fs::read_to_string(&toml).unwrap(),
+        "# mine\nnum_processes = 2 # two\ndistributed_type = \"MULTI_GPU\"\nmixed_precision = \"bf16\"\n"
+    );
+    let json = home.path().join("c.json");
+    fs::write(
+        &json,
+        "{\"num_processes\": 2, \"distributed_type\": \"MULTI_GPU\"}",
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&json)
+        .args(["set", "num_processes", "4"])
+        .run()
+        .code_is(0);
+    assert_eq!(
+        fs::read_to_string(&json).unwrap(),
+        "{\n  \"num_processes\": 4,\n  \"distributed_type\": \"MULTI_GPU\"\n}\n"
+    );
+}
+
+/// `validate` answers whether accelerate loads the file with accel's values, checked against the real
+/// accelerate: every file it calls valid loads there, every file it refuses fails or is misread there.
+#[test]
+fn validate_says_whether_accelerate_accepts_the_file() {
+    let home = tempdir();
+    let dir = home.path();
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "unknown.yaml",
+            "distributed_type: MULTI_GPU\nnum_machinez: 2\n",
+            ":2: accelerate refuses unknown key `num_machinez`",
+        ),
+        (
+            "c.toml",
+            "distributed_type = \"NO\"\n",
+            "accelerate reads only YAML and JSON",
+        ),
+        (
+            "no.yaml",
+            "distributed_type: 'NO'\nmixed_precision: No\n",
+            ":2: PyYAML (accelerate) reads `mixed_precision: No` as False",
+        ),
+        (
+            "case.yaml",
+            "distributed_type: multi_gpu\nnum_processes: 2\n",
+            "`distributed_type: MULTI_GPU` spelled exactly",
+        ),
+    ];
+    let mut refused = Vec::new();
+    for (name, text, why) in cases {
+        let path = dir.join(name);
+        fs::write(&path, text).unwrap();
+        Run::new("accel-config", dir)
+            .arg("validate")
+            .arg(&path)
+            .run()
+            .code_is(1)
+            .stderr_contains(why)
+            .stderr_contains("--accel_only");
+        Run::new("accel-config", dir)
+            .args(["validate", "--accel_only"])
+            .arg(&path)
+            .run()
+            .code_is(0);
+        refused.push(path);
+    }
+    // accelerate itself: each refused file raises, or loads with a value accel does not read.
+    let code = format!(
+        "import json\nfrom accelerate.commands.config.config_args import load_config_from_file as l\n\
+         out = []\n\
+         for p in {}:\n\
+         \x20   try:\n\
+         \x20       d = l(p).to_dict(); out.append(['loaded', str(d.get('mixed_precision')), str(d.get('distributed_type'))])\n\
+         \x20   except Exception as e:\n\
+         \x20       out.append(['raised', type(e).__name__, ''])\n\
+         print(json.dumps(out))",
+        serde_json::to_string(
+            &refused.iter().map(|p| p.display().to_string()).collect::<Vec<_>>()
+        )
+        .unwrap()
+    );
+    let theirs: Vec<(String, String, String)> =
+        serde_json::from_str(python(&code, &BTreeMap::new()).trim()).unwrap();
+    assert_eq!(theirs[0].0, "raised", "unknown key: {theirs:?}");
+    assert_eq!(theirs[1].0, "raised", "TOML: {theirs:?}");
+    assert_eq!(
+        theirs[2],
+        ("loaded".into(), "False".into(), "NO".into()),
+        "PyYAML reads an unquoted No as False"
+    );
+    assert_eq!(
+        theirs[3].0, "raised",
+        "lower-case distributed_type: {theirs:?}"
+    );
+    // A file both read alike is valid, and says so.
+    let good = dir.join("good.yaml");
+    fs::write(
+        &good,
+        "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: 'no'\nuse_cpu: yes\n",
+    )
+    .unwrap();
+    Run::new("accel-config", dir)
+        .arg("validate")
+        .arg(&good)
+        .run()
+        .code_is(0)
+        .stdout_contains("valid (accel and accelerate read the same values)");
+    assert_eq!(accelerate_load(&good)["mixed_precision"], "no");
+    // A missing file is a usage error, as --help and the README say.
+    Run::new("accel-config", dir)
+        .args(["validate", "/nonexistent/c.yaml"])
+        .run()
+        .code_is(2);
+    let help = Run::new("accel-config", dir)
+        .args(["validate", "--help"])
+        .run();
+    help.code_is(0)
+        .stdout_contains("Exit 0 when valid; 1 with every problem listed");
+    let readme = fs::read_to_string(crate::util::repo().join("README.md")).unwrap();
+    assert!(
+        readme.contains("accel-config validate cluster.yaml              # exit 0; 1 with every problem as file:line; 2 if the file is missing"),
+        "README and --help must agree on validate's exit codes"
+    );
+}
+
+/// `show` prints YAML that accelerate loads with the same values as accel resolves, for values YAML 1.1
+/// would misread (`NO`, `no`, `off`) and with --origin comments.
+#[test]
+fn show_output_loads_in_accelerate_with_the_same_values() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(
+        &file,
+        "distributed_type: 'NO'\nmixed_precision: 'no'\nnum_processes: 1\nfsdp_config:\n  fsdp_version: 2\n  fsdp_offload_params: false\ndynamo_config:\n  dynamo_backend: 'NO'\n",
+    )
+    .unwrap();
+    let mut outs = Vec::new();
+    for (name, origin) in [("plain.yaml", false), ("origin.yaml", true)] {
+        let mut run = Run::new("accel-config", home.path())
+            .arg("--config_file")
+            .arg(&file)
+            .arg("show");
+        if origin {
+            run = run.arg("--origin");
+        }
+        let out = run.run();
+        out.code_is(0);
+        assert!(
+            out.stdout.contains("distributed_type: 'NO'")
+                && out.stdout.contains("mixed_precision: 'no'"),
+            "{}",
+            out.stdout
+        );
+        let path = home.path().join(name);
+        fs::write(&path, &out.stdout).unwrap();
+        outs.push(path);
+    }
+    let ours = show_json(home.path(), &file);
+    for (path, theirs) in outs.iter().zip(accelerate_load_many(&outs)) {
+        for (key, value) in theirs.as_object().unwrap() {
+            if let Some(mine) = ours.get(key) {
+                assert_eq!(mine, value, "{key} in {}", path.display());
+            }
+        }
+        assert_eq!(theirs["distributed_type"], "NO");
+        assert_eq!(theirs["mixed_precision"], "no");
+        assert_eq!(theirs["fsdp_config"]["fsdp_version"], 2);
+    }
+}
+
+/// `set` of a whole section takes a mapping; a duplicate key is reported at its own line.
+#[test]
+fn section_values_and_duplicate_key_lines() {
+    let home = tempdir();
+    let file = home.path().join("c.yaml");
+    fs::write(&file, "distributed_type: FSDP\nnum_processes: 2\n").unwrap();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "fsdp_config", "{fsdp_version: 2, a: 1}"])
+        .run()
+        .code_is(0)
+        .stderr_contains("unknown key `fsdp_config.a`");
+    assert_eq!(accelerate_load(&file)["fsdp_config"]["fsdp_version"], 2);
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "fsdp_config", "2"])
+        .run()
+        .code_is(2)
+        .stderr_contains("a section takes a mapping")
+        .stderr_lacks("expected a mapping");
+    fs::write(
+        &file,
+        "distributed_type: NO\nnum_processes: 2\nuse_cpu: true\nnum_processes: 4\n",
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run()
+        .code_is(1)
+        .stderr_contains(&format!(
+            "{}:4: invalid YAML: duplicate key `num_processes` (first at line 2)",
+            file.display()
+        ));
 }

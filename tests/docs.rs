@@ -5,6 +5,11 @@ use crate::util::repo;
 
 #[test]
 fn man_pages_and_completions_do_not_drift() {
+    // Under CI the variable would turn the drift check into a rewrite that always passes.
+    assert!(
+        std::env::var_os("ACCEL_UPDATE_DOCS").is_none() || std::env::var_os("CI").is_none(),
+        "ACCEL_UPDATE_DOCS is set under CI: the drift test would rewrite the docs instead of checking them"
+    );
     let mut drifted = Vec::new();
     for (rel, contents) in accel::docs::render_all() {
         let path = repo().join(&rel);
@@ -37,4 +42,96 @@ fn every_man_page_has_the_hand_sections() {
             );
         }
     }
+}
+
+#[test]
+fn every_name_line_is_the_tools_own_one_liner() {
+    let blurb = env!("CARGO_PKG_DESCRIPTION").replace('-', "\\-");
+    for tool in accel::cli::tools() {
+        let page = String::from_utf8(accel::docs::man_page(&tool)).unwrap();
+        let name = page
+            .lines()
+            .skip_while(|l| *l != ".SH NAME")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        let expected = accel::docs::one_liner(&(tool.command)()).unwrap();
+        assert_eq!(
+            name,
+            format!(
+                "{} \\- {}",
+                tool.name.replace('-', "\\-"),
+                expected.replace('-', "\\-")
+            ),
+            "{}",
+            tool.name
+        );
+        assert!(
+            !name.contains(&blurb),
+            "{}: NAME is the package blurb",
+            tool.name
+        );
+    }
+}
+
+/// A man page names only flags that exist: every `--flag` in its text is a flag (or alias) of one of the
+/// tools, or one of the other programs' flags the pages discuss by name.
+#[test]
+fn man_pages_name_only_existing_flags() {
+    let mut known: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for tool in accel::cli::tools() {
+        let mut stack = vec![(tool.command)()];
+        while let Some(cmd) = stack.pop() {
+            for arg in cmd.get_arguments() {
+                known.extend(arg.get_long().map(str::to_string));
+                known.extend(
+                    arg.get_all_aliases()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(str::to_string),
+                );
+            }
+            stack.extend(cmd.get_subcommands().cloned());
+        }
+    }
+    known.extend(["help", "version"].map(String::from));
+    // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
+    // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py).
+    known.extend(
+        [
+            "include",
+            "exclude",
+            "gpus-per-task",
+            "virtual-local-rank",
+            "nnodes",
+            "node_rank",
+            "master_addr",
+            "master_port",
+            "cap-add",
+            "lr",
+            "checkpoint_dir",
+            "signal",
+            "requeue",
+            "no-requeue",
+        ]
+        .map(String::from),
+    );
+    let mut unknown = Vec::new();
+    for tool in accel::cli::tools() {
+        let page = String::from_utf8(accel::docs::man_page(&tool))
+            .unwrap()
+            .replace("\\-", "-");
+        for (i, _) in page.match_indices("--") {
+            let flag: String = page[i + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .collect();
+            if !flag.is_empty() && !known.contains(&flag) {
+                unknown.push(format!("{}: --{flag}", tool.name));
+            }
+        }
+    }
+    unknown.sort();
+    unknown.dedup();
+    assert!(unknown.is_empty(), "flags no tool has: {unknown:#?}");
 }

@@ -5,7 +5,28 @@ use std::fs;
 
 use serde_json::Value;
 
-use crate::util::{bin, tempdir, Run};
+use crate::util::{bin, python, repo, tempdir, Run};
+
+/// What the venv's torch itself says: its full version (`2.13.0+cu130`, `2.13.0+cpu`) and how many
+/// CUDA devices it sees.
+fn torch_facts() -> (String, u64) {
+    let out = python(
+        "import json, torch; print(json.dumps([torch.__version__, torch.cuda.device_count()]))",
+        &std::collections::BTreeMap::new(),
+    );
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// The `- Field: value` lines of a Markdown report, in order.
+fn fields(markdown: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in markdown.lines() {
+        if let Some((k, v)) = line.strip_prefix("- ").and_then(|l| l.split_once(':')) {
+            out.push((k.to_string(), v.trim().to_string()));
+        }
+    }
+    out
+}
 
 #[test]
 fn json_report_has_the_fields() {
@@ -23,13 +44,20 @@ fn json_report_has_the_fields() {
         .stderr_contains("ACCELERATE_USE_FSDP is set in this shell and would leak");
     let r: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(r["accel_version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(r["python"]["packages"]["torch"], "2.13.0");
+    let (torch_version, cuda_devices) = torch_facts();
+    assert!(torch_version.starts_with("2.13.0"), "{torch_version}");
+    // The local part (`+cu130`, `+cpu`) is kept: the CUDA build is the point of a bug report.
+    assert_eq!(r["python"]["packages"]["torch"], torch_version.as_str());
     assert_eq!(r["python"]["packages"]["accelerate"], "1.15.0");
     assert!(r["python"]["packages"]["numpy"].is_string());
     assert!(r["python"]["version"].as_str().unwrap().starts_with("3."));
     assert!(r["cpu"]["logical_cores"].as_u64().unwrap() >= 1);
     assert!(r["cpu"]["ram_bytes"].as_u64().unwrap() > 1 << 30);
-    assert!(r["gpus"].is_array());
+    assert_eq!(
+        r["gpus"].as_array().map(Vec::len),
+        Some(cuda_devices as usize),
+        "accel-env's GPUs against torch.cuda.device_count()"
+    );
     assert_eq!(r["environment"]["NCCL_DEBUG"], "INFO");
     assert_eq!(r["leaking"], serde_json::json!(["ACCELERATE_USE_FSDP"]));
     assert!(!out.stdout.contains("hf_secret"), "tokens must be redacted");
@@ -52,10 +80,51 @@ fn markdown_like_accelerate_env() {
     let out = Run::new("accel-env", home.path()).run();
     out.success()
         .stdout_contains("Copy-and-paste the text below in your GitHub issue")
-        .stdout_contains("- `Accelerate` version: 1.15.0")
-        .stdout_contains("- PyTorch version: 2.13.0")
-        .stdout_contains("- System RAM: ")
         .stdout_contains("- `Accelerate` default config:\n\tNot found");
+    // The real `accelerate env`, same PATH and HOME: every field it prints appears in accel-env's
+    // report in the same order, with the same value where the value does not depend on the tool.
+    let theirs = std::process::Command::new(repo().join(".venv/bin/accelerate"))
+        .arg("env")
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                repo().join(".venv/bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    assert!(theirs.status.success(), "accelerate env failed");
+    let theirs = fields(&String::from_utf8_lossy(&theirs.stdout));
+    let ours = fields(&out.stdout);
+    assert!(theirs.len() >= 8, "accelerate env printed {theirs:?}");
+    let mut at = 0;
+    for (key, value) in &theirs {
+        let Some(pos) = ours[at..].iter().position(|(k, _)| k == key) else {
+            panic!(
+                "accel-env lacks `{key}` (or has it out of accelerate's order):\n{}",
+                out.stdout
+            );
+        };
+        at += pos;
+        let same_value = [
+            "`Accelerate` version",
+            "Platform",
+            "`accelerate` bash location",
+            "Python version",
+            "Numpy version",
+            "PyTorch version",
+            "PyTorch accelerator",
+        ];
+        if same_value.contains(&key.as_str()) {
+            assert_eq!(&ours[at].1, value, "`{key}` differs from accelerate env");
+        }
+        at += 1;
+    }
     let out = Run::new("accel-env", home.path()).arg("--no-python").run();
     out.success().stdout_contains("not probed (--no-python)");
 }

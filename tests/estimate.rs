@@ -10,10 +10,18 @@ const BIN: &str = env!("CARGO_BIN_EXE_accel-estimate-memory");
 const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
 const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/estimate_reference.py");
 
+/// An empty directory as the whole PATH: a host's nvidia-smi must not change the numbers (GPU count
+/// and memory come from it when --num-gpus/--gpu-memory are not given).
+fn empty_path() -> String {
+    let dir = concat!(env!("CARGO_TARGET_TMPDIR"), "/estimate-empty-path");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    dir.to_string()
+}
+
 fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args).current_dir(dir).env_clear();
-    cmd.env("PATH", "/usr/bin:/bin");
+    cmd.env("PATH", empty_path());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -117,6 +125,12 @@ fn configs() -> Vec<(&'static str, Value)> {
             json!({"model_type":"phi3","vocab_size":32064,"hidden_size":3072,"intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"pad_token_id":32000}),
         ),
         (
+            // auto_map names AutoModelForCausalLM (as Phi-3-mini's config does): accelerate builds
+            // the causal LM, untied LM head included.
+            "tiny-phi3-auto-map",
+            json!({"model_type":"phi3","vocab_size":320,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":4,"pad_token_id":0,"auto_map":{"AutoConfig":"configuration_phi3.Phi3Config","AutoModelForCausalLM":"modeling_phi3.Phi3ForCausalLM"}}),
+        ),
+        (
             "gpt2",
             json!({"model_type":"gpt2","vocab_size":50257,"n_embd":768,"n_layer":12,"n_head":12,"n_positions":1024,"n_ctx":1024}),
         ),
@@ -153,13 +167,15 @@ fn tables_match_accelerate_from_configs_and_safetensors() {
         let st_path = st.display().to_string();
         // Long names take accelerate's widening path for long titles, short ones the plain path.
         jobs.push(
-            json!({"dir": dir, "names": [config_path, "config.json", st_path], "safetensors": st}),
+            json!({"dir": dir, "names": [config_path, "config.json", st_path, name], "safetensors": st}),
         );
         cases.push((name, dir, config_path, st_path));
     }
     let refs = reference(tmp.path(), &Value::Array(jobs));
+    assert_eq!(refs.len(), cases.len(), "one reference per case");
     for ((name, dir, config_path, st_path), r) in cases.iter().zip(&refs) {
         let tables = r["tables"].as_array().expect("tables");
+        assert_eq!(tables.len(), 4, "{name}: one table per name");
         let from_config = stdout(&run(&[config_path]));
         assert_eq!(
             from_config,
@@ -187,9 +203,10 @@ fn tables_match_accelerate_from_configs_and_safetensors() {
         );
         // The directory route (config.json present, family known) is the formula.
         let from_dir = stdout(&run_in(tmp.path(), &[name], &[]));
-        assert!(
-            from_dir.contains(&format!("`{name}`")),
-            "{name}: {from_dir}"
+        assert_eq!(
+            from_dir,
+            tables[3].as_str().unwrap_or(""),
+            "{name}: directory"
         );
     }
     // accelerate's published reference numbers for bert-base-cased.
@@ -383,7 +400,9 @@ print(json.dumps({"total": sum(t.numel() * 4 for t in sd.values()), "tensors": l
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let want: Value = serde_json::from_slice(&out.stdout).expect("json");
+    // The last line: with DeepSpeed installed, importing it prints a log line to stdout first.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want: Value = serde_json::from_str(text.lines().last().unwrap_or("")).expect("json");
     assert!(
         dir.join("model.safetensors.index.json").is_file(),
         "expected shards"
@@ -470,12 +489,18 @@ fn per_gpu_strategies_match_hand_computed_values() {
     let cfg = hand_config(&tmp.path().join("m")).display().to_string();
     // Per layer: q 64·64, k 32·64, v 32·64, o 64·64, gate/up/down 3·128·64, two norms 2·64.
     let layer: u64 = 4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128;
-    let p: f64 = (1000 * 64 + 2 * layer + 64) as f64;
+    // The trained model is LlamaForCausalLM: embeddings, layers, norm and the untied 1000×64
+    // lm_head (Llama's tie_word_embeddings defaults to false).
+    let p: f64 = (1000 * 64 + 2 * layer + 64 + 1000 * 64) as f64;
+    // Parameter tensors: embeddings, 9 per layer, norm, lm_head; Adam keeps a 4-byte step each.
+    let steps = 4.0 * (1 + 2 * 9 + 1 + 1) as f64;
     // The largest layer is the 1000×64 embedding, bigger than a decoder layer.
     let lp = layer.max(64_000) as f64;
     let n = 4.0;
+    // Every first dimension divides by 4, so FSDP2's shards are exactly P/4.
     let cases: [(&str, bool, [f64; 5]); 7] = [
-        ("ddp", false, [2.0 * p, 2.0 * p, 8.0 * p, 4.0 * p, 0.0]),
+        // torch DDP under bf16 autocast keeps fp32 parameters and gradients.
+        ("ddp", false, [4.0 * p, 4.0 * p, 8.0 * p + steps, 0.0, 0.0]),
         (
             "zero1",
             false,
@@ -494,7 +519,7 @@ fn per_gpu_strategies_match_hand_computed_values() {
         (
             "fsdp",
             false,
-            [2.0 * p / n, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 4.0 * lp],
+            [4.0 * p / n, 4.0 * p / n, 8.0 * p / n + steps, 0.0, 4.0 * lp],
         ),
         ("zero2", true, [2.0 * p, 2.0 * p / n, 0.0, 0.0, 0.0]),
         ("fsdp", true, [0.0, 0.0, 0.0, 0.0, 4.0 * lp]),
@@ -525,10 +550,26 @@ fn per_gpu_strategies_match_hand_computed_values() {
         assert_eq!(got, want, "{strategy} offload={offload}");
         assert_eq!(v["per_gpu"]["setup"]["parameters"].as_f64(), Some(p));
     }
-    // fp32: no master weights, 4-byte weights and gradients.
-    let (v, _) = run_json(&["--json", &cfg, "--strategy", "ddp", "--precision", "fp32"]);
+    // fp32 DeepSpeed: no master weights, 4-byte weights and gradients.
+    let (v, _) = run_json(&[
+        "--json",
+        &cfg,
+        "--strategy",
+        "zero1",
+        "--num-gpus",
+        "1",
+        "--precision",
+        "fp32",
+    ]);
     assert_eq!(v["per_gpu"]["bytes"]["master_weights"], 0.0);
     assert_eq!(v["per_gpu"]["bytes"]["gpu_total"].as_f64(), Some(16.0 * p));
+}
+
+/// The documented activation formula (FORMULAS), bf16, for the hand config: per layer
+/// s·b·(33·h + 8.75·I), plus s·b·(11·h + 12·V) once.
+fn hand_activations(b: f64, s: f64) -> f64 {
+    let (h, i, l, vocab) = (64.0, 128.0, 2.0, 1000.0);
+    l * (33.0 * h + 8.75 * i) * s * b + (11.0 * h + 12.0 * vocab) * s * b
 }
 
 #[test]
@@ -536,10 +577,10 @@ fn activations_fit_and_largest_batch_by_hand() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let cfg = hand_config(&tmp.path().join("m")).display().to_string();
     let layer: u64 = 4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128;
-    let p = (1000 * 64 + 2 * layer + 64) as f64;
-    let (s, h, l, vocab) = (128.0, 64.0, 2.0, 1000.0);
-    let per_sample = l * 34.0 * s * h + 4.0 * s * vocab;
-    let fixed = 16.0 * p;
+    let p = (1000 * 64 + 2 * layer + 64 + 1000 * 64) as f64;
+    let s = 128.0;
+    let per_sample = hand_activations(1.0, s);
+    let fixed = 16.0 * p + 4.0 * 21.0;
     // Budget for exactly 3 samples and a bit.
     let budget = (fixed + 3.0 * per_sample + 100.0).ceil() as u64;
     let budget_arg = budget.to_string();
@@ -548,6 +589,8 @@ fn activations_fit_and_largest_batch_by_hand() {
         &cfg,
         "--strategy",
         "ddp",
+        "--num-gpus",
+        "1",
         "--batch-size",
         "2",
         "--seq-len",
@@ -558,7 +601,7 @@ fn activations_fit_and_largest_batch_by_hand() {
     assert_eq!(code, Some(0));
     assert_eq!(
         v["per_gpu"]["bytes"]["activations"].as_f64(),
-        Some(2.0 * per_sample)
+        Some(hand_activations(2.0, s).ceil())
     );
     assert_eq!(v["per_gpu"]["fits"], true);
     assert_eq!(v["per_gpu"]["largest_batch_size"], 3);
@@ -581,19 +624,22 @@ fn activations_fit_and_largest_batch_by_hand() {
         text.contains("Largest micro-batch per GPU that fits: 3"),
         "{text}"
     );
-    // Checkpointing: 2·s·b·h per layer plus one full layer.
+    // Checkpointing: each layer's input (2·s·b·h in bf16) plus one full layer.
     let (v, _) = run_json(&[
         "--json",
         &cfg,
+        "--num-gpus",
+        "1",
         "--batch-size",
         "1",
         "--seq-len",
         "128",
         "--grad-checkpointing",
     ]);
+    let one_layer = (33.0 * 64.0 + 8.75 * 128.0) * s;
     assert_eq!(
         v["per_gpu"]["bytes"]["activations"].as_f64(),
-        Some(l * 2.0 * s * h + 34.0 * s * h + 4.0 * s * vocab)
+        Some((2.0 * 2.0 * s * 64.0 + one_layer + (11.0 * 64.0 + 12.0 * 1000.0) * s).ceil())
     );
 }
 
@@ -641,7 +687,8 @@ fn kv_cache_is_gqa_aware_and_longest_context_fits() {
     let (v, code) = run_json(&["--json", &cfg, "--context", "1000", "--batch-size", "2"]);
     assert_eq!(code, Some(0));
     assert_eq!(v["per_gpu"]["bytes"]["kv_cache"], 256.0 * 1000.0 * 2.0);
-    let total = v["total_size"].as_f64().unwrap_or(0.0);
+    // The table sizes the base model; inference serves the causal LM, with its untied 1000x64 head.
+    let total = v["total_size"].as_f64().unwrap_or(0.0) + 4.0 * 64_000.0;
     assert_eq!(v["per_gpu"]["bytes"]["weights"].as_f64(), Some(total / 2.0));
     let (v, _) = run_json(&[
         "--json",
@@ -777,13 +824,13 @@ mod hub {
 
     /// A loopback Hub: `/{repo}/resolve/main/{file}` from `root/{repo}/{file}`, honouring `Range`,
     /// answering 401 with `X-Error-Code: GatedRepo` for repos named `gated*` without the token.
-    struct Server {
-        url: String,
+    pub(super) struct Server {
+        pub(super) url: String,
         sent: Arc<AtomicU64>,
         log: Arc<Mutex<Vec<String>>>,
     }
 
-    fn serve(root: PathBuf) -> Server {
+    pub(super) fn serve(root: PathBuf) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let sent = Arc::new(AtomicU64::new(0));
@@ -1060,4 +1107,314 @@ mod hub {
             stderr(&out)
         );
     }
+}
+
+/// Runs scripts/bench/estimate-vs-measured: real training steps on CPU ranks started by the built
+/// accel-launch, against accel-estimate-memory's per-rank figures.
+fn measured(configs: &[&Path], strategies: &[&str]) -> (Vec<Value>, Option<i32>) {
+    let bin_dir = Path::new(BIN).parent().expect("bin dir");
+    let mut cmd = Command::new(PYTHON);
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/bench/estimate-vs-measured"
+    ))
+    .args(["--json", "--check", "--ranks", "2", "--points", "1x32"])
+    .env("ACCEL_BIN", bin_dir)
+    .env("PYTHON", PYTHON)
+    .env("TRANSFORMERS_VERBOSITY", "error")
+    .env("HF_HUB_OFFLINE", "1");
+    for s in strategies {
+        cmd.args(["--strategy", s]);
+    }
+    cmd.args(configs);
+    let out = cmd.output().expect("run estimate-vs-measured");
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "estimate-vs-measured: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (rows, out.status.code())
+}
+
+#[test]
+fn weights_gradients_optimizer_and_master_bytes_equal_a_real_training_step() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Uneven first dimensions (1001 rows, 175 rows) make FSDP2's shards differ between 2 ranks.
+    let llama = tmp.path().join("llama.json");
+    std::fs::write(&llama, json!({"model_type":"llama","vocab_size":1001,"hidden_size":64,"intermediate_size":175,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
+    let moe = tmp.path().join("qwen2_moe.json");
+    std::fs::write(&moe, json!({"model_type":"qwen2_moe","vocab_size":500,"hidden_size":32,"intermediate_size":64,"moe_intermediate_size":24,"shared_expert_intermediate_size":48,"num_experts":4,"num_experts_per_tok":2,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
+    let gpt2 = tmp.path().join("gpt2.json");
+    std::fs::write(&gpt2, json!({"model_type":"gpt2","vocab_size":501,"n_embd":32,"n_layer":2,"n_head":4,"n_positions":64}).to_string()).expect("write");
+    let (rows, code) = measured(&[&llama, &moe, &gpt2], &["single", "ddp", "fsdp"]);
+    // 3 configs x (1 single rank + 2 DDP ranks + 2 FSDP ranks).
+    assert_eq!(rows.len(), 15, "{rows:?}");
+    for r in &rows {
+        for k in ["weights", "gradients", "optimizer_states", "master_weights"] {
+            assert_eq!(
+                r[k]["estimate"].as_f64(),
+                r[k]["measured"].as_f64(),
+                "{k}: {r}"
+            );
+        }
+        assert!(
+            r["weights"]["measured"].as_f64().unwrap_or(0.0) > 0.0,
+            "{r}"
+        );
+        assert!(
+            r["activations"]["measured"].as_f64().unwrap_or(0.0) > 0.0,
+            "{r}"
+        );
+    }
+    assert_eq!(code, Some(0));
+    // The uneven shard: rank 1 holds fewer embedding and MLP rows, so less Adam state.
+    let fsdp_llama: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["strategy"] == "fsdp"
+                && r["config"]
+                    .as_str()
+                    .is_some_and(|c| c.ends_with("llama.json"))
+        })
+        .collect();
+    assert_eq!(fsdp_llama.len(), 2);
+    assert!(
+        fsdp_llama[0]["optimizer_states"]["measured"].as_f64()
+            > fsdp_llama[1]["optimizer_states"]["measured"].as_f64()
+    );
+    // Padding: both ranks' parameter storage is the padded chunk.
+    assert_eq!(
+        fsdp_llama[0]["weights"]["measured"],
+        fsdp_llama[1]["weights"]["measured"]
+    );
+}
+
+#[test]
+fn the_trained_causal_lm_counts_its_untied_head() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (name, config) = configs()
+        .into_iter()
+        .find(|c| c.0 == "llama-3.1-8b")
+        .expect("case");
+    let path = tmp.path().join("config.json");
+    std::fs::write(&path, config.to_string()).expect("write");
+    let (v, code) = run_json(&["--json", &path.display().to_string(), "--strategy", "ddp"]);
+    assert_eq!(code, Some(0), "{name}");
+    // LlamaForCausalLM of Llama-3.1-8B: 8 030 261 248 parameters (the base model has 7 504 924 672).
+    assert_eq!(v["per_gpu"]["setup"]["parameters"], 8_030_261_248u64);
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 1);
+}
+
+#[test]
+fn mla_caches_the_compressed_latent() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("dsv2");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    // DeepSeek-V2-Lite's attention dimensions; the family has no formula, so the weights are read
+    // from the safetensors header and the dimensions from config.json.
+    std::fs::write(dir.join("config.json"), json!({"model_type":"deepseek_v2","vocab_size":102400,"hidden_size":2048,"num_hidden_layers":27,"num_attention_heads":16,"num_key_value_heads":16,"kv_lora_rank":512,"qk_rope_head_dim":64,"qk_nope_head_dim":128,"v_head_dim":128,"q_lora_rank":null}).to_string()).expect("write");
+    write_safetensors(&dir.join("model.safetensors"), &[("w", "BF16", vec![4, 4])]);
+    let (v, code) = run_json(&["--json", &dir.display().to_string(), "--context", "8192"]);
+    assert_eq!(code, Some(0));
+    // 27 layers x (512 + 64) values x 8192 tokens x 2 bytes, not 2·27·16·128·8192·2.
+    assert_eq!(
+        v["per_gpu"]["bytes"]["kv_cache"].as_f64(),
+        Some(27.0 * 576.0 * 8192.0 * 2.0)
+    );
+}
+
+#[test]
+fn partial_downloads_oversized_configs_and_bad_headers_are_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t = tmp.path();
+    // Two of nine shards, no index.
+    let dir = t.join("partial");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for i in 1..=2 {
+        write_safetensors(
+            &dir.join(format!("model-{i:05}-of-00009.safetensors")),
+            &[(&format!("w{i}"), "BF16", vec![8, 8])],
+        );
+    }
+    let out = run(&[&dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("holds 2 of the 9 shards"),
+        "{}",
+        stderr(&out)
+    );
+    // 4294967295 layers: refused at once, not built.
+    let huge = t.join("layers.json");
+    std::fs::write(&huge, json!({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":4294967295u64,"num_attention_heads":4}).to_string()).expect("write");
+    let started = std::time::Instant::now();
+    let out = run(&[&huge.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("num_hidden_layers"),
+        "{}",
+        stderr(&out)
+    );
+    // Generous: the unbounded build took seconds and gigabytes; a refusal takes milliseconds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // hidden_size = vocab_size = 2^40 would wrap.
+    let wrap = t.join("wrap.json");
+    std::fs::write(&wrap, json!({"model_type":"llama","vocab_size":1u64 << 40,"hidden_size":1u64 << 40,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4}).to_string()).expect("write");
+    let out = run(&["--json", &wrap.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // A header whose shape does not fit its byte range (safetensors' own validation rejects it).
+    let bad = t.join("bad.safetensors");
+    let header = br#"{"a":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,16]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    bytes.extend_from_slice(&[0u8; 16]);
+    std::fs::write(&bad, bytes).expect("write");
+    let out = run(&[&bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("data_offsets [0, 16]"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn messages_name_the_right_file_and_reason() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t = tmp.path();
+    let missing = t.join("missing.json");
+    std::fs::write(&missing, json!({"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4}).to_string()).expect("write");
+    let out = run(&[&missing.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.contains("missing.json") && err.contains("`vocab_size` is missing"),
+        "{err}"
+    );
+    // Mamba: a config, but no attention heads.
+    let dir = t.join("mamba");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("config.json"),
+        json!({"model_type":"mamba","hidden_size":768,"num_hidden_layers":24,"vocab_size":50280})
+            .to_string(),
+    )
+    .expect("write");
+    write_safetensors(&dir.join("model.safetensors"), &[("w", "F32", vec![4])]);
+    let out = run(&[&dir.display().to_string(), "--context", "100"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(!err.contains("has no config.json"), "{err}");
+    assert!(err.contains("model_type `mamba`"), "{err}");
+    // Llava: the language model's dimensions sit under text_config.
+    let dir = t.join("llava");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("config.json"), json!({"model_type":"llava","text_config":{"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2},"vision_config":{"model_type":"clip_vision_model"}}).to_string()).expect("write");
+    write_safetensors(&dir.join("model.safetensors"), &[("w", "F32", vec![4])]);
+    let (v, code) = run_json(&["--json", &dir.display().to_string(), "--context", "100"]);
+    assert_eq!(code, Some(0));
+    // 2 layers x 2 KV heads x head_dim 16 x K and V x 100 tokens x 2 bytes.
+    assert_eq!(
+        v["per_gpu"]["bytes"]["kv_cache"],
+        2.0 * 2.0 * 16.0 * 2.0 * 100.0 * 2.0
+    );
+}
+
+#[test]
+fn the_hub_token_file_from_hf_auth_login_is_sent() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("hub");
+    let repo = root.join("org/gated-model");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    std::fs::write(repo.join("config.json"), json!({"model_type":"gpt2","n_embd":8,"n_layer":1,"n_head":2,"vocab_size":10,"n_positions":4}).to_string()).expect("config");
+    let server = hub::serve(root);
+    let hf_home = tmp.path().join("hf");
+    std::fs::create_dir_all(&hf_home).expect("mkdir");
+    std::fs::write(hf_home.join("token"), "sesame\n").expect("token");
+    let home = hf_home.display().to_string();
+    let out = run_in(
+        tmp.path(),
+        &["org/gated-model"],
+        &[("HF_ENDPOINT", &server.url), ("HF_HOME", &home)],
+    );
+    assert!(stdout(&out).contains("`org/gated-model`"));
+    // HF_TOKEN comes first.
+    let out = run_in(
+        tmp.path(),
+        &["org/gated-model"],
+        &[
+            ("HF_ENDPOINT", &server.url),
+            ("HF_HOME", &home),
+            ("HF_TOKEN", "wrong"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
+fn inference_weights_count_the_head_and_quantized_layers_as_stored() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("m");
+    let cfg = hand_config(&dir).display().to_string();
+    // fp16 weights of LlamaForCausalLM: embeddings, 2 layers, norm, untied lm_head, and the rotary
+    // buffers (2 x 8 floats).
+    let layer: f64 = (4096 + 2048 + 2048 + 4096 + 3 * 8192 + 128) as f64;
+    let fp16 = 2.0 * (64_000.0 + 2.0 * layer + 64.0 + 64_000.0 + 16.0);
+    let (v, code) = run_json(&["--json", &cfg, "--context", "10", "--num-gpus", "1"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["per_gpu"]["bytes"]["weights"].as_f64(), Some(fp16));
+    // GPTQ 4-bit, groups of 32 input rows: each linear [out, in] stores out.in/2 bytes of packed
+    // weights, ceil(in/32).out fp16 scales and 4-bit zeros, and an int32 g_idx per input row.
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).expect("read")).expect("json");
+    config["quantization_config"] = json!({"quant_method": "gptq", "bits": 4, "group_size": 32});
+    std::fs::write(&cfg, config.to_string()).expect("write");
+    let linears: [(f64, f64); 7] = [
+        (64.0, 64.0),
+        (32.0, 64.0),
+        (32.0, 64.0),
+        (64.0, 64.0),
+        (128.0, 64.0),
+        (128.0, 64.0),
+        (64.0, 128.0),
+    ];
+    let gptq: f64 = linears
+        .iter()
+        .map(|(out, inp)| out * inp / 2.0 + (inp / 32.0).ceil() * out * 2.5 + 4.0 * inp)
+        .sum::<f64>()
+        * 2.0;
+    let unquantized = 2.0 * (64_000.0 + 2.0 * 128.0 + 64.0 + 64_000.0 + 16.0);
+    let (v, code) = run_json(&["--json", &cfg, "--context", "10", "--num-gpus", "1"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        v["per_gpu"]["bytes"]["weights"].as_f64(),
+        Some(gptq + unquantized)
+    );
+    // From headers: packed I32 keeps its stored size (it was halved as if fp32); F16 scales
+    // follow --dtype.
+    let st_dir = tmp.path().join("gptq");
+    hand_config(&st_dir);
+    write_safetensors(
+        &st_dir.join("model.safetensors"),
+        &[
+            ("model.layers.0.mlp.down_proj.qweight", "I32", vec![16, 64]),
+            ("model.layers.0.mlp.down_proj.scales", "F16", vec![4, 64]),
+        ],
+    );
+    let (v, code) = run_json(&[
+        "--json",
+        "--from",
+        "weights",
+        &st_dir.display().to_string(),
+        "--context",
+        "10",
+        "--num-gpus",
+        "1",
+    ]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        v["per_gpu"]["bytes"]["weights"].as_f64(),
+        Some(16.0 * 64.0 * 4.0 + 4.0 * 64.0 * 2.0)
+    );
 }

@@ -42,8 +42,17 @@ def write_safetensors(model, path):
 
 def run(job):
     config = AutoConfig.from_pretrained(job["dir"])
+    # accelerate/commands/estimate.py::create_empty_model: the first AutoModelFor* of auto_map.
+    constructor = AutoModel
+    auto_map = getattr(config, "auto_map", None)
+    if isinstance(auto_map, dict):
+        key = next((k for k in auto_map if k.startswith("AutoModelFor")), None)
+        if key is not None:
+            import transformers
+
+            constructor = getattr(transformers, key)
     with init_empty_weights():
-        model = AutoModel.from_config(config, dtype=torch.float32)
+        model = constructor.from_config(config, dtype=torch.float32)
     est.create_empty_model = lambda *args, **kwargs: model
     tables = []
     for name in job["names"]:

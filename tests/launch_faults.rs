@@ -4,6 +4,7 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
+use crate::util::alive;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,13 +22,20 @@ fn drill() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/drill.py")
 }
 
-fn launcher(dir: &Path, mode: &str, extra: &[&str]) -> Command {
+/// accel-launch with only PATH, HOME and HF_HOME from here: no SLURM_*/ACCEL_* of the caller's shell
+/// or job changes the run.
+fn accel_launch(home: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("HF_HOME", dir)
-        .env("ACCEL_PYTHON", python())
+        .env("HOME", home)
+        .env("HF_HOME", home);
+    c
+}
+
+fn launcher(dir: &Path, mode: &str, extra: &[&str]) -> Command {
+    let mut c = accel_launch(dir);
+    c.env("ACCEL_PYTHON", python())
         .args(["--cpu", "--num_processes", "2"])
         .args(extra)
         .arg(drill())
@@ -43,17 +51,6 @@ fn wait_for(dir: &Path, names: &[&str], limit: Duration) {
     while !names.iter().all(|n| dir.join(n).exists()) {
         assert!(t.elapsed() < limit, "ranks never became ready: {names:?}");
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        // A zombie has ended; whoever adopted it has not reaped it yet.
-        Ok(s) => s
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -198,13 +195,48 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
             .spawn()
             .unwrap(),
     );
+    let ended = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let took = t.elapsed();
     assert_eq!(code, 3, "{err}");
+    // From rank 0's own exit (the failure that starts the grace), not from spawn: interpreter
+    // start-up must not count towards the grace.
+    let failed: f64 = std::fs::read_to_string(d.path().join("exit.0"))
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(
-        took >= Duration::from_millis(1500),
-        "SIGKILL came before the grace: {took:?}"
+        ended - failed >= 1.5,
+        "SIGKILL came before the grace: {:.3} s after the failure",
+        ended - failed
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+/// While the launcher stops the others after a failure (rank 1 ignores SIGTERM, grace 60 s), a Ctrl-C
+/// means "now": SIGKILL at once, and the run still ends with the failing rank's status, not 130.
+#[test]
+fn ctrl_c_while_stopping_for_a_failure_kills_and_keeps_its_status() {
+    let d = tempfile::tempdir().unwrap();
+    let child = launcher(d.path(), "ignore_term", &["--grace_period", "60"])
+        .spawn()
+        .unwrap();
+    wait_for(d.path(), &["exit.0"], Duration::from_secs(60));
+    // The launcher has seen rank 0 fail and sent SIGTERM, which rank 1 ignores.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    signal(&child, "INT");
+    let (code, err, _) = finish(child);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("killing 1 rank"), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "{:?}\n{err}",
+        t.elapsed()
+    );
     assert_no_survivors(d.path(), Duration::from_secs(2));
 }
 
@@ -227,12 +259,12 @@ fn a_sigkilled_launcher_leaves_no_survivors() {
 }
 
 #[test]
-fn a_hung_rank_is_stopped_and_the_group_restarted() {
+fn a_failed_rank_restarts_the_whole_group() {
     let d = tempfile::tempdir().unwrap();
     let (code, err, _) = finish(
         launcher(
             d.path(),
-            "hang_restart",
+            "fail_restart",
             &["--max_restarts", "2", "--grace_period", "5"],
         )
         .spawn()
@@ -282,8 +314,7 @@ fn sigusr1_reaches_every_rank() {
 fn launcher_failures_have_their_own_codes() {
     let d = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .env("HF_HOME", d.path())
+        let out = accel_launch(d.path())
             .env("ACCEL_PYTHON", python())
             .args(args)
             .output()
@@ -325,8 +356,7 @@ fn launcher_failures_have_their_own_codes() {
 fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
     let d = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
-        let out = Command::new(BIN)
-            .env("HF_HOME", d.path())
+        let out = accel_launch(d.path())
             .args(["--cpu", "--num_processes", "2"])
             .args(extra)
             .args([
@@ -383,10 +413,8 @@ fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
     let d = tempfile::tempdir().unwrap();
     let venv_bin = python().parent().unwrap().to_path_buf();
     let run = |path: &std::ffi::OsStr, args: &[&str]| {
-        let out = Command::new(BIN)
-            .env_clear()
+        let out = accel_launch(d.path())
             .env("PATH", path)
-            .env("HF_HOME", d.path())
             .env("ACCEL_PYTHON", python())
             .args(args)
             .output()
@@ -479,8 +507,7 @@ fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
 fn topology_errors_come_before_anything_is_spawned() {
     let d = tempfile::tempdir().unwrap();
     let run = |envs: &[(&str, &str)], args: &[&str]| {
-        let out = Command::new(BIN)
-            .env("HF_HOME", d.path())
+        let out = accel_launch(d.path())
             .envs(envs.iter().copied())
             .args(args)
             .args(["--no_python", "touch"])
@@ -547,8 +574,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
          if [ \"$RANK\" = 0 ] && [ \"$(cat {p})\" = \"$MASTER_PORT\" ]; then exit 9; fi; exit 0",
         p = seen.display()
     );
-    let out = Command::new(BIN)
-        .env("HF_HOME", d.path())
+    let out = accel_launch(d.path())
         .args([
             "--cpu",
             "--num_processes",
@@ -566,8 +592,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
 
     // A rank that fails the way torch's @record does leaves its message in TORCHELASTIC_ERROR_FILE.
     let record = r#"if [ "$RANK" = 1 ]; then printf '{"message": {"message": "ValueError: boom from rank 1", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1; fi; sleep 30"#;
-    let out = Command::new(BIN)
-        .env("HF_HOME", d.path())
+    let out = accel_launch(d.path())
         .args([
             "--cpu",
             "--num_processes",
@@ -582,4 +607,245 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("error: ValueError: boom from rank 1"), "{err}");
+}
+
+/// The daemons the ranks double-forked, by pid.
+fn daemons(dir: &Path) -> Vec<i32> {
+    let pids: Vec<i32> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("gc.daemon.") && !name.ends_with(".tmp"))
+                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+                .flatten()
+        })
+        .collect();
+    assert_eq!(pids.len(), 2, "each rank records its daemon: {pids:?}");
+    pids
+}
+
+fn daemon_drill(mode: &str, code: i32) {
+    let d = tempfile::tempdir().unwrap();
+    let (got, err, _) = finish(
+        launcher(d.path(), mode, &["--grace_period", "20"])
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(got, code, "{err}");
+    let _ = daemons(d.path());
+    // Daemons are in sessions of their own, re-parented away from their rank: only a launcher
+    // that adopted them (a child subreaper) can find them.
+    assert_no_survivors(d.path(), Duration::from_secs(5));
+}
+
+#[test]
+fn a_double_forked_daemon_dies_with_a_clean_run() {
+    daemon_drill("daemon_ok", 0);
+}
+
+#[test]
+fn a_double_forked_daemon_dies_with_a_failed_run() {
+    daemon_drill("daemon_fail", 5);
+}
+
+#[test]
+fn a_double_forked_daemon_dies_with_a_sigkilled_launcher() {
+    let d = tempfile::tempdir().unwrap();
+    let child = launcher(d.path(), "daemon_sleep", &["--grace_period", "3"])
+        .spawn()
+        .unwrap();
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    let _ = daemons(d.path());
+    // The launcher records the processes of the run outside the ranks' groups for the guards
+    // every 100 ms: give it a few rounds.
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "KILL");
+    let _ = finish(child);
+    assert_no_survivors(d.path(), Duration::from_secs(10));
+}
+
+/// The process state letter in /proc (`T` stopped), or None once it is gone.
+fn state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.trim_start().chars().next()
+}
+
+fn wait_state(pids: &[i32], want: impl Fn(char) -> bool, what: &str) {
+    let t = Instant::now();
+    loop {
+        let states: Vec<Option<char>> = pids.iter().map(|p| state(*p)).collect();
+        if states.iter().all(|s| s.is_some_and(&want)) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{what}: states of {pids:?} are {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Lines of the launcher's stderr as they come.
+fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let mut seen = String::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    while let Ok(l) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        seen.push_str(&l);
+        seen.push('\n');
+        if l.contains(needle) {
+            return seen;
+        }
+    }
+    panic!("no `{needle}` on stderr: {seen}");
+}
+
+#[test]
+fn ctrl_c_says_what_it_stops_and_a_second_ctrl_c_kills() {
+    let d = tempfile::tempdir().unwrap();
+    // The ranks ignore SIGINT: only the second Ctrl-C ends the run before the 60 s grace.
+    let mut child = launcher(d.path(), "ignore_int", &["--grace_period", "60"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let lines = stderr_lines(&mut child);
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    let ctrl_c = || {
+        let ok = Command::new("kill")
+            .args(["-INT", "--", &format!("-{}", child.id())])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    ctrl_c();
+    wait_line(&lines, "stopping 2 ranks (Ctrl-C again to kill)");
+    let t = Instant::now();
+    ctrl_c();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the second Ctrl-C did not kill: {:?}",
+        t.elapsed()
+    );
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn ctrl_z_stops_the_ranks_and_fg_resumes_them() {
+    let d = tempfile::tempdir().unwrap();
+    // As a shell's foreground job: the launcher leads its own group and the terminal's signals go
+    // to that group (the ranks lead groups of their own).
+    let mut child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let _lines = stderr_lines(&mut child);
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    let group = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    let ranks: Vec<i32> = (0..2)
+        .map(|r| {
+            std::fs::read_to_string(d.path().join(format!("pid.{r}.0")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let launcher_pid = child.id() as i32;
+    group("TSTP");
+    wait_state(&ranks, |s| s == 'T', "Ctrl-Z must stop the ranks");
+    wait_state(&[launcher_pid], |s| s == 'T', "and the launcher");
+    group("CONT");
+    wait_state(&ranks, |s| s != 'T', "fg must resume the ranks");
+    wait_state(&[launcher_pid], |s| s != 'T', "and the launcher");
+    group("TERM");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    for r in 0..2 {
+        let ckpt =
+            std::fs::read_to_string(d.path().join(format!("ckpt.{r}.SIGTERM"))).unwrap_or_default();
+        assert_eq!(
+            ckpt, "checkpoint\n",
+            "rank {r} stopped normally after resuming"
+        );
+    }
+    assert_no_survivors(d.path(), Duration::from_secs(2));
+}
+
+#[test]
+fn a_stopped_run_still_ends_on_sigterm() {
+    let d = tempfile::tempdir().unwrap();
+    let mut child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let _lines = stderr_lines(&mut child);
+    wait_for(
+        d.path(),
+        &["ready.0.0", "ready.1.0"],
+        Duration::from_secs(60),
+    );
+    let ranks: Vec<i32> = (0..2)
+        .map(|r| {
+            std::fs::read_to_string(d.path().join(format!("pid.{r}.0")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let group = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    group("TSTP");
+    wait_state(&ranks, |s| s == 'T', "Ctrl-Z must stop the ranks");
+    wait_state(&[child.id() as i32], |s| s == 'T', "and the launcher");
+    // What a shell's `kill %1` does to a stopped job: SIGTERM, then SIGCONT.
+    group("TERM");
+    group("CONT");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    for r in 0..2 {
+        let ckpt =
+            std::fs::read_to_string(d.path().join(format!("ckpt.{r}.SIGTERM"))).unwrap_or_default();
+        assert_eq!(ckpt, "checkpoint\n", "rank {r}");
+    }
+    assert_no_survivors(d.path(), Duration::from_secs(2));
 }

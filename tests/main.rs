@@ -10,10 +10,22 @@ mod accel_test;
 #[cfg(not(feature = "torch"))]
 mod accel_test_without_torch;
 mod config;
+mod control;
+mod deepspeed_launch;
 mod docs;
+mod durations;
+mod elastic;
 mod env;
 mod estimate;
+#[cfg(feature = "torch")]
+mod hang;
 mod launch;
 mod launch_faults;
+mod launch_flags;
+mod launch_output;
 mod merge;
+mod mpi;
 mod questionnaire;
+mod requeue;
+mod resolution;
+mod slurm;

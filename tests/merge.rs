@@ -1,5 +1,7 @@
 //! accel-merge-weights against genuine checkpoints written by the venv's torch (2 gloo CPU ranks for
-//! FSDP2 and FSDP1), compared bit for bit with torch's own `dcp_to_torch_save` by tests/merge/check.py.
+//! FSDP2 and FSDP1), compared bit for bit with torch's own `dcp_to_torch_save` by tests/merge/check.py,
+//! and against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
+//! bit for bit with DeepSpeed's own `zero_to_fp32`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -28,8 +30,13 @@ fn free_port() -> u16 {
 }
 
 fn py(args: &[&str]) -> Output {
+    py_env(args, &[])
+}
+
+fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let out = Command::new(python())
         .args(args)
+        .envs(env.iter().copied())
         .env("PORT", free_port().to_string())
         .env("PYTHONWARNINGS", "ignore")
         .output()
@@ -48,7 +55,7 @@ fn fixture(kind: &'static str) -> PathBuf {
     static LOCKS: OnceLock<Vec<(&'static str, Mutex<()>)>> = OnceLock::new();
     let locks = LOCKS.get_or_init(|| {
         [
-            "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "zero2", "zero3", "zero1",
+            "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
         ]
         .into_iter()
         .map(|k| (k, Mutex::new(())))
@@ -64,14 +71,40 @@ fn fixture(kind: &'static str) -> PathBuf {
         return p.clone();
     }
     let dir = root().join(format!("fixture-{kind}"));
-    let script = if kind.starts_with("zero") {
-        format!("{HERE}/make_zero.py")
+    // `big` is the drill's 1 GiB checkpoint.
+    let env: &[(&str, &str)] = if kind == "big" {
+        &[("BIG_MIB", "1024")]
     } else {
-        format!("{HERE}/make_dcp.py")
+        &[]
     };
-    py(&[&script, kind, dir.to_str().unwrap()]);
+    py_env(
+        &[&format!("{HERE}/make_dcp.py"), kind, dir.to_str().unwrap()],
+        env,
+    );
     MADE.lock().unwrap().push((kind, dir.clone()));
     dir
+}
+
+/// The DeepSpeed configurations make_zero.py saves, all in one 3-rank torchrun.
+const ZERO_CONFIGS: &[&str] = &[
+    "0-bf16", "1-bf16", "1-fp32", "2-bf16", "2-fp32", "3-bf16", "3-fp32",
+];
+
+/// A checkpoint saved by the real DeepSpeed for `config` (e.g. `3-bf16`), made once per test run by
+/// make_zero.py with its zero_to_fp32 reconstruction (`reference.pt`) and module state (`module.pt`).
+fn zero_fixture(config: &str) -> PathBuf {
+    static DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut made = DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = made.get_or_insert_with(|| {
+        let d = root().join("fixture-zero");
+        let mut args = vec![format!("{HERE}/make_zero.py"), d.display().to_string()];
+        args.extend(ZERO_CONFIGS.iter().map(|c| c.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        py(&args);
+        d
+    });
+    assert!(ZERO_CONFIGS.contains(&config), "unknown config {config}");
+    dir.join(format!("zero{config}"))
 }
 
 fn merge(args: &[&Path], flags: &[&str]) -> Output {
@@ -300,7 +333,17 @@ fn existing_output_needs_force() {
 fn remove_checkpoint_dir_after_verified_write() {
     let ckpt = copy_of("plain", "remove");
     let out = out_dir("remove");
-    ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
+    // The checkpoint is the only copy of what the output leaves out (the bytes item `note`): refused
+    // before anything is written.
+    let o = merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("leaves out: note"), "{err}");
+    assert!(ckpt.join(".metadata").exists() && !out.exists());
+    ok(&merge(
+        &[&ckpt, &out],
+        &["--remove_checkpoint_dir", "--include-bytes"],
+    ));
     assert!(!ckpt.exists());
     assert!(out.join("model.safetensors").is_file());
     // An output inside the checkpoint would be deleted with it: refused before anything is written.
@@ -313,9 +356,13 @@ fn remove_checkpoint_dir_after_verified_write() {
     let ckpt = copy_of("plain", "remove-fail");
     std::fs::write(ckpt.join("__0_0.distcp"), b"").unwrap();
     let out = out_dir("remove-fail");
-    assert!(!merge(&[&ckpt, &out], &["--remove-checkpoint-dir"])
-        .status
-        .success());
+    let o = merge(&[&ckpt, &out], &["--remove-checkpoint-dir"]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(ckpt.join(".metadata").exists());
 }
 
@@ -328,9 +375,10 @@ fn hf_reference_files_are_copied() {
     std::fs::write(hf.join("tokenizer.json"), b"{}").unwrap();
     std::fs::write(hf.join("model.safetensors"), b"not copied").unwrap();
     let out = out_dir("hf");
+    // accelerate's spelling, as scripts written for `accelerate merge-weights` pass it.
     ok(&merge(
         &[&ckpt, &out],
-        &["--hf-reference", hf.to_str().unwrap()],
+        &["--hf_reference", hf.to_str().unwrap()],
     ));
     assert_eq!(
         std::fs::read(out.join("config.json")).unwrap(),
@@ -474,32 +522,59 @@ fn accelerate_flag_spellings() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-fn zero_matches_reference(kind: &'static str) {
-    let ckpt = fixture(kind);
-    let out = out_dir(kind);
+/// Merges a real DeepSpeed checkpoint and compares it bit for bit with zero_to_fp32's state dict, plus
+/// `also` (taken from the module state, as the merge says it does).
+fn zero_matches(config: &str, also: &[&str]) -> String {
+    let ckpt = zero_fixture(config);
+    let out = out_dir(&format!("zero{config}"));
     let err = ok(&merge(&[&ckpt, &out], &[]));
-    assert!(err.contains("DeepSpeed ZeRO-"), "{err}");
+    let stage = &config[..1];
+    assert!(err.contains(&format!("DeepSpeed ZeRO-{stage}")), "{err}");
     let reference = ckpt.join("reference.pt");
-    check(&ckpt, &out, &["--reference", reference.to_str().unwrap()]);
+    let module = ckpt.join("module.pt");
+    let mut args = vec!["--reference", reference.to_str().unwrap()];
+    if !also.is_empty() {
+        args.extend(["--extra-from", module.to_str().unwrap()]);
+        for k in also {
+            args.extend(["--extra-key", k]);
+        }
+    }
+    check(&ckpt, &out, &args);
+    err
 }
 
 #[test]
-fn zero1_matches_zero_to_fp32_reconstruction() {
-    zero_matches_reference("zero1");
+fn zero1_bf16_matches_zero_to_fp32_and_keeps_frozen_params() {
+    // DeepSpeed records no frozen params at stage 1 and zero_to_fp32 drops them; the merge takes them
+    // from the module state, in the training dtype, and says so.
+    let err = zero_matches("1-bf16", &["frozen.weight", "frozen.bias"]);
+    assert!(
+        err.contains("2 frozen parameter(s) (frozen.weight, frozen.bias)")
+            && err.contains("saved dtype bfloat16"),
+        "{err}"
+    );
 }
 
 #[test]
-fn zero2_matches_zero_to_fp32_reconstruction() {
-    zero_matches_reference("zero2");
+fn zero1_fp32_matches_zero_to_fp32_and_keeps_frozen_params() {
+    let err = zero_matches("1-fp32", &["frozen.weight", "frozen.bias"]);
+    assert!(err.contains("saved dtype float32"), "{err}");
 }
 
 #[test]
-fn zero3_matches_zero_to_fp32_reconstruction() {
-    zero_matches_reference("zero3");
-    let ckpt = fixture("zero3");
+fn zero2_matches_zero_to_fp32() {
+    zero_matches("2-bf16", &[]);
+    zero_matches("2-fp32", &[]);
+}
+
+#[test]
+fn zero3_matches_zero_to_fp32() {
+    zero_matches("3-bf16", &[]);
+    zero_matches("3-fp32", &[]);
+    let ckpt = zero_fixture("3-bf16");
     let out = out_dir("zero3-bin");
     ok(&merge(
-        &[&ckpt.join("global_step3"), &out],
+        &[&ckpt.join("global_step2"), &out],
         &["--unsafe-serialization", "--dtype", "bf16"],
     ));
     let reference = ckpt.join("reference.pt");
@@ -517,26 +592,464 @@ fn zero3_matches_zero_to_fp32_reconstruction() {
 }
 
 #[test]
+fn zero1_frozen_params_survive_remove_checkpoint_dir() {
+    let src = zero_fixture("1-bf16");
+    let ckpt = root().join("copy-zero1-remove");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&src, &ckpt);
+    let out = out_dir("zero1-remove");
+    ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
+    assert!(!ckpt.exists());
+    let reference = src.join("reference.pt");
+    let module = src.join("module.pt");
+    check(
+        &src,
+        &out,
+        &[
+            "--reference",
+            reference.to_str().unwrap(),
+            "--extra-from",
+            module.to_str().unwrap(),
+            "--extra-key",
+            "frozen.weight",
+            "--extra-key",
+            "frozen.bias",
+        ],
+    );
+}
+
+#[test]
+fn deepspeed_stage0_save_is_read_as_saved() {
+    let ckpt = zero_fixture("0-bf16");
+    let out = out_dir("zero0");
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(
+        err.contains("DeepSpeed stage 0") && err.contains("as saved (bfloat16, float32)"),
+        "{err}"
+    );
+    let module = ckpt.join("module.pt");
+    check(&ckpt, &out, &["--reference", module.to_str().unwrap()]);
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn error_zero3_missing_rank_file_is_named() {
+    let ckpt = root().join("copy-zero3-missing");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&zero_fixture("3-bf16"), &ckpt);
+    std::fs::remove_file(ckpt.join("global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt"))
+        .unwrap();
+    let err = fails(
+        &ckpt,
+        3,
+        "without `zero_pp_rank_1_mp_rank_00_model_states.pt`",
+    );
+    assert!(err.contains("saved by 3 ranks"), "{err}");
+    let ckpt = root().join("copy-zero3-missing-optim");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&zero_fixture("3-bf16"), &ckpt);
+    std::fs::remove_file(ckpt.join("global_step2/bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+        .unwrap();
+    fails(
+        &ckpt,
+        3,
+        "without `bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt`",
+    );
+}
+
+#[test]
 fn error_incomplete_zero_checkpoint() {
-    let src = fixture("zero2");
+    let src = zero_fixture("2-bf16");
     let ckpt = root().join("copy-zero-incomplete");
     let _ = std::fs::remove_dir_all(&ckpt);
-    std::fs::create_dir_all(ckpt.join("global_step3")).unwrap();
+    std::fs::create_dir_all(ckpt.join("global_step2")).unwrap();
     std::fs::copy(src.join("latest"), ckpt.join("latest")).unwrap();
     std::fs::copy(
-        src.join("global_step3/mp_rank_00_model_states.pt"),
-        ckpt.join("global_step3/mp_rank_00_model_states.pt"),
+        src.join("global_step2/mp_rank_00_model_states.pt"),
+        ckpt.join("global_step2/mp_rank_00_model_states.pt"),
     )
     .unwrap();
     fails(
         &ckpt,
         3,
-        "1 `*_model_states.pt` and 0 `*_optim_states.pt` files",
+        "a DeepSpeed ZeRO-2 checkpoint with 1 `*_model_states.pt` and no `*_optim_states.pt` files",
     );
     std::fs::copy(
-        src.join("global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
-        ckpt.join("global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+        src.join("global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+        ckpt.join("global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
     )
     .unwrap();
-    fails(&ckpt, 3, "saved by 2 ranks");
+    fails(&ckpt, 3, "without `bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt`, `bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt`");
+}
+
+/// The weight files (and indexes) in `dir`, sorted.
+fn weight_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("model") || n.starts_with("pytorch_model"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn force_remerge_leaves_exactly_the_new_weights() {
+    let ckpt = fixture("fsdp2");
+    let out = out_dir("reforce");
+    ok(&merge(&[&ckpt, &out], &[]));
+    assert_eq!(weight_files(&out), ["model.safetensors"]);
+    // Shards replace the single file (transformers would load a stale model.safetensors first).
+    ok(&merge(&[&ckpt, &out], &["-f", "--max-shard-size", "100B"]));
+    let w = weight_files(&out);
+    assert!(!w.contains(&"model.safetensors".to_string()), "{w:?}");
+    assert!(
+        w.contains(&"model.safetensors.index.json".to_string()),
+        "{w:?}"
+    );
+    check(&ckpt, &out, &[]);
+    // Another format replaces every safetensors file and the index.
+    ok(&merge(&[&ckpt, &out], &["-f", "--unsafe_serialization"]));
+    assert_eq!(weight_files(&out), ["pytorch_model.bin"]);
+    check(&ckpt, &out, &["--bin"]);
+    // Sharded .bin, then back to one safetensors file.
+    ok(&merge(
+        &[&ckpt, &out],
+        &["-f", "--unsafe_serialization", "--max-shard-size", "100B"],
+    ));
+    assert!(weight_files(&out)
+        .iter()
+        .all(|n| n.starts_with("pytorch_model")));
+    ok(&merge(&[&ckpt, &out], &["--force"]));
+    assert_eq!(weight_files(&out), ["model.safetensors"]);
+    check(&ckpt, &out, &[]);
+    // Nothing else of the output directory is touched, and no staging directory is left.
+    std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+    ok(&merge(&[&ckpt, &out], &["--force"]));
+    let mut all: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    all.sort();
+    assert_eq!(all, ["model.safetensors", "notes.txt"]);
+}
+
+#[test]
+fn dtype_casts_match_torch_for_nan_payloads() {
+    // Signalling/quiet NaNs of both signs with payloads, in tensors long enough that torch's `.to()`
+    // takes its vectorised kernel; check.py compares bits with torch's own cast.
+    let ckpt = fixture("nans");
+    for dtype in ["fp32", "bf16", "fp16"] {
+        let out = out_dir(&format!("nans-{dtype}"));
+        ok(&merge(&[&ckpt, &out], &["--dtype", dtype]));
+        check(&ckpt, &out, &["--dtype", dtype]);
+    }
+}
+
+#[test]
+fn error_undecodable_planner_data_name() {
+    let ckpt = copy_of("fsdp2", "planner");
+    py(&[
+        &format!("{HERE}/mutate.py"),
+        "planner_bytes",
+        ckpt.to_str().unwrap(),
+    ]);
+    let err = fails(&ckpt, 3, "planner_data of `");
+    assert!(err.contains("neither a string nor an integer"), "{err}");
+    assert!(err.contains(".metadata"), "{err}");
+}
+
+#[test]
+fn error_output_path_is_a_file() {
+    let ckpt = fixture("plain");
+    let file = root().join("out-is-a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let o = merge(&[&ckpt, &file], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("exists and is not a directory"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+}
+
+/// The pid of a process that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn staging_dirs_of_dead_merges_are_removed() {
+    let ckpt = fixture("plain");
+    let out = out_dir("stale");
+    std::fs::create_dir_all(&out).unwrap();
+    let dead = out.join(format!(".accel-merge-{}.tmp", dead_pid()));
+    std::fs::create_dir_all(&dead).unwrap();
+    std::fs::write(dead.join("model.safetensors"), vec![0u8; 4096]).unwrap();
+    // A live process's staging directory (this test's own pid) is left alone.
+    let live = out.join(format!(".accel-merge-{}.tmp", std::process::id()));
+    std::fs::create_dir_all(&live).unwrap();
+    let err = ok(&merge(&[&ckpt, &out], &["-q"]));
+    assert!(
+        err.contains(&format!("removed `{}`", dead.display())) && err.contains("that is gone"),
+        "{err}"
+    );
+    assert!(!dead.exists());
+    assert!(live.exists());
+    check(&ckpt, &out, &[]);
+}
+
+/// Waits (generously) until the merge into `out` has created its staging directory and preallocated
+/// its output, returning the staging directory.
+fn wait_for_staging(child: &mut std::process::Child, out: &Path) -> PathBuf {
+    let staging = out.join(format!(".accel-merge-{}.tmp", child.id()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let size: u64 = std::fs::read_dir(&staging)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0);
+        if size > 0 {
+            return staging;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the merge ended ({st}) before it was signalled");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no staging dir after 300 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn drill_sighup_and_sigkill_during_a_1gib_merge() {
+    // A 1 GiB checkpoint; the merge is signalled once its staging directory holds the laid-out output.
+    let ckpt = fixture("big");
+    let size: u64 = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(size >= 1 << 30, "the checkpoint has {size} bytes");
+    let out = out_dir("drill");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), b"mine").unwrap();
+    let spawn = || {
+        Command::new(BIN)
+            .arg(&ckpt)
+            .arg(&out)
+            .arg("--force")
+            .env("ACCEL_NO_PROGRESS", "1")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // SIGHUP (a closed terminal or ssh session): stops like SIGINT, leaves nothing behind.
+    let mut child = spawn();
+    let staging = wait_for_staging(&mut child, &out);
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(!staging.exists(), "staging dir left after SIGHUP: {err}");
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["keep.txt"]);
+    // SIGKILL cannot be caught: the staging dir stays until the next merge into the directory
+    // removes it, says so, and writes the output in place.
+    let mut child = spawn();
+    let staging = wait_for_staging(&mut child, &out);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let st = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&st),
+        Some(libc::SIGKILL)
+    );
+    assert!(staging.exists());
+    let o = merge(&[&ckpt, &out], &["--force"]);
+    let err = ok(&o);
+    assert!(
+        err.contains(&format!("removed `{}`", staging.display())),
+        "{err}"
+    );
+    assert!(!staging.exists());
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["keep.txt", "model.safetensors"]);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn torchtitan_layout_leaves_out_training_state() {
+    let ckpt = fixture("titan");
+    let out = out_dir("titan");
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(err.contains("merged 3 tensors"), "{err}");
+    assert!(err.contains("torchtitan's layout"), "{err}");
+    assert!(
+        err.contains("left out top-level keys: dataloader, lr_scheduler, optimizer, train_state"),
+        "{err}"
+    );
+    check(
+        &ckpt,
+        &out,
+        &[
+            "--drop",
+            "optimizer",
+            "--drop",
+            "lr_scheduler",
+            "--drop",
+            "dataloader",
+            "--drop",
+            "train_state",
+        ],
+    );
+    // --exclude-key leaves out what a glob names, here from everything.
+    let out = out_dir("titan-exclude");
+    let err = ok(&merge(
+        &[&ckpt, &out],
+        &[
+            "--all-keys",
+            "--exclude-key",
+            "optimizer.*",
+            "--exclude_key",
+            "norm.*",
+        ],
+    ));
+    assert!(err.contains("merged 2 tensors"), "{err}");
+    assert!(err.contains("--exclude-key left out 3 tensors"), "{err}");
+    let o = merge(&[&ckpt], &["--inspect", "--json", "--exclude-key", "*"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn layout_is_reported_for_accelerate_and_plain_dcp() {
+    let o = merge(&[&fixture("accel")], &["--inspect", "--json"]);
+    let err = ok(&o);
+    assert!(err.contains("accelerate's save_state layout"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["layout"]
+            .as_str()
+            .unwrap()
+            .contains("only top-level key `model`"),
+        "{v}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&merge(&[&fixture("fsdp2")], &["--inspect", "--json"]).stdout)
+            .unwrap();
+    assert!(
+        v["layout"]
+            .as_str()
+            .unwrap()
+            .contains("`model` (the layout of accelerate and plain DCP saves)"),
+        "{v}"
+    );
+}
+
+#[test]
+fn error_corrupt_record_fails_its_crc() {
+    let ckpt = copy_of("fsdp2", "crc");
+    py(&[
+        &format!("{HERE}/mutate.py"),
+        "crc_flip",
+        ckpt.to_str().unwrap(),
+    ]);
+    let err = fails(&ckpt, 3, "fails its CRC-32 check");
+    assert!(err.contains("--no-verify"), "{err}");
+    // --no-verify merges the damaged bytes as they are.
+    let out = out_dir("crc-noverify");
+    ok(&merge(&[&ckpt, &out], &["--no-verify"]));
+    assert!(out.join("model.safetensors").is_file());
+    // The same check covers DeepSpeed's files.
+    let zero = root().join("copy-zero-crc");
+    let _ = std::fs::remove_dir_all(&zero);
+    copy_tree(&zero_fixture("2-fp32"), &zero);
+    let f = zero.join("global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+    let mut bytes = std::fs::read(&f).unwrap();
+    // Flip a bit of rank 1's fp32 partition, a record the merge reads (the Adam moments it never
+    // reads are not checked).
+    let code = "import sys, torch\n\
+         sd = torch.load(sys.argv[1], weights_only=False)\n\
+         t = sd['optimizer_state_dict']['single_partition_of_fp32_groups'][0]\n\
+         raw = t.detach().numpy().tobytes()\n\
+         b = open(sys.argv[1], 'rb').read()\n\
+         assert b.count(raw) == 1\n\
+         print(b.find(raw) + len(raw) // 2)";
+    let o = py(&["-c", code, f.to_str().unwrap()]);
+    // Importing DeepSpeed's classes prints a notice on stdout; the offset is the last line.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let at: usize = stdout
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .parse()
+        .expect(&stdout);
+    bytes[at] ^= 1;
+    std::fs::write(&f, bytes).unwrap();
+    fails(&zero, 3, "fails its CRC-32 check");
+}
+
+#[test]
+fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
+    // 3,000,000 references to one chunk in a few MB of .metadata: rejected while parsing, before any
+    // per-chunk work, in memory bounded by the file's size.
+    let ckpt = copy_of("fsdp2", "repeat");
+    py(&[
+        &format!("{HERE}/mutate.py"),
+        "repeat_chunks",
+        ckpt.to_str().unwrap(),
+    ]);
+    let meta_len = std::fs::metadata(ckpt.join(".metadata")).unwrap().len();
+    assert!(meta_len < 16 << 20, "{meta_len}");
+    let out = out_dir("repeat");
+    // The peak RSS is taken by a small Python parent: a child forked from this (large, multi-threaded)
+    // test process would carry the test's own high-water mark in ru_maxrss across exec.
+    const MEASURE: &str = "import json, resource, subprocess, sys\n\
+        p = subprocess.run(sys.argv[1:], stderr=subprocess.PIPE, env={'ACCEL_NO_PROGRESS': '1'})\n\
+        print(json.dumps({'code': p.returncode, 'stderr': p.stderr.decode(errors='replace'),\n\
+                          'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n";
+    let o = Command::new(python())
+        .args(["-c", MEASURE])
+        .arg(BIN)
+        .arg(&ckpt)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    let err = v["stderr"].as_str().unwrap_or_default();
+    assert_eq!(v["code"], 3, "{err}");
+    assert!(err.contains("more chunks"), "{err}");
+    // ru_maxrss is in KiB: the 3 M references must not become 3 M chunk records (~1 GiB before).
+    let rss = v["maxrss_kib"].as_u64().unwrap_or(u64::MAX);
+    assert!(rss < 256 * 1024, "peak RSS {rss} KiB");
+    assert!(!out.exists());
 }

@@ -189,3 +189,12 @@ pub fn tempdir() -> tempfile::TempDir {
         .tempdir()
         .unwrap()
 }
+
+/// Whether process `pid` still runs: a zombie (ended, not yet reaped by whoever adopted it) and a
+/// dead process do not count.
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}

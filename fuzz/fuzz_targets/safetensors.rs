@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
         transforms: Vec::new(),
     };
     for fqn in ["w", "model.0.weight"] {
-        if let Ok((start, t, _)) = resolve_chunk(fqn, &info, std::path::Path::new("fuzz"), data) {
+        if let Ok(r) = resolve_chunk(fqn, &info, std::path::Path::new("fuzz"), data) {
+            let (start, t) = (r.storage_start, r.tensor);
             let need = t.numel() * t.dtype.size() as u64;
             assert!(start as u64 + need <= data.len() as u64);
         }

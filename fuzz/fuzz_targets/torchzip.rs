@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
         length: data.len() as u64,
         transforms: Vec::new(),
     };
-    if let Ok((start, t, _)) = resolve_chunk("w", &info, std::path::Path::new("fuzz"), data) {
+    if let Ok(r) = resolve_chunk("w", &info, std::path::Path::new("fuzz"), data) {
+        let (start, t) = (r.storage_start, r.tensor);
         let need = t.extent().unwrap() * t.dtype.size() as u64;
         assert!(start as u64 + need <= data.len() as u64);
     }

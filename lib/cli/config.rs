@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use super::ToolDoc;
 use crate::env_vars::Group;
@@ -41,23 +41,29 @@ pub enum ConfigCommand {
     /// existing file is kept unless --force is given — with an error saying so, not a silent exit 0.
     Default(DefaultArgs),
     /// Rewrite a config file with legacy and removed keys migrated, warning about each change.
+    ///
+    /// Only the lines of changed keys are rewritten: comments, key order and the formatting of every
+    /// other line are kept in YAML and TOML files, and key order in JSON. A file in a layout that cannot
+    /// be edited line by line (YAML flow style, anchors) is rewritten whole, with a warning.
     Update,
     /// Print the resolved config (file, ACCEL_CONFIG_* environment and defaults).
+    ///
+    /// The output is YAML that accelerate loads with the same values (`show > x.yaml`); with --origin
+    /// each value's origin follows it as a comment.
     Show(ShowArgs),
     /// Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`.
     Get(GetArgs),
     /// Set one key in the config file (created if missing), validating the value first.
+    ///
+    /// Only the key's own line changes (as `update`): comments, key order and formatting are kept.
+    /// A section takes a mapping: `set fsdp_config '{fsdp_version: 2}'`.
     Set(SetArgs),
-    /// Check a config file; exit 0 when valid, 2 with every problem listed otherwise.
+    /// Check that accel and accelerate both load a config file with the same values.
+    ///
+    /// Exit 0 when valid; 1 with every problem listed as file:line otherwise: values accel refuses, and
+    /// what accelerate refuses or misreads (unknown keys, TOML, YAML 1.1 words such as an unquoted
+    /// `No`, inexact enum spellings). --accel_only checks only what accel reads. A missing file is 2.
     Validate(ValidateArgs),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum MixedPrecisionArg {
-    No,
-    Fp16,
-    Bf16,
-    Fp8,
 }
 
 #[derive(Debug, Args)]
@@ -66,10 +72,10 @@ pub struct DefaultArgs {
     #[arg(
         long = "mixed_precision",
         visible_alias = "mixed-precision",
-        value_enum,
+        value_parser = clap::builder::PossibleValuesParser::new(crate::config::schema::MIXED_PRECISION),
         default_value = "no"
     )]
-    pub mixed_precision: MixedPrecisionArg,
+    pub mixed_precision: String,
     /// Overwrite an existing config file.
     #[arg(long, short = 'f')]
     pub force: bool,
@@ -110,6 +116,9 @@ pub struct ValidateArgs {
     /// File to check (default: --config_file, ACCEL_CONFIG_FILE or the default path).
     #[arg(value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub file: Option<PathBuf>,
+    /// Check only that accel loads the file, not that accelerate would load it the same way.
+    #[arg(long = "accel_only", visible_alias = "accel-only")]
+    pub accel_only: bool,
 }
 
 pub fn doc() -> ToolDoc {
@@ -127,9 +136,16 @@ pub fn doc() -> ToolDoc {
         ],
         launcher_codes: false,
         extra_sections: &[(
+            "EDITING FILES",
+            &[
+                "`set` and `update` rewrite only the lines of the keys they change. In YAML and TOML files the comments, the key order, blank lines and the formatting of every other line are kept byte for byte (a changed value keeps its trailing comment); JSON keeps its key order (it has no comments). New keys are appended at the end of the file or of their section. A YAML file in a layout that cannot be edited line by line (flow style, anchors, several documents) is rewritten whole in accel's layout, with a warning. `update` warns about every change it makes, with the key's file:line.",
+                "`validate` checks what accel reads and, unless --accel_only is given, that accelerate 1.15 would load the file with the same values: it refuses unknown top-level keys, TOML files (accelerate reads only YAML and JSON), plain YAML 1.1 words that PyYAML reads as booleans or numbers differently (`mixed_precision: No` is False there), and enum values not spelled exactly (`multi_gpu`). Exit 0 when valid, 1 with every problem listed, 2 when the file is missing.",
+                "`show` prints YAML that accelerate loads with the same values; --origin adds each value's origin as a comment.",
+            ],
+        ), (
             "DIFFERENCES FROM ACCELERATE",
             &[
-                "Unknown keys are warnings that name the closest valid key; accelerate refuses the file. Keys inside sections (fsdp_config, …) are validated too; accelerate never checks them.",
+                "Unknown keys are warnings that name the closest valid key; accelerate refuses the file (and so does `validate`, unless --accel_only). Keys inside sections (fsdp_config, …) are validated too; accelerate never checks them.",
                 "An unquoted `mixed_precision: no` reads as the string no (YAML 1.2); accelerate reads False and crashes at launch. Strings YAML 1.1 would read as booleans are always written quoted, so PyYAML reads accel's files right.",
                 "`default` writes YAML and refuses to overwrite without --force, saying so; accelerate writes JSON into default_config.yaml and exits 0 silently.",
                 "Config values are resolved command line > ACCEL_CONFIG_* environment > file > defaults, and the keys accelerate ignores (rdzv_backend, same_network, enable_cpu_affinity, downcast_bf16, tpu_use_sudo) are honoured.",

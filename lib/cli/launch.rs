@@ -3,10 +3,14 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use clap::Parser;
 
 use super::ToolDoc;
+use crate::config::schema;
+use crate::duration::{self, Wait};
 use crate::env_vars::Group;
 
 /// Launch a training script on one or many nodes, as `accelerate launch` does — without the overhead.
@@ -40,24 +44,23 @@ pub struct LaunchCli {
     /// Run the script directly, without python (any executable).
     #[arg(long = "no_python", visible_alias = "no-python")]
     pub no_python: bool,
-    /// Debug mode (ACCELERATE_DEBUG_MODE=true).
-    #[arg(long = "debug")]
-    pub debug: bool,
 
     /// Print the resolved config with the origin of each value, and each rank's argv and environment; run nothing.
     #[arg(long = "dry-run", visible_alias = "dry_run", help_heading = "accel")]
     pub dry_run: bool,
     /// With --dry-run: print JSON.
-    #[arg(long = "json", help_heading = "accel")]
+    #[arg(long = "json", requires = "dry_run", help_heading = "accel")]
     pub json: bool,
-    /// Seconds between the stop signal and SIGKILL when ranks are stopped (default: ACCEL_LAUNCH_GRACE, else 30).
+    /// Seconds between the stop signal and SIGKILL when ranks are stopped, `inf` for never (default: ACCEL_LAUNCH_GRACE, else 30).
     #[arg(
         long = "grace_period",
         visible_alias = "grace-period",
         value_name = "SECONDS",
+        value_parser = duration::parse_wait,
+        allow_negative_numbers = true,
         help_heading = "accel"
     )]
-    pub grace_period: Option<f64>,
+    pub grace_period: Option<Wait>,
     /// Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}.
     #[arg(long = "log_template", visible_alias = "log-template", value_name = "TEMPLATE", default_value = crate::launch::supervise::DEFAULT_LOG_TEMPLATE, help_heading = "accel")]
     pub log_template: String,
@@ -66,6 +69,7 @@ pub struct LaunchCli {
         long = "rank_prefix",
         visible_alias = "rank-prefix",
         value_name = "TEMPLATE",
+        value_parser = parse_rank_prefix,
         help_heading = "accel"
     )]
     pub rank_prefix: Option<String>,
@@ -74,9 +78,38 @@ pub struct LaunchCli {
         long = "local_ranks_filter",
         visible_alias = "local-ranks-filter",
         value_name = "RANKS",
+        value_parser = parse_local_ranks,
         help_heading = "accel"
     )]
     pub local_ranks_filter: Option<String>,
+    /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1).
+    #[arg(
+        long = "rdzv_timeout",
+        visible_alias = "rdzv-timeout",
+        value_name = "SECONDS",
+        default_value = "300",
+        value_parser = duration::parse_timeout,
+        allow_negative_numbers = true,
+        help_heading = "accel"
+    )]
+    pub rdzv_timeout: Duration,
+    /// This node's rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join.
+    #[arg(
+        long = "nproc_per_node",
+        visible_alias = "nproc-per-node",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "accel"
+    )]
+    pub nproc_per_node: Option<u32>,
+    /// Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail).
+    #[arg(
+        long = "report_json",
+        visible_alias = "report-json",
+        value_name = "PATH",
+        help_heading = "accel"
+    )]
+    pub report_json: Option<PathBuf>,
 
     /// Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process).
     #[arg(long = "cpu", help_heading = "Hardware Selection Arguments")]
@@ -136,6 +169,7 @@ pub struct LaunchCli {
         long = "tee",
         default_value = "0",
         value_name = "0-3",
+        value_parser = parse_tee,
         help_heading = "Distributed GPUs"
     )]
     pub tee: String,
@@ -175,12 +209,53 @@ pub struct LaunchCli {
     #[arg(
         long = "monitor_interval",
         visible_alias = "monitor-interval",
-        default_value_t = 0.1,
+        default_value = "0.1",
         value_name = "SECONDS",
+        value_parser = duration::parse_interval,
+        allow_negative_numbers = true,
         help_heading = "Distributed GPUs"
     )]
-    pub monitor_interval: f64,
+    pub monitor_interval: Duration,
 
+    // --- hang detection (lib/launch/hang.rs, lib/launch/autopsy.rs) ---
+    /// Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS: print every rank's stack, stop the run, exit 124 (default: ACCEL_LAUNCH_HANG_TIMEOUT; 0: off).
+    #[arg(
+        long = "hang_timeout",
+        visible_alias = "hang-timeout",
+        value_name = "SECONDS",
+        value_parser = duration::parse_wait,
+        allow_negative_numbers = true,
+        help_heading = "accel"
+    )]
+    pub hang_timeout: Option<Wait>,
+    /// When a rank fails, print the other ranks' Python stacks before stopping them.
+    #[arg(
+        long = "stacks_on_failure",
+        visible_alias = "stacks-on-failure",
+        help_heading = "accel"
+    )]
+    pub stacks_on_failure: bool,
+    /// Print the Python stacks of the ranks of the running accel-launch PID, grouped, and exit; the run goes on.
+    #[arg(long = "stacks", value_name = "PID", help_heading = "accel")]
+    pub stacks: Option<i32>,
+
+    // --- SLURM requeue on preemption (lib/launch/requeue.rs) ---
+    /// On SLURM's warning signal (--requeue_signal), give the ranks --grace_period to save and exit, then requeue the job (`scontrol requeue`, once per job) and exit 123 (default: ACCEL_LAUNCH_SLURM_REQUEUE).
+    #[arg(
+        long = "slurm_requeue",
+        visible_alias = "slurm-requeue",
+        help_heading = "accel"
+    )]
+    pub slurm_requeue: bool,
+    /// The warning signal for --slurm_requeue, as in `sbatch --signal=USR1@300` (default: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1).
+    #[arg(
+        long = "requeue_signal",
+        visible_alias = "requeue-signal",
+        value_name = "SIGNAL",
+        help_heading = "accel"
+    )]
+    pub requeue_signal: Option<String>,
+    // --- end hang detection ---
     /// TPU pod (not supported).
     #[arg(
         long = "tpu_cluster",
@@ -195,34 +270,12 @@ pub struct LaunchCli {
         help_heading = "TPU"
     )]
     pub no_tpu_cluster: bool,
-    /// TPU pod: use sudo (config: tpu_use_sudo).
-    #[arg(
-        long = "tpu_use_sudo",
-        visible_alias = "tpu-use-sudo",
-        help_heading = "TPU"
-    )]
-    pub tpu_use_sudo: bool,
     /// TPU pod VMs (not supported).
     #[arg(long = "vm", value_name = "VM", help_heading = "TPU")]
     pub vm: Vec<String>,
     /// TPU pod environment (not supported).
     #[arg(long = "env", value_name = "KEY=VALUE", help_heading = "TPU")]
     pub env: Vec<String>,
-    /// TPU: the function to run (config: main_training_function).
-    #[arg(
-        long = "main_training_function",
-        visible_alias = "main-training-function",
-        value_name = "NAME",
-        help_heading = "TPU"
-    )]
-    pub main_training_function: Option<String>,
-    /// TPU: XLA_DOWNCAST_BF16 (config: downcast_bf16).
-    #[arg(
-        long = "downcast_bf16",
-        visible_alias = "downcast-bf16",
-        help_heading = "TPU"
-    )]
-    pub downcast_bf16: bool,
 
     /// SageMaker (not supported).
     #[arg(
@@ -241,29 +294,9 @@ pub struct LaunchCli {
     )]
     pub aws_secret_access_key: Option<String>,
 
-    /// Hostfile for multi-node CPU runs through mpirun (config: mpirun_config.mpirun_hostfile).
-    #[arg(
-        long = "mpirun_hostfile",
-        visible_alias = "mpirun-hostfile",
-        value_name = "PATH",
-        help_heading = "MPI Arguments"
-    )]
-    pub mpirun_hostfile: Option<String>,
-
+    /// Every flag that sets a config key ([`CONFIG_FLAGS`]).
     #[command(flatten)]
-    pub resource: ResourceFlags,
-    #[command(flatten)]
-    pub distributed: DistributedFlags,
-    #[command(flatten)]
-    pub deepspeed: DeepSpeedFlags,
-    #[command(flatten)]
-    pub fsdp: FsdpFlags,
-    #[command(flatten)]
-    pub megatron: MegatronFlags,
-    #[command(flatten)]
-    pub fp8: Fp8Flags,
-    #[command(flatten)]
-    pub parallelism: ParallelismFlags,
+    pub config: ConfigFlags,
 
     /// The training script (or module with -m, or program with --no_python) and its arguments.
     #[arg(
@@ -278,1364 +311,368 @@ pub struct LaunchCli {
 impl LaunchCli {
     /// Every config value given on the command line, for `config::resolve`.
     pub fn config_values(&self) -> Vec<crate::config::CliValue> {
-        let mut v: Vec<(&'static str, String, &'static str)> = Vec::new();
-        v.extend(self.resource.values());
-        v.extend(self.distributed.values());
-        v.extend(self.deepspeed.values());
-        v.extend(self.fsdp.values());
-        v.extend(self.megatron.values());
-        v.extend(self.fp8.values());
-        v.extend(self.parallelism.values());
-        if self.debug {
-            v.push(("debug", "true".into(), "--debug"));
-        }
-        if self.tpu_use_sudo {
-            v.push(("tpu_use_sudo", "true".into(), "--tpu_use_sudo"));
-        }
-        if self.downcast_bf16 {
-            v.push(("downcast_bf16", "true".into(), "--downcast_bf16"));
-        }
-        if let Some(f) = &self.main_training_function {
-            v.push((
-                "main_training_function",
-                f.clone(),
-                "--main_training_function",
-            ));
-        }
-        if let Some(h) = &self.mpirun_hostfile {
-            v.push((
-                "mpirun_config.mpirun_hostfile",
-                h.clone(),
-                "--mpirun_hostfile",
-            ));
-        }
-        v.into_iter()
-            .map(|(key, value, flag)| crate::config::CliValue {
-                key: key.into(),
-                value: serde_json::Value::from(value),
-                flag: flag.into(),
+        self.config.values()
+    }
+}
+
+/// One config-backed flag. Its long name is the `accelerate launch` argument of `key`
+/// ([`schema::launch_arg`]), its alias that name with dashes, and the value it gives `key` is the
+/// flag's value, or `true` for a switch.
+#[derive(Debug)]
+pub struct ConfigFlag {
+    /// Dotted config key (`num_processes`, `fsdp_config.fsdp_version`).
+    pub key: &'static str,
+    /// The value name shown in help; `None`: a switch.
+    pub value_name: Option<&'static str>,
+    pub help: &'static str,
+}
+
+/// Flags shown under one help heading (`None`: the plain options).
+#[derive(Debug)]
+pub struct FlagGroup {
+    pub heading: Option<&'static str>,
+    pub flags: &'static [ConfigFlag],
+}
+
+const fn value(key: &'static str, help: &'static str) -> ConfigFlag {
+    named(key, "VALUE", help)
+}
+const fn named(key: &'static str, value_name: &'static str, help: &'static str) -> ConfigFlag {
+    ConfigFlag {
+        key,
+        value_name: Some(value_name),
+        help,
+    }
+}
+const fn switch(key: &'static str, help: &'static str) -> ConfigFlag {
+    ConfigFlag {
+        key,
+        value_name: None,
+        help,
+    }
+}
+
+/// Every `accelerate launch` flag that sets a config key, in help order. A new config-backed flag is
+/// one line here.
+#[rustfmt::skip]
+pub static CONFIG_FLAGS: &[FlagGroup] = &[
+    FlagGroup {
+        heading: None,
+        flags: &[
+            switch("debug", "Debug mode (ACCELERATE_DEBUG_MODE=true)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("Resource Selection Arguments"),
+        flags: &[
+            value("mixed_precision", "Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision)"),
+            value("num_processes", "Total number of processes over all machines (config: num_processes)"),
+            value("num_machines", "Number of machines (config: num_machines)"),
+            switch("enable_cpu_affinity", "Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)"),
+            value("dynamo_config.dynamo_backend", "torch.compile backend (no, eager, aot_eager, inductor, …)"),
+            value("dynamo_config.dynamo_mode", "torch.compile mode: default, reduce-overhead, max-autotune"),
+            switch("dynamo_config.dynamo_use_fullgraph", "torch.compile with fullgraph=True"),
+            switch("dynamo_config.dynamo_use_dynamic", "torch.compile with dynamic shapes"),
+            switch("dynamo_config.dynamo_use_regional_compilation", "Compile repeated blocks once (regional compilation)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("Distributed GPUs"),
+        flags: &[
+            value("gpu_ids", "GPUs to use on each machine, comma-separated, or `all` (exported as CUDA_VISIBLE_DEVICES)"),
+            switch("same_network", "All machines are on the same network (accepted; the rendezvous is the same either way)"),
+            value("machine_rank", "Rank of this machine, 0 .. num_machines-1 (SLURM: SLURM_NODEID)"),
+            value("main_process_ip", "Address of the machine of rank 0 (SLURM: the first node of the job)"),
+            value("main_process_port", "Rendezvous port on the main machine; 0 or unset on one node: a free port (SLURM: derived from SLURM_JOB_ID)"),
+            value("rdzv_backend", "Rendezvous backend: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("TPU"),
+        flags: &[
+            switch("tpu_use_sudo", "TPU pod: use sudo (config: tpu_use_sudo)"),
+            named("main_training_function", "NAME", "TPU: the function to run (config: main_training_function)"),
+            switch("downcast_bf16", "TPU: XLA_DOWNCAST_BF16 (config: downcast_bf16)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("MPI Arguments"),
+        flags: &[
+            named("mpirun_config.mpirun_hostfile", "PATH", "Hostfile for multi-node CPU runs through mpirun (config: mpirun_config.mpirun_hostfile)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("DeepSpeed Arguments"),
+        flags: &[
+            value("deepspeed_config.deepspeed_config_file", "DeepSpeed JSON config file"),
+            value("deepspeed_config.zero_stage", "ZeRO stage (0-3)"),
+            value("deepspeed_config.offload_optimizer_device", "Optimizer offload: none, cpu or nvme"),
+            value("deepspeed_config.offload_param_device", "Parameter offload: none, cpu or nvme"),
+            value("deepspeed_config.offload_optimizer_nvme_path", "NVMe path for optimizer offload (exported, unlike accelerate 1.15)"),
+            value("deepspeed_config.offload_param_nvme_path", "NVMe path for parameter offload (exported, unlike accelerate 1.15)"),
+            value("deepspeed_config.gradient_accumulation_steps", "Gradient accumulation steps"),
+            value("deepspeed_config.gradient_clipping", "Gradient clipping value"),
+            value("deepspeed_config.zero3_init_flag", "ZeRO-3 zero.Init for large models (true/false)"),
+            value("deepspeed_config.zero3_save_16bit_model", "Save 16-bit model weights with ZeRO-3 (true/false)"),
+            value("deepspeed_config.deepspeed_hostfile", "Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)"),
+            value("deepspeed_config.deepspeed_exclusion_filter", "deepspeed --exclude filter"),
+            value("deepspeed_config.deepspeed_inclusion_filter", "deepspeed --include filter"),
+            value("deepspeed_config.deepspeed_multinode_launcher", "deepspeed multi-node launcher: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm"),
+            value("deepspeed_config.deepspeed_moe_layer_cls_names", "Comma-separated MoE layer class names"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("FSDP Arguments"),
+        flags: &[
+            value("fsdp_config.fsdp_version", "FSDP version, 1 or 2"),
+            value("fsdp_config.fsdp_offload_params", "Offload parameters to CPU (true/false)"),
+            value("fsdp_config.fsdp_min_num_params", "Minimum parameters for size-based auto wrap"),
+            value("fsdp_config.fsdp_sharding_strategy", "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2"),
+            value("fsdp_config.fsdp_reshard_after_forward", "FSDP2: reshard after forward (true/false); FSDP1: a sharding strategy"),
+            value("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP"),
+            value("fsdp_config.fsdp_transformer_layer_cls_to_wrap", "Layer class names to wrap (exported as FSDP_TRANSFORMER_CLS_TO_WRAP)"),
+            value("fsdp_config.fsdp_backward_prefetch", "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH"),
+            value("fsdp_config.fsdp_state_dict_type", "FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT"),
+            value("fsdp_config.fsdp_forward_prefetch", "Explicit forward prefetch (true/false)"),
+            value("fsdp_config.fsdp_use_orig_params", "use_orig_params (true/false)"),
+            value("fsdp_config.fsdp_cpu_ram_efficient_loading", "Load pretrained weights on rank 0 only (true/false)"),
+            value("fsdp_config.fsdp_sync_module_states", "Broadcast module states from rank 0 (true/false)"),
+            value("fsdp_config.fsdp_activation_checkpointing", "Activation checkpointing (true/false)"),
+            value("fsdp_config.fsdp_activation_checkpointing_offload", "Offload checkpointed activations to CPU (true/false)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("Megatron-LM Arguments"),
+        flags: &[
+            value("megatron_lm_config.megatron_lm_tp_degree", "Tensor parallelism degree"),
+            value("megatron_lm_config.megatron_lm_pp_degree", "Pipeline parallelism degree"),
+            value("megatron_lm_config.megatron_lm_num_micro_batches", "Micro-batches with pipeline parallelism"),
+            value("megatron_lm_config.megatron_lm_sequence_parallelism", "Sequence parallelism (true/false)"),
+            value("megatron_lm_config.megatron_lm_recompute_activations", "Selective activation recomputation (true/false)"),
+            value("megatron_lm_config.megatron_lm_use_distributed_optimizer", "Distributed optimizer (true/false)"),
+            value("megatron_lm_config.megatron_lm_gradient_clipping", "Gradient clipping by global L2 norm"),
+            value("megatron_lm_config.megatron_lm_recompute_granularity", "full or selective"),
+            value("megatron_lm_config.megatron_lm_recompute_method", "uniform or block"),
+            value("megatron_lm_config.megatron_lm_recompute_num_layers", "Layers to recompute"),
+            value("megatron_lm_config.megatron_lm_decoder_last_pipeline_num_layers", "Decoder layers in the last pipeline stage"),
+            value("megatron_lm_config.megatron_lm_expert_model_parallel_size", "Expert model parallel size"),
+            value("megatron_lm_config.megatron_lm_context_parallel_size", "Context parallel size"),
+            value("megatron_lm_config.megatron_lm_expert_tensor_parallel_size", "Expert tensor parallel size"),
+            value("megatron_lm_config.megatron_lm_attention_dropout", "Attention dropout"),
+            value("megatron_lm_config.megatron_lm_hidden_dropout", "Hidden dropout"),
+            value("megatron_lm_config.megatron_lm_attention_backend", "Attention backend"),
+            value("megatron_lm_config.megatron_lm_attention_softmax_in_fp32", "Softmax in fp32 (true/false)"),
+            value("megatron_lm_config.megatron_lm_calculate_per_token_loss", "Per-token loss (true/false)"),
+            value("megatron_lm_config.megatron_lm_use_rotary_position_embeddings", "Rotary position embeddings (true/false)"),
+            value("megatron_lm_config.megatron_lm_use_custom_fsdp", "Megatron custom FSDP (true/false; `False` is false, unlike accelerate)"),
+            value("megatron_lm_config.megatron_lm_no_load_optim", "Do not load optimizer state (true/false)"),
+            value("megatron_lm_config.megatron_lm_no_save_optim", "Do not save optimizer state (true/false)"),
+            value("megatron_lm_config.megatron_lm_eod_mask_loss", "Mask loss at end-of-document tokens (true/false)"),
+            value("megatron_lm_config.megatron_lm_overlap_cpu_optimizer_d2h_h2d", "Overlap CPU optimizer copies (true/false)"),
+            value("megatron_lm_config.megatron_lm_optimizer_cpu_offload", "Offload the optimizer to CPU (true/false)"),
+            value("megatron_lm_config.megatron_lm_use_precision_aware_optimizer", "Precision-aware optimizer (true/false)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("FP8 Arguments"),
+        flags: &[
+            value("fp8_config.backend", "FP8 backend: ao, te or msamp (exported upper-case, which the child needs)"),
+            switch("fp8_config.use_autocast_during_eval", "TE: autocast during evaluation"),
+            value("fp8_config.margin", "TE: scaling margin"),
+            value("fp8_config.interval", "TE: scaling factor update interval"),
+            value("fp8_config.fp8_format", "TE: HYBRID, E4M3 or E5M2"),
+            value("fp8_config.amax_history_len", "TE: amax history length"),
+            value("fp8_config.amax_compute_algo", "TE: max or most_recent"),
+            value("fp8_config.override_linear_precision", "TE: fprop,dgrad,wgrad in higher precision, e.g. false,false,true"),
+            value("fp8_config.opt_level", "MS-AMP: O1 or O2"),
+            value("fp8_config.enable_fsdp_float8_all_gather", "AO: float8 all-gather under FSDP2 (true/false)"),
+            value("fp8_config.pad_inner_dim", "AO: pad the inner dimension (true/false)"),
+        ],
+    },
+    FlagGroup {
+        heading: Some("ParallelismConfig Arguments"),
+        flags: &[
+            value("parallelism_config.parallelism_config_dp_replicate_size", "Data-parallel replicate size"),
+            value("parallelism_config.parallelism_config_dp_shard_size", "Data-parallel shard size"),
+            value("parallelism_config.parallelism_config_tp_size", "Tensor-parallel size"),
+            value("parallelism_config.parallelism_config_cp_size", "Context-parallel size"),
+            value("parallelism_config.parallelism_config_cp_backend", "Context-parallel backend (torch)"),
+            value("parallelism_config.parallelism_config_cp_comm_strategy", "allgather or alltoall"),
+            value("parallelism_config.parallelism_config_sp_size", "Sequence-parallel size"),
+            value("parallelism_config.parallelism_config_sp_backend", "Sequence-parallel backend (deepspeed)"),
+            value("parallelism_config.parallelism_config_sp_seq_length", "Sequence length"),
+            value("parallelism_config.parallelism_config_sp_seq_length_is_variable", "Variable sequence length (true/false)"),
+            value("parallelism_config.parallelism_config_sp_attn_implementation", "Attention implementation (sdpa, …)"),
+        ],
+    },
+];
+
+/// A flag of [`CONFIG_FLAGS`] with its heading and derived names.
+struct Named {
+    flag: &'static ConfigFlag,
+    heading: Option<&'static str>,
+    long: String,
+    alias: String,
+}
+
+/// Each flag of [`CONFIG_FLAGS`] with its long name and dashed alias.
+fn config_flags() -> &'static [Named] {
+    static FLAGS: OnceLock<Vec<Named>> = OnceLock::new();
+    FLAGS.get_or_init(|| {
+        CONFIG_FLAGS
+            .iter()
+            .flat_map(|g| g.flags.iter().map(move |f| (g.heading, f)))
+            .map(|(heading, f)| {
+                // The table is checked against the schema by a unit test; an unknown key here is a
+                // programming error caught there, so the key itself stands in as the name.
+                let long = schema::launch_arg(f.key).unwrap_or_else(|| f.key.to_string());
+                let alias = long.replace('_', "-");
+                Named {
+                    flag: f,
+                    heading,
+                    long,
+                    alias,
+                }
+            })
+            .collect()
+    })
+}
+
+/// The config-backed flags given on the command line, built from [`CONFIG_FLAGS`].
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFlags {
+    given: Vec<(&'static ConfigFlag, &'static str, String)>,
+}
+
+impl ConfigFlags {
+    /// The flags given, as config values (key, value, flag), in table order.
+    pub fn values(&self) -> Vec<crate::config::CliValue> {
+        self.given
+            .iter()
+            .map(|(f, long, value)| crate::config::CliValue {
+                key: f.key.into(),
+                value: serde_json::Value::from(value.as_str()),
+                flag: format!("--{long}"),
             })
             .collect()
     }
 }
 
-/// Resource Selection Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "Resource Selection Arguments")]
-pub struct ResourceFlags {
-    /// Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision).
-    #[arg(
-        long = "mixed_precision",
-        visible_alias = "mixed-precision",
-        value_name = "VALUE"
-    )]
-    pub mixed_precision: Option<String>,
-    /// Total number of processes over all machines (config: num_processes).
-    #[arg(
-        long = "num_processes",
-        visible_alias = "num-processes",
-        value_name = "VALUE"
-    )]
-    pub num_processes: Option<String>,
-    /// Number of machines (config: num_machines).
-    #[arg(
-        long = "num_machines",
-        visible_alias = "num-machines",
-        value_name = "VALUE"
-    )]
-    pub num_machines: Option<String>,
-    /// Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1).
-    #[arg(long = "enable_cpu_affinity", visible_alias = "enable-cpu-affinity")]
-    pub enable_cpu_affinity: bool,
-    /// torch.compile backend (no, eager, aot_eager, inductor, …).
-    #[arg(
-        long = "dynamo_backend",
-        visible_alias = "dynamo-backend",
-        value_name = "VALUE"
-    )]
-    pub dynamo_backend: Option<String>,
-    /// torch.compile mode: default, reduce-overhead, max-autotune.
-    #[arg(
-        long = "dynamo_mode",
-        visible_alias = "dynamo-mode",
-        value_name = "VALUE"
-    )]
-    pub dynamo_mode: Option<String>,
-    /// torch.compile with fullgraph=True.
-    #[arg(long = "dynamo_use_fullgraph", visible_alias = "dynamo-use-fullgraph")]
-    pub dynamo_use_fullgraph: bool,
-    /// torch.compile with dynamic shapes.
-    #[arg(long = "dynamo_use_dynamic", visible_alias = "dynamo-use-dynamic")]
-    pub dynamo_use_dynamic: bool,
-    /// Compile repeated blocks once (regional compilation).
-    #[arg(
-        long = "dynamo_use_regional_compilation",
-        visible_alias = "dynamo-use-regional-compilation"
-    )]
-    pub dynamo_use_regional_compilation: bool,
-}
+impl clap::FromArgMatches for ConfigFlags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = ConfigFlags::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
 
-impl ResourceFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.mixed_precision {
-            v.push(("mixed_precision", x.clone(), "--mixed_precision"));
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for Named { flag, long, .. } in config_flags() {
+            let value = match flag.value_name {
+                None => matches.get_flag(long).then(|| "true".to_string()),
+                Some(_) => matches.get_one::<String>(long).cloned(),
+            };
+            if let Some(value) = value {
+                self.given.retain(|(f, _, _)| f.key != flag.key);
+                self.given.push((flag, long.as_str(), value));
+            }
         }
-        if let Some(x) = &self.num_processes {
-            v.push(("num_processes", x.clone(), "--num_processes"));
-        }
-        if let Some(x) = &self.num_machines {
-            v.push(("num_machines", x.clone(), "--num_machines"));
-        }
-        if self.enable_cpu_affinity {
-            v.push((
-                "enable_cpu_affinity",
-                "true".to_string(),
-                "--enable_cpu_affinity",
-            ));
-        }
-        if let Some(x) = &self.dynamo_backend {
-            v.push((
-                "dynamo_config.dynamo_backend",
-                x.clone(),
-                "--dynamo_backend",
-            ));
-        }
-        if let Some(x) = &self.dynamo_mode {
-            v.push(("dynamo_config.dynamo_mode", x.clone(), "--dynamo_mode"));
-        }
-        if self.dynamo_use_fullgraph {
-            v.push((
-                "dynamo_config.dynamo_use_fullgraph",
-                "true".to_string(),
-                "--dynamo_use_fullgraph",
-            ));
-        }
-        if self.dynamo_use_dynamic {
-            v.push((
-                "dynamo_config.dynamo_use_dynamic",
-                "true".to_string(),
-                "--dynamo_use_dynamic",
-            ));
-        }
-        if self.dynamo_use_regional_compilation {
-            v.push((
-                "dynamo_config.dynamo_use_regional_compilation",
-                "true".to_string(),
-                "--dynamo_use_regional_compilation",
-            ));
-        }
-        v
+        Ok(())
     }
 }
 
-/// Distributed GPUs.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "Distributed GPUs")]
-pub struct DistributedFlags {
-    /// GPUs to use on each machine, comma-separated, or `all` (exported as CUDA_VISIBLE_DEVICES).
-    #[arg(long = "gpu_ids", visible_alias = "gpu-ids", value_name = "VALUE")]
-    pub gpu_ids: Option<String>,
-    /// All machines are on the same network (accepted; the rendezvous is the same either way).
-    #[arg(long = "same_network", visible_alias = "same-network")]
-    pub same_network: bool,
-    /// Rank of this machine, 0 .. num_machines-1 (SLURM: SLURM_NODEID).
-    #[arg(
-        long = "machine_rank",
-        visible_alias = "machine-rank",
-        value_name = "VALUE"
-    )]
-    pub machine_rank: Option<String>,
-    /// Address of the machine of rank 0 (SLURM: the first node of the job).
-    #[arg(
-        long = "main_process_ip",
-        visible_alias = "main-process-ip",
-        value_name = "VALUE"
-    )]
-    pub main_process_ip: Option<String>,
-    /// Rendezvous port on the main machine; 0 or unset on one node: a free port (SLURM: derived from SLURM_JOB_ID).
-    #[arg(
-        long = "main_process_port",
-        visible_alias = "main-process-port",
-        value_name = "VALUE"
-    )]
-    pub main_process_port: Option<String>,
-    /// Rendezvous backend: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun).
-    #[arg(
-        long = "rdzv_backend",
-        visible_alias = "rdzv-backend",
-        value_name = "VALUE"
-    )]
-    pub rdzv_backend: Option<String>,
-}
+impl clap::Args for ConfigFlags {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for Named {
+            flag,
+            heading,
+            long,
+            alias,
+        } in config_flags()
+        {
+            let mut arg = clap::Arg::new(long.as_str())
+                .long(long.as_str())
+                .help(flag.help)
+                .help_heading(*heading);
+            if alias != long {
+                arg = arg.visible_alias(alias.as_str());
+            }
+            cmd = cmd.arg(match flag.value_name {
+                None => arg.action(clap::ArgAction::SetTrue),
+                Some(name) => arg
+                    .action(clap::ArgAction::Set)
+                    .value_name(name)
+                    .value_parser(clap::value_parser!(String)),
+            });
+        }
+        cmd
+    }
 
-impl DistributedFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.gpu_ids {
-            v.push(("gpu_ids", x.clone(), "--gpu_ids"));
-        }
-        if self.same_network {
-            v.push(("same_network", "true".to_string(), "--same_network"));
-        }
-        if let Some(x) = &self.machine_rank {
-            v.push(("machine_rank", x.clone(), "--machine_rank"));
-        }
-        if let Some(x) = &self.main_process_ip {
-            v.push(("main_process_ip", x.clone(), "--main_process_ip"));
-        }
-        if let Some(x) = &self.main_process_port {
-            v.push(("main_process_port", x.clone(), "--main_process_port"));
-        }
-        if let Some(x) = &self.rdzv_backend {
-            v.push(("rdzv_backend", x.clone(), "--rdzv_backend"));
-        }
-        v
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
     }
 }
 
-/// DeepSpeed Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "DeepSpeed Arguments")]
-pub struct DeepSpeedFlags {
-    /// DeepSpeed JSON config file.
-    #[arg(
-        long = "deepspeed_config_file",
-        visible_alias = "deepspeed-config-file",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_config_file: Option<String>,
-    /// ZeRO stage (0-3).
-    #[arg(
-        long = "zero_stage",
-        visible_alias = "zero-stage",
-        value_name = "VALUE"
-    )]
-    pub zero_stage: Option<String>,
-    /// Optimizer offload: none, cpu or nvme.
-    #[arg(
-        long = "offload_optimizer_device",
-        visible_alias = "offload-optimizer-device",
-        value_name = "VALUE"
-    )]
-    pub offload_optimizer_device: Option<String>,
-    /// Parameter offload: none, cpu or nvme.
-    #[arg(
-        long = "offload_param_device",
-        visible_alias = "offload-param-device",
-        value_name = "VALUE"
-    )]
-    pub offload_param_device: Option<String>,
-    /// NVMe path for optimizer offload (exported, unlike accelerate 1.15).
-    #[arg(
-        long = "offload_optimizer_nvme_path",
-        visible_alias = "offload-optimizer-nvme-path",
-        value_name = "VALUE"
-    )]
-    pub offload_optimizer_nvme_path: Option<String>,
-    /// NVMe path for parameter offload (exported, unlike accelerate 1.15).
-    #[arg(
-        long = "offload_param_nvme_path",
-        visible_alias = "offload-param-nvme-path",
-        value_name = "VALUE"
-    )]
-    pub offload_param_nvme_path: Option<String>,
-    /// Gradient accumulation steps.
-    #[arg(
-        long = "gradient_accumulation_steps",
-        visible_alias = "gradient-accumulation-steps",
-        value_name = "VALUE"
-    )]
-    pub gradient_accumulation_steps: Option<String>,
-    /// Gradient clipping value.
-    #[arg(
-        long = "gradient_clipping",
-        visible_alias = "gradient-clipping",
-        value_name = "VALUE"
-    )]
-    pub gradient_clipping: Option<String>,
-    /// ZeRO-3 zero.Init for large models (true/false).
-    #[arg(
-        long = "zero3_init_flag",
-        visible_alias = "zero3-init-flag",
-        value_name = "VALUE"
-    )]
-    pub zero3_init_flag: Option<String>,
-    /// Save 16-bit model weights with ZeRO-3 (true/false).
-    #[arg(
-        long = "zero3_save_16bit_model",
-        visible_alias = "zero3-save-16bit-model",
-        value_name = "VALUE"
-    )]
-    pub zero3_save_16bit_model: Option<String>,
-    /// Hostfile for multi-node DeepSpeed (runs the deepspeed launcher).
-    #[arg(
-        long = "deepspeed_hostfile",
-        visible_alias = "deepspeed-hostfile",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_hostfile: Option<String>,
-    /// deepspeed --exclude filter.
-    #[arg(
-        long = "deepspeed_exclusion_filter",
-        visible_alias = "deepspeed-exclusion-filter",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_exclusion_filter: Option<String>,
-    /// deepspeed --include filter.
-    #[arg(
-        long = "deepspeed_inclusion_filter",
-        visible_alias = "deepspeed-inclusion-filter",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_inclusion_filter: Option<String>,
-    /// deepspeed multi-node launcher: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm.
-    #[arg(
-        long = "deepspeed_multinode_launcher",
-        visible_alias = "deepspeed-multinode-launcher",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_multinode_launcher: Option<String>,
-    /// Comma-separated MoE layer class names.
-    #[arg(
-        long = "deepspeed_moe_layer_cls_names",
-        visible_alias = "deepspeed-moe-layer-cls-names",
-        value_name = "VALUE"
-    )]
-    pub deepspeed_moe_layer_cls_names: Option<String>,
-}
+/// The placeholders a `--rank_prefix` may hold (`launch::supervise::render_template` fills them).
+pub const RANK_PREFIX_PLACEHOLDERS: &[&str] = &["rank", "local_rank", "node", "role"];
 
-impl DeepSpeedFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.deepspeed_config_file {
-            v.push((
-                "deepspeed_config.deepspeed_config_file",
-                x.clone(),
-                "--deepspeed_config_file",
+/// `--rank_prefix`: every `{name}` must be a placeholder the prefix is rendered with; an unknown
+/// one would be printed literally on every line.
+fn parse_rank_prefix(s: &str) -> Result<String, String> {
+    let mut rest = s;
+    while let Some(open) = rest.find('{') {
+        rest = &rest[open + 1..];
+        let Some(close) = rest.find('}') else { break };
+        let name = &rest[..close];
+        let is_placeholder =
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if is_placeholder && !RANK_PREFIX_PLACEHOLDERS.contains(&name) {
+            let known: Vec<String> = RANK_PREFIX_PLACEHOLDERS
+                .iter()
+                .map(|p| format!("{{{p}}}"))
+                .collect();
+            return Err(format!(
+                "unknown placeholder `{{{name}}}`; the known ones are {}",
+                known.join(", ")
             ));
         }
-        if let Some(x) = &self.zero_stage {
-            v.push(("deepspeed_config.zero_stage", x.clone(), "--zero_stage"));
+        if is_placeholder {
+            rest = &rest[close + 1..];
         }
-        if let Some(x) = &self.offload_optimizer_device {
-            v.push((
-                "deepspeed_config.offload_optimizer_device",
-                x.clone(),
-                "--offload_optimizer_device",
-            ));
-        }
-        if let Some(x) = &self.offload_param_device {
-            v.push((
-                "deepspeed_config.offload_param_device",
-                x.clone(),
-                "--offload_param_device",
-            ));
-        }
-        if let Some(x) = &self.offload_optimizer_nvme_path {
-            v.push((
-                "deepspeed_config.offload_optimizer_nvme_path",
-                x.clone(),
-                "--offload_optimizer_nvme_path",
-            ));
-        }
-        if let Some(x) = &self.offload_param_nvme_path {
-            v.push((
-                "deepspeed_config.offload_param_nvme_path",
-                x.clone(),
-                "--offload_param_nvme_path",
-            ));
-        }
-        if let Some(x) = &self.gradient_accumulation_steps {
-            v.push((
-                "deepspeed_config.gradient_accumulation_steps",
-                x.clone(),
-                "--gradient_accumulation_steps",
-            ));
-        }
-        if let Some(x) = &self.gradient_clipping {
-            v.push((
-                "deepspeed_config.gradient_clipping",
-                x.clone(),
-                "--gradient_clipping",
-            ));
-        }
-        if let Some(x) = &self.zero3_init_flag {
-            v.push((
-                "deepspeed_config.zero3_init_flag",
-                x.clone(),
-                "--zero3_init_flag",
-            ));
-        }
-        if let Some(x) = &self.zero3_save_16bit_model {
-            v.push((
-                "deepspeed_config.zero3_save_16bit_model",
-                x.clone(),
-                "--zero3_save_16bit_model",
-            ));
-        }
-        if let Some(x) = &self.deepspeed_hostfile {
-            v.push((
-                "deepspeed_config.deepspeed_hostfile",
-                x.clone(),
-                "--deepspeed_hostfile",
-            ));
-        }
-        if let Some(x) = &self.deepspeed_exclusion_filter {
-            v.push((
-                "deepspeed_config.deepspeed_exclusion_filter",
-                x.clone(),
-                "--deepspeed_exclusion_filter",
-            ));
-        }
-        if let Some(x) = &self.deepspeed_inclusion_filter {
-            v.push((
-                "deepspeed_config.deepspeed_inclusion_filter",
-                x.clone(),
-                "--deepspeed_inclusion_filter",
-            ));
-        }
-        if let Some(x) = &self.deepspeed_multinode_launcher {
-            v.push((
-                "deepspeed_config.deepspeed_multinode_launcher",
-                x.clone(),
-                "--deepspeed_multinode_launcher",
-            ));
-        }
-        if let Some(x) = &self.deepspeed_moe_layer_cls_names {
-            v.push((
-                "deepspeed_config.deepspeed_moe_layer_cls_names",
-                x.clone(),
-                "--deepspeed_moe_layer_cls_names",
-            ));
-        }
-        v
     }
+    Ok(s.to_string())
 }
 
-/// FSDP Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "FSDP Arguments")]
-pub struct FsdpFlags {
-    /// FSDP version, 1 or 2.
-    #[arg(
-        long = "fsdp_version",
-        visible_alias = "fsdp-version",
-        value_name = "VALUE"
-    )]
-    pub fsdp_version: Option<String>,
-    /// Offload parameters to CPU (true/false).
-    #[arg(
-        long = "fsdp_offload_params",
-        visible_alias = "fsdp-offload-params",
-        value_name = "VALUE"
-    )]
-    pub fsdp_offload_params: Option<String>,
-    /// Minimum parameters for size-based auto wrap.
-    #[arg(
-        long = "fsdp_min_num_params",
-        visible_alias = "fsdp-min-num-params",
-        value_name = "VALUE"
-    )]
-    pub fsdp_min_num_params: Option<String>,
-    /// FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2.
-    #[arg(
-        long = "fsdp_sharding_strategy",
-        visible_alias = "fsdp-sharding-strategy",
-        value_name = "VALUE"
-    )]
-    pub fsdp_sharding_strategy: Option<String>,
-    /// FSDP2: reshard after forward (true/false); FSDP1: a sharding strategy.
-    #[arg(
-        long = "fsdp_reshard_after_forward",
-        visible_alias = "fsdp-reshard-after-forward",
-        value_name = "VALUE"
-    )]
-    pub fsdp_reshard_after_forward: Option<String>,
-    /// TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP.
-    #[arg(
-        long = "fsdp_auto_wrap_policy",
-        visible_alias = "fsdp-auto-wrap-policy",
-        value_name = "VALUE"
-    )]
-    pub fsdp_auto_wrap_policy: Option<String>,
-    /// Layer class names to wrap (exported as FSDP_TRANSFORMER_CLS_TO_WRAP).
-    #[arg(
-        long = "fsdp_transformer_layer_cls_to_wrap",
-        visible_alias = "fsdp-transformer-layer-cls-to-wrap",
-        value_name = "VALUE"
-    )]
-    pub fsdp_transformer_layer_cls_to_wrap: Option<String>,
-    /// BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH.
-    #[arg(
-        long = "fsdp_backward_prefetch",
-        visible_alias = "fsdp-backward-prefetch",
-        value_name = "VALUE"
-    )]
-    pub fsdp_backward_prefetch: Option<String>,
-    /// FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT.
-    #[arg(
-        long = "fsdp_state_dict_type",
-        visible_alias = "fsdp-state-dict-type",
-        value_name = "VALUE"
-    )]
-    pub fsdp_state_dict_type: Option<String>,
-    /// Explicit forward prefetch (true/false).
-    #[arg(
-        long = "fsdp_forward_prefetch",
-        visible_alias = "fsdp-forward-prefetch",
-        value_name = "VALUE"
-    )]
-    pub fsdp_forward_prefetch: Option<String>,
-    /// use_orig_params (true/false).
-    #[arg(
-        long = "fsdp_use_orig_params",
-        visible_alias = "fsdp-use-orig-params",
-        value_name = "VALUE"
-    )]
-    pub fsdp_use_orig_params: Option<String>,
-    /// Load pretrained weights on rank 0 only (true/false).
-    #[arg(
-        long = "fsdp_cpu_ram_efficient_loading",
-        visible_alias = "fsdp-cpu-ram-efficient-loading",
-        value_name = "VALUE"
-    )]
-    pub fsdp_cpu_ram_efficient_loading: Option<String>,
-    /// Broadcast module states from rank 0 (true/false).
-    #[arg(
-        long = "fsdp_sync_module_states",
-        visible_alias = "fsdp-sync-module-states",
-        value_name = "VALUE"
-    )]
-    pub fsdp_sync_module_states: Option<String>,
-    /// Activation checkpointing (true/false).
-    #[arg(
-        long = "fsdp_activation_checkpointing",
-        visible_alias = "fsdp-activation-checkpointing",
-        value_name = "VALUE"
-    )]
-    pub fsdp_activation_checkpointing: Option<String>,
-    /// Offload checkpointed activations to CPU (true/false).
-    #[arg(
-        long = "fsdp_activation_checkpointing_offload",
-        visible_alias = "fsdp-activation-checkpointing-offload",
-        value_name = "VALUE"
-    )]
-    pub fsdp_activation_checkpointing_offload: Option<String>,
-}
-
-impl FsdpFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.fsdp_version {
-            v.push(("fsdp_config.fsdp_version", x.clone(), "--fsdp_version"));
-        }
-        if let Some(x) = &self.fsdp_offload_params {
-            v.push((
-                "fsdp_config.fsdp_offload_params",
-                x.clone(),
-                "--fsdp_offload_params",
-            ));
-        }
-        if let Some(x) = &self.fsdp_min_num_params {
-            v.push((
-                "fsdp_config.fsdp_min_num_params",
-                x.clone(),
-                "--fsdp_min_num_params",
-            ));
-        }
-        if let Some(x) = &self.fsdp_sharding_strategy {
-            v.push((
-                "fsdp_config.fsdp_sharding_strategy",
-                x.clone(),
-                "--fsdp_sharding_strategy",
-            ));
-        }
-        if let Some(x) = &self.fsdp_reshard_after_forward {
-            v.push((
-                "fsdp_config.fsdp_reshard_after_forward",
-                x.clone(),
-                "--fsdp_reshard_after_forward",
-            ));
-        }
-        if let Some(x) = &self.fsdp_auto_wrap_policy {
-            v.push((
-                "fsdp_config.fsdp_auto_wrap_policy",
-                x.clone(),
-                "--fsdp_auto_wrap_policy",
-            ));
-        }
-        if let Some(x) = &self.fsdp_transformer_layer_cls_to_wrap {
-            v.push((
-                "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
-                x.clone(),
-                "--fsdp_transformer_layer_cls_to_wrap",
-            ));
-        }
-        if let Some(x) = &self.fsdp_backward_prefetch {
-            v.push((
-                "fsdp_config.fsdp_backward_prefetch",
-                x.clone(),
-                "--fsdp_backward_prefetch",
-            ));
-        }
-        if let Some(x) = &self.fsdp_state_dict_type {
-            v.push((
-                "fsdp_config.fsdp_state_dict_type",
-                x.clone(),
-                "--fsdp_state_dict_type",
-            ));
-        }
-        if let Some(x) = &self.fsdp_forward_prefetch {
-            v.push((
-                "fsdp_config.fsdp_forward_prefetch",
-                x.clone(),
-                "--fsdp_forward_prefetch",
-            ));
-        }
-        if let Some(x) = &self.fsdp_use_orig_params {
-            v.push((
-                "fsdp_config.fsdp_use_orig_params",
-                x.clone(),
-                "--fsdp_use_orig_params",
-            ));
-        }
-        if let Some(x) = &self.fsdp_cpu_ram_efficient_loading {
-            v.push((
-                "fsdp_config.fsdp_cpu_ram_efficient_loading",
-                x.clone(),
-                "--fsdp_cpu_ram_efficient_loading",
-            ));
-        }
-        if let Some(x) = &self.fsdp_sync_module_states {
-            v.push((
-                "fsdp_config.fsdp_sync_module_states",
-                x.clone(),
-                "--fsdp_sync_module_states",
-            ));
-        }
-        if let Some(x) = &self.fsdp_activation_checkpointing {
-            v.push((
-                "fsdp_config.fsdp_activation_checkpointing",
-                x.clone(),
-                "--fsdp_activation_checkpointing",
-            ));
-        }
-        if let Some(x) = &self.fsdp_activation_checkpointing_offload {
-            v.push((
-                "fsdp_config.fsdp_activation_checkpointing_offload",
-                x.clone(),
-                "--fsdp_activation_checkpointing_offload",
-            ));
-        }
-        v
+/// `--local_ranks_filter`: comma-separated local ranks, at least one (an empty filter would hide
+/// every rank).
+fn parse_local_ranks(s: &str) -> Result<String, String> {
+    let ranks: Vec<&str> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .collect();
+    if ranks.is_empty() {
+        return Err("no local rank given (e.g. 0 or 0,1)".into());
     }
-}
-
-/// Megatron-LM Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "Megatron-LM Arguments")]
-pub struct MegatronFlags {
-    /// Tensor parallelism degree.
-    #[arg(
-        long = "megatron_lm_tp_degree",
-        visible_alias = "megatron-lm-tp-degree",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_tp_degree: Option<String>,
-    /// Pipeline parallelism degree.
-    #[arg(
-        long = "megatron_lm_pp_degree",
-        visible_alias = "megatron-lm-pp-degree",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_pp_degree: Option<String>,
-    /// Micro-batches with pipeline parallelism.
-    #[arg(
-        long = "megatron_lm_num_micro_batches",
-        visible_alias = "megatron-lm-num-micro-batches",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_num_micro_batches: Option<String>,
-    /// Sequence parallelism (true/false).
-    #[arg(
-        long = "megatron_lm_sequence_parallelism",
-        visible_alias = "megatron-lm-sequence-parallelism",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_sequence_parallelism: Option<String>,
-    /// Selective activation recomputation (true/false).
-    #[arg(
-        long = "megatron_lm_recompute_activations",
-        visible_alias = "megatron-lm-recompute-activations",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_recompute_activations: Option<String>,
-    /// Distributed optimizer (true/false).
-    #[arg(
-        long = "megatron_lm_use_distributed_optimizer",
-        visible_alias = "megatron-lm-use-distributed-optimizer",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_use_distributed_optimizer: Option<String>,
-    /// Gradient clipping by global L2 norm.
-    #[arg(
-        long = "megatron_lm_gradient_clipping",
-        visible_alias = "megatron-lm-gradient-clipping",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_gradient_clipping: Option<String>,
-    /// full or selective.
-    #[arg(
-        long = "megatron_lm_recompute_granularity",
-        visible_alias = "megatron-lm-recompute-granularity",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_recompute_granularity: Option<String>,
-    /// uniform or block.
-    #[arg(
-        long = "megatron_lm_recompute_method",
-        visible_alias = "megatron-lm-recompute-method",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_recompute_method: Option<String>,
-    /// Layers to recompute.
-    #[arg(
-        long = "megatron_lm_recompute_num_layers",
-        visible_alias = "megatron-lm-recompute-num-layers",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_recompute_num_layers: Option<String>,
-    /// Decoder layers in the last pipeline stage.
-    #[arg(
-        long = "megatron_lm_decoder_last_pipeline_num_layers",
-        visible_alias = "megatron-lm-decoder-last-pipeline-num-layers",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_decoder_last_pipeline_num_layers: Option<String>,
-    /// Expert model parallel size.
-    #[arg(
-        long = "megatron_lm_expert_model_parallel_size",
-        visible_alias = "megatron-lm-expert-model-parallel-size",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_expert_model_parallel_size: Option<String>,
-    /// Context parallel size.
-    #[arg(
-        long = "megatron_lm_context_parallel_size",
-        visible_alias = "megatron-lm-context-parallel-size",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_context_parallel_size: Option<String>,
-    /// Expert tensor parallel size.
-    #[arg(
-        long = "megatron_lm_expert_tensor_parallel_size",
-        visible_alias = "megatron-lm-expert-tensor-parallel-size",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_expert_tensor_parallel_size: Option<String>,
-    /// Attention dropout.
-    #[arg(
-        long = "megatron_lm_attention_dropout",
-        visible_alias = "megatron-lm-attention-dropout",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_attention_dropout: Option<String>,
-    /// Hidden dropout.
-    #[arg(
-        long = "megatron_lm_hidden_dropout",
-        visible_alias = "megatron-lm-hidden-dropout",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_hidden_dropout: Option<String>,
-    /// Attention backend.
-    #[arg(
-        long = "megatron_lm_attention_backend",
-        visible_alias = "megatron-lm-attention-backend",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_attention_backend: Option<String>,
-    /// Softmax in fp32 (true/false).
-    #[arg(
-        long = "megatron_lm_attention_softmax_in_fp32",
-        visible_alias = "megatron-lm-attention-softmax-in-fp32",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_attention_softmax_in_fp32: Option<String>,
-    /// Per-token loss (true/false).
-    #[arg(
-        long = "megatron_lm_calculate_per_token_loss",
-        visible_alias = "megatron-lm-calculate-per-token-loss",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_calculate_per_token_loss: Option<String>,
-    /// Rotary position embeddings (true/false).
-    #[arg(
-        long = "megatron_lm_use_rotary_position_embeddings",
-        visible_alias = "megatron-lm-use-rotary-position-embeddings",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_use_rotary_position_embeddings: Option<String>,
-    /// Megatron custom FSDP (true/false; `False` is false, unlike accelerate).
-    #[arg(
-        long = "megatron_lm_use_custom_fsdp",
-        visible_alias = "megatron-lm-use-custom-fsdp",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_use_custom_fsdp: Option<String>,
-    /// Do not load optimizer state (true/false).
-    #[arg(
-        long = "megatron_lm_no_load_optim",
-        visible_alias = "megatron-lm-no-load-optim",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_no_load_optim: Option<String>,
-    /// Do not save optimizer state (true/false).
-    #[arg(
-        long = "megatron_lm_no_save_optim",
-        visible_alias = "megatron-lm-no-save-optim",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_no_save_optim: Option<String>,
-    /// Mask loss at end-of-document tokens (true/false).
-    #[arg(
-        long = "megatron_lm_eod_mask_loss",
-        visible_alias = "megatron-lm-eod-mask-loss",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_eod_mask_loss: Option<String>,
-    /// Overlap CPU optimizer copies (true/false).
-    #[arg(
-        long = "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
-        visible_alias = "megatron-lm-overlap-cpu-optimizer-d2h-h2d",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_overlap_cpu_optimizer_d2h_h2d: Option<String>,
-    /// Offload the optimizer to CPU (true/false).
-    #[arg(
-        long = "megatron_lm_optimizer_cpu_offload",
-        visible_alias = "megatron-lm-optimizer-cpu-offload",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_optimizer_cpu_offload: Option<String>,
-    /// Precision-aware optimizer (true/false).
-    #[arg(
-        long = "megatron_lm_use_precision_aware_optimizer",
-        visible_alias = "megatron-lm-use-precision-aware-optimizer",
-        value_name = "VALUE"
-    )]
-    pub megatron_lm_use_precision_aware_optimizer: Option<String>,
-}
-
-impl MegatronFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.megatron_lm_tp_degree {
-            v.push((
-                "megatron_lm_config.megatron_lm_tp_degree",
-                x.clone(),
-                "--megatron_lm_tp_degree",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_pp_degree {
-            v.push((
-                "megatron_lm_config.megatron_lm_pp_degree",
-                x.clone(),
-                "--megatron_lm_pp_degree",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_num_micro_batches {
-            v.push((
-                "megatron_lm_config.megatron_lm_num_micro_batches",
-                x.clone(),
-                "--megatron_lm_num_micro_batches",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_sequence_parallelism {
-            v.push((
-                "megatron_lm_config.megatron_lm_sequence_parallelism",
-                x.clone(),
-                "--megatron_lm_sequence_parallelism",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_recompute_activations {
-            v.push((
-                "megatron_lm_config.megatron_lm_recompute_activations",
-                x.clone(),
-                "--megatron_lm_recompute_activations",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_use_distributed_optimizer {
-            v.push((
-                "megatron_lm_config.megatron_lm_use_distributed_optimizer",
-                x.clone(),
-                "--megatron_lm_use_distributed_optimizer",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_gradient_clipping {
-            v.push((
-                "megatron_lm_config.megatron_lm_gradient_clipping",
-                x.clone(),
-                "--megatron_lm_gradient_clipping",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_recompute_granularity {
-            v.push((
-                "megatron_lm_config.megatron_lm_recompute_granularity",
-                x.clone(),
-                "--megatron_lm_recompute_granularity",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_recompute_method {
-            v.push((
-                "megatron_lm_config.megatron_lm_recompute_method",
-                x.clone(),
-                "--megatron_lm_recompute_method",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_recompute_num_layers {
-            v.push((
-                "megatron_lm_config.megatron_lm_recompute_num_layers",
-                x.clone(),
-                "--megatron_lm_recompute_num_layers",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_decoder_last_pipeline_num_layers {
-            v.push((
-                "megatron_lm_config.megatron_lm_decoder_last_pipeline_num_layers",
-                x.clone(),
-                "--megatron_lm_decoder_last_pipeline_num_layers",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_expert_model_parallel_size {
-            v.push((
-                "megatron_lm_config.megatron_lm_expert_model_parallel_size",
-                x.clone(),
-                "--megatron_lm_expert_model_parallel_size",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_context_parallel_size {
-            v.push((
-                "megatron_lm_config.megatron_lm_context_parallel_size",
-                x.clone(),
-                "--megatron_lm_context_parallel_size",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_expert_tensor_parallel_size {
-            v.push((
-                "megatron_lm_config.megatron_lm_expert_tensor_parallel_size",
-                x.clone(),
-                "--megatron_lm_expert_tensor_parallel_size",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_attention_dropout {
-            v.push((
-                "megatron_lm_config.megatron_lm_attention_dropout",
-                x.clone(),
-                "--megatron_lm_attention_dropout",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_hidden_dropout {
-            v.push((
-                "megatron_lm_config.megatron_lm_hidden_dropout",
-                x.clone(),
-                "--megatron_lm_hidden_dropout",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_attention_backend {
-            v.push((
-                "megatron_lm_config.megatron_lm_attention_backend",
-                x.clone(),
-                "--megatron_lm_attention_backend",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_attention_softmax_in_fp32 {
-            v.push((
-                "megatron_lm_config.megatron_lm_attention_softmax_in_fp32",
-                x.clone(),
-                "--megatron_lm_attention_softmax_in_fp32",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_calculate_per_token_loss {
-            v.push((
-                "megatron_lm_config.megatron_lm_calculate_per_token_loss",
-                x.clone(),
-                "--megatron_lm_calculate_per_token_loss",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_use_rotary_position_embeddings {
-            v.push((
-                "megatron_lm_config.megatron_lm_use_rotary_position_embeddings",
-                x.clone(),
-                "--megatron_lm_use_rotary_position_embeddings",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_use_custom_fsdp {
-            v.push((
-                "megatron_lm_config.megatron_lm_use_custom_fsdp",
-                x.clone(),
-                "--megatron_lm_use_custom_fsdp",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_no_load_optim {
-            v.push((
-                "megatron_lm_config.megatron_lm_no_load_optim",
-                x.clone(),
-                "--megatron_lm_no_load_optim",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_no_save_optim {
-            v.push((
-                "megatron_lm_config.megatron_lm_no_save_optim",
-                x.clone(),
-                "--megatron_lm_no_save_optim",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_eod_mask_loss {
-            v.push((
-                "megatron_lm_config.megatron_lm_eod_mask_loss",
-                x.clone(),
-                "--megatron_lm_eod_mask_loss",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_overlap_cpu_optimizer_d2h_h2d {
-            v.push((
-                "megatron_lm_config.megatron_lm_overlap_cpu_optimizer_d2h_h2d",
-                x.clone(),
-                "--megatron_lm_overlap_cpu_optimizer_d2h_h2d",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_optimizer_cpu_offload {
-            v.push((
-                "megatron_lm_config.megatron_lm_optimizer_cpu_offload",
-                x.clone(),
-                "--megatron_lm_optimizer_cpu_offload",
-            ));
-        }
-        if let Some(x) = &self.megatron_lm_use_precision_aware_optimizer {
-            v.push((
-                "megatron_lm_config.megatron_lm_use_precision_aware_optimizer",
-                x.clone(),
-                "--megatron_lm_use_precision_aware_optimizer",
-            ));
-        }
-        v
+    if let Some(bad) = ranks.iter().find(|r| r.parse::<u32>().is_err()) {
+        return Err(format!("`{bad}` is not a local rank (e.g. 0 or 0,1)"));
     }
+    Ok(s.to_string())
 }
 
-/// FP8 Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "FP8 Arguments")]
-pub struct Fp8Flags {
-    /// FP8 backend: ao, te or msamp (exported upper-case, which the child needs).
-    #[arg(
-        long = "fp8_backend",
-        visible_alias = "fp8-backend",
-        value_name = "VALUE"
-    )]
-    pub fp8_backend: Option<String>,
-    /// TE: autocast during evaluation.
-    #[arg(
-        long = "fp8_use_autocast_during_eval",
-        visible_alias = "fp8-use-autocast-during-eval"
-    )]
-    pub fp8_use_autocast_during_eval: bool,
-    /// TE: scaling margin.
-    #[arg(
-        long = "fp8_margin",
-        visible_alias = "fp8-margin",
-        value_name = "VALUE"
-    )]
-    pub fp8_margin: Option<String>,
-    /// TE: scaling factor update interval.
-    #[arg(
-        long = "fp8_interval",
-        visible_alias = "fp8-interval",
-        value_name = "VALUE"
-    )]
-    pub fp8_interval: Option<String>,
-    /// TE: HYBRID, E4M3 or E5M2.
-    #[arg(
-        long = "fp8_format",
-        visible_alias = "fp8-format",
-        value_name = "VALUE"
-    )]
-    pub fp8_format: Option<String>,
-    /// TE: amax history length.
-    #[arg(
-        long = "fp8_amax_history_len",
-        visible_alias = "fp8-amax-history-len",
-        value_name = "VALUE"
-    )]
-    pub fp8_amax_history_len: Option<String>,
-    /// TE: max or most_recent.
-    #[arg(
-        long = "fp8_amax_compute_algo",
-        visible_alias = "fp8-amax-compute-algo",
-        value_name = "VALUE"
-    )]
-    pub fp8_amax_compute_algo: Option<String>,
-    /// TE: fprop,dgrad,wgrad in higher precision, e.g. false,false,true.
-    #[arg(
-        long = "fp8_override_linear_precision",
-        visible_alias = "fp8-override-linear-precision",
-        value_name = "VALUE"
-    )]
-    pub fp8_override_linear_precision: Option<String>,
-    /// MS-AMP: O1 or O2.
-    #[arg(
-        long = "fp8_opt_level",
-        visible_alias = "fp8-opt-level",
-        value_name = "VALUE"
-    )]
-    pub fp8_opt_level: Option<String>,
-    /// AO: float8 all-gather under FSDP2 (true/false).
-    #[arg(
-        long = "fp8_enable_fsdp_float8_all_gather",
-        visible_alias = "fp8-enable-fsdp-float8-all-gather",
-        value_name = "VALUE"
-    )]
-    pub fp8_enable_fsdp_float8_all_gather: Option<String>,
-    /// AO: pad the inner dimension (true/false).
-    #[arg(
-        long = "fp8_pad_inner_dim",
-        visible_alias = "fp8-pad-inner-dim",
-        value_name = "VALUE"
-    )]
-    pub fp8_pad_inner_dim: Option<String>,
-}
-
-impl Fp8Flags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.fp8_backend {
-            v.push(("fp8_config.backend", x.clone(), "--fp8_backend"));
-        }
-        if self.fp8_use_autocast_during_eval {
-            v.push((
-                "fp8_config.use_autocast_during_eval",
-                "true".to_string(),
-                "--fp8_use_autocast_during_eval",
-            ));
-        }
-        if let Some(x) = &self.fp8_margin {
-            v.push(("fp8_config.margin", x.clone(), "--fp8_margin"));
-        }
-        if let Some(x) = &self.fp8_interval {
-            v.push(("fp8_config.interval", x.clone(), "--fp8_interval"));
-        }
-        if let Some(x) = &self.fp8_format {
-            v.push(("fp8_config.fp8_format", x.clone(), "--fp8_format"));
-        }
-        if let Some(x) = &self.fp8_amax_history_len {
-            v.push((
-                "fp8_config.amax_history_len",
-                x.clone(),
-                "--fp8_amax_history_len",
-            ));
-        }
-        if let Some(x) = &self.fp8_amax_compute_algo {
-            v.push((
-                "fp8_config.amax_compute_algo",
-                x.clone(),
-                "--fp8_amax_compute_algo",
-            ));
-        }
-        if let Some(x) = &self.fp8_override_linear_precision {
-            v.push((
-                "fp8_config.override_linear_precision",
-                x.clone(),
-                "--fp8_override_linear_precision",
-            ));
-        }
-        if let Some(x) = &self.fp8_opt_level {
-            v.push(("fp8_config.opt_level", x.clone(), "--fp8_opt_level"));
-        }
-        if let Some(x) = &self.fp8_enable_fsdp_float8_all_gather {
-            v.push((
-                "fp8_config.enable_fsdp_float8_all_gather",
-                x.clone(),
-                "--fp8_enable_fsdp_float8_all_gather",
-            ));
-        }
-        if let Some(x) = &self.fp8_pad_inner_dim {
-            v.push(("fp8_config.pad_inner_dim", x.clone(), "--fp8_pad_inner_dim"));
-        }
-        v
-    }
-}
-
-/// ParallelismConfig Arguments.
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "ParallelismConfig Arguments")]
-pub struct ParallelismFlags {
-    /// Data-parallel replicate size.
-    #[arg(
-        long = "parallelism_config_dp_replicate_size",
-        visible_alias = "parallelism-config-dp-replicate-size",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_dp_replicate_size: Option<String>,
-    /// Data-parallel shard size.
-    #[arg(
-        long = "parallelism_config_dp_shard_size",
-        visible_alias = "parallelism-config-dp-shard-size",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_dp_shard_size: Option<String>,
-    /// Tensor-parallel size.
-    #[arg(
-        long = "parallelism_config_tp_size",
-        visible_alias = "parallelism-config-tp-size",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_tp_size: Option<String>,
-    /// Context-parallel size.
-    #[arg(
-        long = "parallelism_config_cp_size",
-        visible_alias = "parallelism-config-cp-size",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_cp_size: Option<String>,
-    /// Context-parallel backend (torch).
-    #[arg(
-        long = "parallelism_config_cp_backend",
-        visible_alias = "parallelism-config-cp-backend",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_cp_backend: Option<String>,
-    /// allgather or alltoall.
-    #[arg(
-        long = "parallelism_config_cp_comm_strategy",
-        visible_alias = "parallelism-config-cp-comm-strategy",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_cp_comm_strategy: Option<String>,
-    /// Sequence-parallel size.
-    #[arg(
-        long = "parallelism_config_sp_size",
-        visible_alias = "parallelism-config-sp-size",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_sp_size: Option<String>,
-    /// Sequence-parallel backend (deepspeed).
-    #[arg(
-        long = "parallelism_config_sp_backend",
-        visible_alias = "parallelism-config-sp-backend",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_sp_backend: Option<String>,
-    /// Sequence length.
-    #[arg(
-        long = "parallelism_config_sp_seq_length",
-        visible_alias = "parallelism-config-sp-seq-length",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_sp_seq_length: Option<String>,
-    /// Variable sequence length (true/false).
-    #[arg(
-        long = "parallelism_config_sp_seq_length_is_variable",
-        visible_alias = "parallelism-config-sp-seq-length-is-variable",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_sp_seq_length_is_variable: Option<String>,
-    /// Attention implementation (sdpa, …).
-    #[arg(
-        long = "parallelism_config_sp_attn_implementation",
-        visible_alias = "parallelism-config-sp-attn-implementation",
-        value_name = "VALUE"
-    )]
-    pub parallelism_config_sp_attn_implementation: Option<String>,
-}
-
-impl ParallelismFlags {
-    /// The flags given, as config values (key, value, flag).
-    pub fn values(&self) -> Vec<(&'static str, String, &'static str)> {
-        let mut v = Vec::new();
-        if let Some(x) = &self.parallelism_config_dp_replicate_size {
-            v.push((
-                "parallelism_config.parallelism_config_dp_replicate_size",
-                x.clone(),
-                "--parallelism_config_dp_replicate_size",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_dp_shard_size {
-            v.push((
-                "parallelism_config.parallelism_config_dp_shard_size",
-                x.clone(),
-                "--parallelism_config_dp_shard_size",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_tp_size {
-            v.push((
-                "parallelism_config.parallelism_config_tp_size",
-                x.clone(),
-                "--parallelism_config_tp_size",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_cp_size {
-            v.push((
-                "parallelism_config.parallelism_config_cp_size",
-                x.clone(),
-                "--parallelism_config_cp_size",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_cp_backend {
-            v.push((
-                "parallelism_config.parallelism_config_cp_backend",
-                x.clone(),
-                "--parallelism_config_cp_backend",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_cp_comm_strategy {
-            v.push((
-                "parallelism_config.parallelism_config_cp_comm_strategy",
-                x.clone(),
-                "--parallelism_config_cp_comm_strategy",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_sp_size {
-            v.push((
-                "parallelism_config.parallelism_config_sp_size",
-                x.clone(),
-                "--parallelism_config_sp_size",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_sp_backend {
-            v.push((
-                "parallelism_config.parallelism_config_sp_backend",
-                x.clone(),
-                "--parallelism_config_sp_backend",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_sp_seq_length {
-            v.push((
-                "parallelism_config.parallelism_config_sp_seq_length",
-                x.clone(),
-                "--parallelism_config_sp_seq_length",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_sp_seq_length_is_variable {
-            v.push((
-                "parallelism_config.parallelism_config_sp_seq_length_is_variable",
-                x.clone(),
-                "--parallelism_config_sp_seq_length_is_variable",
-            ));
-        }
-        if let Some(x) = &self.parallelism_config_sp_attn_implementation {
-            v.push((
-                "parallelism_config.parallelism_config_sp_attn_implementation",
-                x.clone(),
-                "--parallelism_config_sp_attn_implementation",
-            ));
-        }
-        v
+/// `--tee`: what torchrun's `Std.from_str` (torch/distributed/elastic/multiprocessing/api.py)
+/// takes, a stream selector 0-3 (none, stdout, stderr, both) or a per-local-rank map `0:1,1:2`.
+fn parse_tee(s: &str) -> Result<String, String> {
+    let selector = |v: &str| matches!(v, "0" | "1" | "2" | "3");
+    let ok = selector(s)
+        || s.split(',').all(|m| {
+            m.split_once(':').is_some_and(|(rank, v)| {
+                rank.len() == 1 && rank.chars().all(|c| c.is_ascii_digit()) && selector(v)
+            })
+        });
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("expected 0, 1, 2 or 3 (none, stdout, stderr, both), or a per-local-rank map such as 0:1,1:2".into())
     }
 }
 
@@ -1659,13 +696,36 @@ pub fn doc() -> ToolDoc {
             ("accel-launch --log_dir logs --rank_prefix '[{rank}] ' --local_ranks_filter 0 train.py", "Per-rank log files; only rank 0 on the console, prefixed."),
             ("srun accel-launch train.py", "In an sbatch script, one task per node: nodes, node rank and rendezvous come from SLURM."),
             ("srun accel-env -- python train.py", "One task per GPU: each task gets its rank contract from SLURM, no supervisor."),
+            ("srun accel-launch --slurm_requeue --grace_period 120 train.py --checkpoint_dir ckpt", "In an sbatch script with --signal=USR1@300 and --requeue: on SLURM's warning the ranks save, and the job is requeued and resumes."),
         ],
         launcher_codes: true,
         extra_sections: &[
             ("DEFAULTS", &[
                 "Without a config file, accel-launch uses every visible GPU (one rank per GPU). On a machine without GPUs it starts two CPU (gloo) ranks, or one on a single-core machine; --num_processes overrides either. --cpu ignores the default config file, as accelerate does (an explicit --config_file is still read).",
-                "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID, else 29500.",
-                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run; SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's requeue warning). Ranks get --grace_period seconds (default 30) to exit before SIGKILL. When a rank fails, the others get SIGTERM the same way. Ranks and their children are killed if accel-launch itself is SIGKILLed.",
+                "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
+                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE). Ranks get --grace_period seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
+                "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
+            ]),
+            ("HANGS", &[
+                "--hang_timeout SECONDS (or ACCEL_LAUNCH_HANG_TIMEOUT) watches the ranks from outside, with no code in the training script, and declares the run hung when no rank has made progress for that long. A rank makes progress when the bytes it (with its child processes) read or wrote grew (/proc/PID/io: its output, checkpoints, data), when its CPU time grew by at least 5% of a core over a sampling interval (/proc/PID/stat, children included) unless its last Python stack shows it waiting in a torch.distributed collective (a busy-polling wait is not progress), or when its Python stack changed: once the run has been still for half the timeout, each rank's stack is sampled with py-spy every timeout/5 seconds. A rank waiting in a collective uses almost no CPU and does no I/O, so one rank computing while the others wait keeps the run alive; only a run in which every rank is still is declared hung. Limits: a rank whose other thread keeps printing or computing counts as progressing; a rank that computes forever in a loop that never reaches the collective is not a hang.",
+                "On a hang, before anything is stopped, every rank's Python stacks are taken with py-spy, ranks with identical stacks are grouped, and one verdict line comes first, the ranks that are elsewhere than the others first, e.g. `accel-launch: hang: rank 1 (node 0) is in load_batch (train.py:42); ranks 0,2,3 (node 0) wait in all_reduce (train.py:57)` (the file:line is the innermost line of the user's code), then the grouped stacks. With --log_dir the report and each rank's full stacks are written to LOG_DIR/hang/. Then the run is stopped as on a failure (SIGTERM to every rank's process group, --grace_period, SIGKILL, children included) and accel-launch exits 124. A hung run is not restarted by --max_restarts.",
+                "Flight Recorder: with --hang_timeout the ranks get TORCH_FR_BUFFER_SIZE=2000 unless set. With --log_dir, NCCL ranks also get TORCH_NCCL_DUMP_ON_TIMEOUT=1, TORCH_FR_DUMP_TEMP_FILE=LOG_DIR/hang/flight_recorder_ and TORCH_NCCL_DEBUG_INFO_PIPE_FILE=LOG_DIR/hang/fr_pipe_; on a hang the launcher writes to each rank's pipe and waits up to 5 s for LOG_DIR/hang/flight_recorder_RANK. torch offers no outside trigger for gloo: gloo runs get the stacks only.",
+                "py-spy is looked for on PATH, then next to the ranks' interpreter (scripts/setup installs it into .venv). It reads the ranks' memory (process_vm_readv, without pausing them), which needs ptrace access to the ranks: as root; or as the same user where kernel.yama.ptrace_scope is 0, or 1 (each rank names the launcher its ptracer with PR_SET_PTRACER, which admits the launcher's py-spy; accel-launch --stacks from another shell needs 0); scope 2 needs CAP_SYS_PTRACE, 3 forbids it. In containers, CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE). Without py-spy a warning is printed at start and the verdict says what /proc knows (each rank's state: sleeping, stopped, ...).",
+                "On demand: `accel-launch --stacks PID` prints the same grouped report for the running accel-launch PID (the PID of the launcher, not of a rank) on stdout and leaves the run alone; no signal is involved (SIGUSR1 and SIGUSR2 are forwarded to the ranks). --stacks_on_failure prints the surviving ranks' grouped stacks when a rank fails, before they are stopped (and writes them to LOG_DIR/failure/).",
+                "Many nodes: each node's launcher watches and reports its own ranks (node N in the verdict); a world-wide verdict needs the control plane between the nodes' launchers (not yet).",
+            ]),
+            ("MULTI-NODE CONTROL PLANE", &[
+                "On more than one node (--num_machines 2 or more, static rendezvous, accel-launch starting the ranks), the launchers of the run form a control plane. Node 0's launcher hosts it at the rendezvous address (--main_process_ip) on the master port + 1 (the master port - 1 when that is 65535); --dry-run shows it. Every launcher, node 0's included, joins it with the run id, its node rank, its rank count and its host name; no other service is involved, so it works the same under SLURM, MPI-placed launchers, Kubernetes pods and nodes started by hand.",
+                "Join: every launcher waits at most --rdzv_timeout seconds (default 300) for every node to join, then exits 125 naming the node ranks still missing. A second launcher with a node rank already taken, a late one (after the run started), or one with another --num_machines or --max_restarts is refused with the reason. Once all have joined, each node is told the world size and its first rank, so nodes may run different numbers of ranks (--nproc_per_node): RANK, WORLD_SIZE and GROUP_RANK are right on every node.",
+                "Failure: the first failure of an attempt anywhere is sent to every node: a rank's exit (with its node, host, rank, exit code or signal and the last 50 lines of its stderr), a launcher stopped by a signal, a launcher's connection closing (it died, SIGKILL included), or a node silent for 5 heartbeats (network cut, host down). Each node stops its ranks as for a local failure (SIGTERM, --grace_period, SIGKILL) and prints the failure as its first line. The node whose rank failed exits with the rank's code; the others exit with the same code, or 122 when a node was lost. --report_json PATH writes how the run ended (status, the failure, every local rank's end) on each node.",
+                "Restarts: with --max_restarts N, once every node's ranks of the attempt are gone, all nodes start the next attempt together, and TORCHELASTIC_RESTART_COUNT is the same global count on every rank; the rendezvous port is reused, which is safe because no rank of the old attempt is left anywhere. A lost node ends the run: there is no restart without it.",
+                "Heartbeats: one line ({\"t\":\"hb\"}, 11 bytes) each way per node every second; a side that hears nothing for 5 s counts the other as lost. The wire protocol is one JSON object per line over TCP.",
+                "Limits: the plane is a star. Node 0 holds one connection, one file descriptor and one reader thread per node, and a stop is one write per node from one thread; accel-launch raises its open-file limit to the hard limit, which must exceed the node count. Heartbeat traffic at node 0: 2 messages per node per second, i.e. at 1,000 nodes 2,000 messages/s (22 KB/s of payload, about 150 KB/s on the wire with TCP/IP headers), at 10,000 nodes 20,000 messages/s (220 KB/s of payload, about 1.5 MB/s on the wire), plus as many acknowledgements. Every other launcher keeps one connection and sends one heartbeat a second.",
+            ]),
+            ("SLURM REQUEUE", &[
+                "--slurm_requeue (or ACCEL_LAUNCH_SLURM_REQUEUE=1; accelerate's config files admit no key of accel's own) turns SLURM's warning before a time limit or a preemption into a requeue of the job. Submit with `#SBATCH --signal=USR1@300` (without B:, so that the step's processes get it) and `#SBATCH --requeue`; run `srun accel-launch --slurm_requeue train.py` with a training script that saves its state on SIGUSR1 (examples/train.py --checkpoint_dir does, with accelerate's save_state) and resumes from it on start (load_state).",
+                "On the warning signal (--requeue_signal, default USR1; SIGINT, SIGTERM, SIGHUP and SIGQUIT are refused because they stop the run) every node's ranks get it once: SLURM's step daemon delivers it to every process of the step itself, and a launcher that got it otherwise (kill, scancel on one node) forwards it to its ranks and tells the other nodes over the control plane, which forward it to theirs. The ranks then have --grace_period seconds to save and exit, then SIGKILL; how they exit is not a failure and is not restarted by --max_restarts. Once every node's ranks are gone, node 0's launcher alone runs `scontrol requeue $SLURM_JOB_ID` (exactly once per job, whichever node got the warning) and every launcher exits 123. SLURM then ends the job and queues it again; the next run's ranks see SLURM_RESTART_COUNT (1, 2, …).",
+                "Checked before any rank starts, because a requeue that fails at the time limit loses the job: SLURM_JOB_ID is set (else exit 2), `scontrol` is on PATH (on every node), and, on node 0, `scontrol show job` answers and says Requeue=1 (a job submitted with --no-requeue, or a cluster with JobRequeue=0, is refused); each is exit 125 with the reason. A requeue that fails at the end prints scontrol's message, the command to requeue by hand, and exits 125. Only the ranks accel-launch starts itself can be requeued: with torchrun, deepspeed or mpirun owning the run, --slurm_requeue is refused.",
             ]),
             ("DIFFERENCES FROM ACCELERATE LAUNCH", &[
                 "Exit status: the failing rank's own code (or 128+N for signal N), not always 1; 125/126/127 for the launcher's own failures.",
@@ -1682,5 +742,291 @@ pub fn doc() -> ToolDoc {
                 "Elastic rendezvous (--rdzv_backend c10d/etcd) runs torchrun with translated arguments; multi-node DeepSpeed with a hostfile runs the deepspeed launcher; multi-node CPU with --mpirun_hostfile runs mpirun. TPU and SageMaker are not supported.",
             ]),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Every `--flag` of `accelerate launch` 1.15 (accelerate/commands/launch.py::launch_command_parser);
+    /// tests/launch_flags.rs checks this list against the installed accelerate.
+    pub(crate) const ACCELERATE_LAUNCH_FLAGS: &[&str] = &[
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "config_file",
+        "cpu",
+        "debug",
+        "deepspeed_config_file",
+        "deepspeed_exclusion_filter",
+        "deepspeed_hostfile",
+        "deepspeed_inclusion_filter",
+        "deepspeed_moe_layer_cls_names",
+        "deepspeed_multinode_launcher",
+        "downcast_bf16",
+        "dynamo_backend",
+        "dynamo_mode",
+        "dynamo_use_dynamic",
+        "dynamo_use_fullgraph",
+        "dynamo_use_regional_compilation",
+        "enable_cpu_affinity",
+        "env",
+        "fp8_amax_compute_algo",
+        "fp8_amax_history_len",
+        "fp8_backend",
+        "fp8_enable_fsdp_float8_all_gather",
+        "fp8_format",
+        "fp8_interval",
+        "fp8_margin",
+        "fp8_opt_level",
+        "fp8_override_linear_precision",
+        "fp8_pad_inner_dim",
+        "fp8_use_autocast_during_eval",
+        "fsdp_activation_checkpointing",
+        "fsdp_activation_checkpointing_offload",
+        "fsdp_auto_wrap_policy",
+        "fsdp_backward_prefetch",
+        "fsdp_cpu_ram_efficient_loading",
+        "fsdp_forward_prefetch",
+        "fsdp_min_num_params",
+        "fsdp_offload_params",
+        "fsdp_reshard_after_forward",
+        "fsdp_sharding_strategy",
+        "fsdp_state_dict_type",
+        "fsdp_sync_module_states",
+        "fsdp_transformer_layer_cls_to_wrap",
+        "fsdp_use_orig_params",
+        "fsdp_version",
+        "gpu_ids",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "help",
+        "log_dir",
+        "machine_rank",
+        "main_process_ip",
+        "main_process_port",
+        "main_training_function",
+        "max_restarts",
+        "megatron_lm_attention_backend",
+        "megatron_lm_attention_dropout",
+        "megatron_lm_attention_softmax_in_fp32",
+        "megatron_lm_calculate_per_token_loss",
+        "megatron_lm_context_parallel_size",
+        "megatron_lm_decoder_last_pipeline_num_layers",
+        "megatron_lm_eod_mask_loss",
+        "megatron_lm_expert_model_parallel_size",
+        "megatron_lm_expert_tensor_parallel_size",
+        "megatron_lm_gradient_clipping",
+        "megatron_lm_hidden_dropout",
+        "megatron_lm_no_load_optim",
+        "megatron_lm_no_save_optim",
+        "megatron_lm_num_micro_batches",
+        "megatron_lm_optimizer_cpu_offload",
+        "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
+        "megatron_lm_pp_degree",
+        "megatron_lm_recompute_activations",
+        "megatron_lm_recompute_granularity",
+        "megatron_lm_recompute_method",
+        "megatron_lm_recompute_num_layers",
+        "megatron_lm_sequence_parallelism",
+        "megatron_lm_tp_degree",
+        "megatron_lm_use_custom_fsdp",
+        "megatron_lm_use_distributed_optimizer",
+        "megatron_lm_use_precision_aware_optimizer",
+        "megatron_lm_use_rotary_position_embeddings",
+        "mixed_precision",
+        "module",
+        "monitor_interval",
+        "mpirun_hostfile",
+        "multi_gpu",
+        "no_python",
+        "no_tpu_cluster",
+        "num_cpu_threads_per_process",
+        "num_machines",
+        "num_processes",
+        "offload_optimizer_device",
+        "offload_optimizer_nvme_path",
+        "offload_param_device",
+        "offload_param_nvme_path",
+        "parallelism_config_cp_backend",
+        "parallelism_config_cp_comm_strategy",
+        "parallelism_config_cp_size",
+        "parallelism_config_dp_replicate_size",
+        "parallelism_config_dp_shard_size",
+        "parallelism_config_sp_attn_implementation",
+        "parallelism_config_sp_backend",
+        "parallelism_config_sp_seq_length",
+        "parallelism_config_sp_seq_length_is_variable",
+        "parallelism_config_sp_size",
+        "parallelism_config_tp_size",
+        "quiet",
+        "rdzv_backend",
+        "rdzv_conf",
+        "role",
+        "same_network",
+        "tee",
+        "tpu",
+        "tpu_cluster",
+        "tpu_use_sudo",
+        "use_deepspeed",
+        "use_fsdp",
+        "use_megatron_lm",
+        "use_parallelism_config",
+        "vm",
+        "zero3_init_flag",
+        "zero3_save_16bit_model",
+        "zero_stage",
+    ];
+
+    fn table() -> Vec<&'static ConfigFlag> {
+        CONFIG_FLAGS.iter().flat_map(|g| g.flags.iter()).collect()
+    }
+
+    /// Every leaf key of the schema with the launch argument it derives.
+    fn schema_args() -> Vec<(String, String)> {
+        schema::all_paths()
+            .into_iter()
+            .filter_map(|p| schema::launch_arg(&p).map(|a| (p, a)))
+            .collect()
+    }
+
+    #[test]
+    fn every_config_flag_maps_to_one_schema_key_and_back() {
+        let args = schema_args();
+        let mut by_arg: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (path, arg) in &args {
+            by_arg.entry(arg).or_default().push(path);
+        }
+        let mut keys = BTreeSet::new();
+        for f in table() {
+            let spec =
+                schema::lookup(f.key).unwrap_or_else(|| panic!("{}: not a schema key", f.key));
+            assert!(
+                !matches!(spec.kind, schema::Kind::Section(_)),
+                "{}: a section",
+                f.key
+            );
+            assert!(keys.insert(f.key), "{}: two flags set it", f.key);
+            let long = schema::launch_arg(f.key).unwrap();
+            // Back: the flag names this key and no other.
+            assert_eq!(by_arg[long.as_str()], vec![f.key], "--{long}");
+        }
+        assert_eq!(keys.len(), 99);
+        let mut longs: Vec<_> = config_flags().iter().map(|n| &n.long).collect();
+        longs.sort();
+        longs.dedup();
+        assert_eq!(longs.len(), keys.len(), "two flags share a name");
+    }
+
+    #[test]
+    fn every_accelerate_flag_for_a_schema_key_is_here() {
+        let ours: BTreeSet<&str> = table().iter().map(|f| f.key).collect();
+        let missing: Vec<_> = schema_args()
+            .into_iter()
+            .filter(|(path, arg)| {
+                ACCELERATE_LAUNCH_FLAGS.contains(&arg.as_str()) && !ours.contains(path.as_str())
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "accelerate flags without a row: {missing:?}"
+        );
+        // And every row is an accelerate flag: the table adds no spelling of its own.
+        for Named { long, .. } in config_flags() {
+            assert!(ACCELERATE_LAUNCH_FLAGS.contains(&long.as_str()), "--{long}");
+        }
+    }
+
+    #[test]
+    fn config_values_name_key_value_and_flag() {
+        let mut argv = vec!["accel-launch".to_string()];
+        for Named { flag: f, long, .. } in config_flags() {
+            argv.push(format!("--{long}"));
+            if f.value_name.is_some() {
+                argv.push(format!("v-{long}"));
+            }
+        }
+        argv.push("train.py".into());
+        let cli = LaunchCli::try_parse_from(&argv).unwrap();
+        let values = cli.config_values();
+        assert_eq!(values.len(), 99);
+        for (v, Named { flag: f, long, .. }) in values.iter().zip(config_flags()) {
+            assert_eq!(v.key, f.key);
+            assert_eq!(v.flag, format!("--{long}"));
+            let want = match f.value_name {
+                None => "true".to_string(),
+                Some(_) => format!("v-{long}"),
+            };
+            assert_eq!(v.value, serde_json::Value::from(want));
+        }
+        // A few by hand: a renamed FP8 key, a nested top-level section, a switch, the dashed alias.
+        let cli = LaunchCli::try_parse_from([
+            "accel-launch",
+            "--fp8-backend",
+            "te",
+            "--mpirun_hostfile",
+            "hosts",
+            "--debug",
+            "--dynamo_backend",
+            "inductor",
+            "train.py",
+        ])
+        .unwrap();
+        let got: Vec<_> = cli
+            .config_values()
+            .into_iter()
+            .map(|v| (v.key, v.value, v.flag))
+            .collect();
+        let want: Vec<(String, serde_json::Value, String)> = [
+            ("debug", "true", "--debug"),
+            (
+                "dynamo_config.dynamo_backend",
+                "inductor",
+                "--dynamo_backend",
+            ),
+            (
+                "mpirun_config.mpirun_hostfile",
+                "hosts",
+                "--mpirun_hostfile",
+            ),
+            ("fp8_config.backend", "te", "--fp8_backend"),
+        ]
+        .into_iter()
+        .map(|(k, v, f)| (k.to_string(), serde_json::Value::from(v), f.to_string()))
+        .collect();
+        assert_eq!(got, want);
+        assert!(LaunchCli::try_parse_from(["accel-launch", "train.py"])
+            .unwrap()
+            .config_values()
+            .is_empty());
+    }
+
+    #[test]
+    fn tee_takes_what_torchrun_takes() {
+        for ok in ["0", "1", "2", "3", "0:1", "0:3,1:0,2:1"] {
+            assert!(parse_tee(ok).is_ok(), "{ok}");
+        }
+        for bad in ["x", "", "4", "01", "0:4", "10:1", "0:1,", "0=1", ":1"] {
+            assert!(parse_tee(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rank_prefix_placeholders() {
+        assert!(parse_rank_prefix("[{rank}/{local_rank}@{node}:{role}] ").is_ok());
+        assert!(parse_rank_prefix("{ literal } {").is_ok());
+        let e = parse_rank_prefix("[{rnak}] ").unwrap_err();
+        assert!(e.contains("`{rnak}`") && e.contains("{local_rank}"), "{e}");
+        assert!(parse_rank_prefix("{attempt}").is_err());
+    }
+
+    #[test]
+    fn local_ranks_filter() {
+        assert!(parse_local_ranks("0").is_ok());
+        assert!(parse_local_ranks("0, 1,").is_ok());
+        assert!(parse_local_ranks("").is_err());
+        assert!(parse_local_ranks(" , ").is_err());
+        assert!(parse_local_ranks("0,x").is_err());
     }
 }

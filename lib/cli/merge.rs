@@ -19,7 +19,10 @@ use crate::env_vars::Group;
 ///
 /// Nothing is written until every chunk of every tensor has been found and checked to cover its tensor
 /// exactly; files are written under a temporary name and renamed at the end, so an error leaves no
-/// partial output.
+/// partial output. SIGINT, SIGTERM and SIGHUP stop the merge and remove what was staged; the staging
+/// directory (`.accel-merge-<pid>.tmp`) of a merge killed outright is removed by the next merge into
+/// the same directory once that process is gone. With --force every weight file already in
+/// OUTPUT_PATH (`model*.safetensors`, `pytorch_model*.bin`, their indexes) is replaced by the new ones.
 #[derive(Debug, Parser)]
 #[command(
     name = "accel-merge-weights",
@@ -59,10 +62,26 @@ pub struct MergeCli {
     #[arg(long, value_enum, default_value_t = DtypeArg::Keep)]
     pub dtype: DtypeArg,
 
-    /// Write this top-level key's subtree, without the key in the names (default: the only key, or
-    /// `model` when there are several).
+    /// Write this top-level key's subtree, without the key in the names. By default: the only key;
+    /// else `model` (accelerate, plain DCP); else, when model keys sit at the top level beside
+    /// training state (torchtitan), everything but `optimizer`, `lr_scheduler`, `dataloader`,
+    /// `train_state` and the like. The summary line says which.
     #[arg(long, value_name = "KEY", conflicts_with = "all_keys")]
     pub key: Option<String>,
+
+    /// Leave out tensors whose full dotted name (e.g. `optimizer.state.0.exp_avg`) or output name
+    /// matches GLOB (`*` any run of characters, `?` one). Repeatable.
+    #[arg(
+        long = "exclude-key",
+        visible_alias = "exclude_key",
+        value_name = "GLOB"
+    )]
+    pub exclude_key: Vec<String>,
+
+    /// Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as
+    /// torch.load does).
+    #[arg(long = "no-verify", visible_alias = "no_verify")]
+    pub no_verify: bool,
 
     /// Write every tensor under every top-level key, with full dotted names.
     #[arg(long = "all_keys", visible_alias = "all-keys")]

@@ -80,8 +80,14 @@ pub struct TestCli {
     pub gpu_ids: Option<String>,
 
     /// Seconds any single wait may take (rendezvous, a collective, a rank's answer).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
-    pub timeout: f64,
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "60",
+        value_parser = crate::duration::parse_timeout,
+        allow_negative_numbers = true
+    )]
+    pub timeout: std::time::Duration,
 
     /// Also measure all_reduce and all_gather latency and bandwidth (algbw and busbw as nccl-tests
     /// defines them) from 1 KB up to --max_size.
@@ -89,7 +95,7 @@ pub struct TestCli {
     pub bench: bool,
 
     /// Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024).
-    #[arg(long = "max_size", visible_alias = "max-size", value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    #[arg(long = "max_size", visible_alias = "max-size", value_name = "SIZE", default_value = "256M", value_parser = parse_bench_size)]
     pub max_size: u64,
 
     /// Also run a torch.distributed check with the user's python (ACCEL_PYTHON, else python3 or python
@@ -115,6 +121,42 @@ pub struct TestCli {
     pub device: String,
 }
 
+impl TestCli {
+    /// The command-line values that shape the world, as config keys (as accel-launch passes them).
+    pub fn config_values(&self) -> Vec<crate::config::CliValue> {
+        let mut v = Vec::new();
+        let mut push = |key: &str, value: serde_json::Value, flag: &str| {
+            v.push(crate::config::CliValue {
+                key: key.into(),
+                value,
+                flag: flag.into(),
+            })
+        };
+        if self.cpu {
+            push("use_cpu", true.into(), "--cpu");
+        }
+        if let Some(n) = self.num_processes {
+            push("num_processes", n.into(), "--num_processes");
+        }
+        if let Some(n) = self.num_machines {
+            push("num_machines", n.into(), "--num_machines");
+        }
+        if let Some(n) = self.machine_rank {
+            push("machine_rank", n.into(), "--machine_rank");
+        }
+        if let Some(ip) = &self.main_process_ip {
+            push("main_process_ip", ip.clone().into(), "--main_process_ip");
+        }
+        if let Some(p) = self.main_process_port {
+            push("main_process_port", p.into(), "--main_process_port");
+        }
+        if let Some(ids) = &self.gpu_ids {
+            push("gpu_ids", ids.clone().into(), "--gpu_ids");
+        }
+        v
+    }
+}
+
 /// `4096`, `64K`, `256M`, `1G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -137,6 +179,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult)
         .filter(|&v| v > 0)
         .ok_or_else(|| format!("`{s}` is out of range"))
+}
+
+/// --max_size: a size no smaller than --bench's first message (1K), which would otherwise measure
+/// nothing and print nothing.
+pub fn parse_bench_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n < 1024 {
+        return Err(format!(
+            "`{s}` is below the smallest --bench size, 1K (1024 bytes)"
+        ));
+    }
+    Ok(n)
 }
 
 pub fn doc() -> ToolDoc {
@@ -191,5 +245,9 @@ mod tests {
         assert_eq!(parse_size("256m"), Ok(256 << 20));
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("0").is_err());
+        assert!(parse_bench_size("1")
+            .unwrap_err()
+            .contains("smallest --bench size"));
+        assert_eq!(parse_bench_size("1K"), Ok(1024));
     }
 }

@@ -100,8 +100,16 @@ impl Document {
                 serde_json::to_value(v).map_err(|e| parse_err(None, e.to_string()))?
             }
             Format::Yaml => {
-                let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)
-                    .map_err(|e| parse_err(e.location().map(|l| l.line()), e.to_string()))?;
+                let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| {
+                    let line = e.location().map(|l| l.line());
+                    match duplicate_key(&text, &e.to_string(), line.unwrap_or(1)) {
+                        Some((first, second, key)) => parse_err(
+                            Some(second),
+                            format!("duplicate key `{key}` (first at line {first})"),
+                        ),
+                        None => parse_err(line, e.to_string()),
+                    }
+                })?;
                 yaml_to_json(v).map_err(|m| parse_err(None, m))?
             }
         };
@@ -130,6 +138,11 @@ impl Document {
         })
     }
 
+    /// The file's text as read.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     /// The 1-based line of `key` (a dotted `section.key` for nested keys), if it can be found.
     pub fn line_of(&self, dotted: &str) -> Option<usize> {
         locate(&self.text, self.format, dotted)
@@ -155,7 +168,7 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
+pub(crate) fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
     use serde_yaml_ng::Value as Y;
     Ok(match v {
         Y::Null => Value::Null,
@@ -193,6 +206,37 @@ fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
         }
         Y::Tagged(t) => yaml_to_json(t.value)?,
     })
+}
+
+/// serde_yaml_ng reports a duplicate key at the start of its mapping; users need the duplicate's own
+/// line. Returns the first and the second line of the key (1-based) and the key, searching from the
+/// mapping's line for two key lines at the same indentation.
+fn duplicate_key(text: &str, message: &str, from: usize) -> Option<(usize, usize, String)> {
+    const MARK: &str = "duplicate entry with key ";
+    let quoted = &message[message.find(MARK)? + MARK.len()..];
+    let end = quoted.find(" at line").unwrap_or(quoted.len());
+    let key: String = serde_json::from_str(&quoted[..end])
+        .unwrap_or_else(|_| quoted[..end].trim_matches(['"', '`']).to_string());
+    let mut first: Option<(usize, usize)> = None;
+    for (i, line) in text.lines().enumerate().skip(from.saturating_sub(1)) {
+        let t = line.trim_start_matches([' ', '-', '{', ',']);
+        let indent = line.len() - t.len();
+        let hit = [key.clone(), format!("\"{key}\""), format!("'{key}'")]
+            .iter()
+            .any(|k| {
+                t.strip_prefix(k.as_str())
+                    .is_some_and(|r| r.trim_start().starts_with(':'))
+            });
+        if !hit {
+            continue;
+        }
+        match first {
+            None => first = Some((i + 1, indent)),
+            Some((at, ind)) if ind == indent => return Some((at, i + 1, key)),
+            Some(_) => {}
+        }
+    }
+    None
 }
 
 /// Finds the line of a key by its text: good enough for files written by accelerate or by hand, where
@@ -405,6 +449,18 @@ pub fn type_hint_parse(raw: &str) -> Value {
     }
 }
 
+/// A command-line value for a whole section: a YAML mapping (`'{fsdp_version: 2}'`), or the text as a
+/// string when it is not one (which the section's kind then refuses with its own message).
+pub fn type_hint_parse_mapping(raw: &str) -> Value {
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(raw)
+        .ok()
+        .map(yaml_to_json)
+    {
+        Some(Ok(v)) if v.is_object() => v,
+        _ => Value::String(raw.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,15 +471,40 @@ mod tests {
         map.insert("mixed_precision".into(), Value::from("no"));
         map.insert("distributed_type".into(), Value::from("NO"));
         map.insert("a".into(), Value::from("On"));
+        map.insert("b".into(), Value::from("y"));
+        map.insert("c".into(), Value::from("off"));
+        map.insert("d".into(), Value::from("bf16"));
+        map.insert("e".into(), Value::from(true));
+        map.insert("commands".into(), serde_json::json!(["Yes", "run"]));
         let text = render(&map, Format::Yaml).unwrap();
-        for line in text.lines() {
-            let value = line.split_once(": ").unwrap().1;
-            let bare = value.trim_matches(['\'', '"']);
-            if needs_yaml11_quotes(bare) {
-                assert_ne!(value, bare, "unquoted YAML-1.1 boolean in {line:?}");
-            }
-        }
-        assert!(text.starts_with("a: "), "keys are sorted: {text}");
+        assert_eq!(
+            text,
+            "a: 'On'\nb: 'y'\nc: 'off'\ncommands:\n- 'Yes'\n- run\nd: bf16\ndistributed_type: 'NO'\ne: true\nmixed_precision: 'no'\n"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_points_at_the_duplicate() {
+        let err = Document::parse(
+            Path::new("c.yaml"),
+            "distributed_type: NO\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n  fsdp_version: 2\n".into(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "c.yaml:5: invalid YAML: duplicate key `fsdp_version` (first at line 4)"
+        );
+        let err = Document::parse(
+            Path::new("c.yaml"),
+            "distributed_type: NO\nnum_processes: 2\n# again\nnum_processes: 4\n".into(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "c.yaml:4: invalid YAML: duplicate key `num_processes` (first at line 2)"
+        );
     }
 
     #[test]

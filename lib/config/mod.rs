@@ -7,6 +7,8 @@
 //! (`rdzv_backend`, `same_network`, `enable_cpu_affinity`, `downcast_bf16`, `tpu_use_sudo`) are honoured.
 
 mod cluster;
+pub mod compat;
+pub mod edit;
 pub mod file;
 mod paths;
 pub mod schema;
@@ -453,6 +455,12 @@ impl Resolved {
             );
         }
         Ok(r)
+    }
+
+    /// Records a value a rule derived (the launch's embedded default, a scheduler's placement), with why.
+    pub fn set_derived(&mut self, key: &str, value: Value, why: &'static str) {
+        self.entries
+            .insert(key.to_string(), (value, Origin::Derived(why)));
     }
 
     /// Sets a dotted key after validating it against the schema.

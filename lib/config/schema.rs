@@ -67,26 +67,26 @@ impl Kind {
 pub struct KeySpec {
     pub name: &'static str,
     pub kind: Kind,
-    pub default: Default,
+    pub default: DefaultValue,
     pub doc: &'static str,
 }
 
 /// A default, as data that can live in a static table.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Default {
+pub enum DefaultValue {
     None,
     Bool(bool),
     Int(i64),
     Str(&'static str),
 }
 
-impl Default {
+impl DefaultValue {
     pub fn to_value(self) -> Option<Value> {
         match self {
-            Default::None => None,
-            Default::Bool(b) => Some(Value::Bool(b)),
-            Default::Int(i) => Some(Value::from(i)),
-            Default::Str(s) => Some(Value::from(s)),
+            DefaultValue::None => None,
+            DefaultValue::Bool(b) => Some(Value::Bool(b)),
+            DefaultValue::Int(i) => Some(Value::from(i)),
+            DefaultValue::Str(s) => Some(Value::from(s)),
         }
     }
 }
@@ -115,7 +115,7 @@ impl Section {
     }
 }
 
-const fn k(name: &'static str, kind: Kind, default: Default, doc: &'static str) -> KeySpec {
+const fn k(name: &'static str, kind: Kind, default: DefaultValue, doc: &'static str) -> KeySpec {
     KeySpec {
         name,
         kind,
@@ -135,7 +135,7 @@ const POS: Kind = Kind::Int {
     min: 1,
     max: i64::MAX,
 };
-const N: Default = Default::None;
+const N: DefaultValue = DefaultValue::None;
 
 pub const DISTRIBUTED_TYPES: &[&str] = &[
     "NO",
@@ -613,7 +613,8 @@ pub static FP8: Section = Section {
             "AO: float8 all-gather under FSDP2",
         ),
         k("pad_inner_dim", BOOL, N, "AO: pad inner dimension"),
-        // Names the questionnaire of accelerate writes but its launcher never reads (reference §2.6);
+        // Names the questionnaire of accelerate writes but its launcher never reads
+        // (`accelerate/commands/config/cluster.py` vs `accelerate/utils/launch.py::setup_fp8_env`);
         // accel maps them onto the names above when exporting, so they are accepted here.
         k(
             "amax_history_length",
@@ -720,7 +721,7 @@ pub static TOP: &[KeySpec] = &[
     k(
         "compute_environment",
         choice(&["LOCAL_MACHINE", "AMAZON_SAGEMAKER"]),
-        Default::Str("LOCAL_MACHINE"),
+        DefaultValue::Str("LOCAL_MACHINE"),
         "where the run happens",
     ),
     k(
@@ -738,13 +739,13 @@ pub static TOP: &[KeySpec] = &[
     k(
         "use_cpu",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "run on CPU even when GPUs exist",
     ),
     k(
         "debug",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "distributed debug checks",
     ),
     k(
@@ -753,16 +754,21 @@ pub static TOP: &[KeySpec] = &[
             min: -1,
             max: i64::MAX,
         },
-        Default::Int(-1),
+        DefaultValue::Int(-1),
         "total processes across all machines",
     ),
     k(
         "machine_rank",
         UINT,
-        Default::Int(0),
+        DefaultValue::Int(0),
         "rank of this machine",
     ),
-    k("num_machines", POS, Default::Int(1), "number of machines"),
+    k(
+        "num_machines",
+        POS,
+        DefaultValue::Int(1),
+        "number of machines",
+    ),
     k(
         "gpu_ids",
         STR,
@@ -784,25 +790,25 @@ pub static TOP: &[KeySpec] = &[
     k(
         "rdzv_backend",
         choice(&["static", "c10d", "etcd", "etcd-v2"]),
-        Default::Str("static"),
+        DefaultValue::Str("static"),
         "rendezvous backend",
     ),
     k(
         "same_network",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "all machines on the same network",
     ),
     k(
         "main_training_function",
         STR,
-        Default::Str("main"),
+        DefaultValue::Str("main"),
         "function to run (TPU)",
     ),
     k(
         "enable_cpu_affinity",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "pin ranks to CPU cores (NVIDIA GPUs)",
     ),
     k("fp8_config", Kind::Section(&FP8), N, "FP8 settings"),
@@ -834,16 +840,21 @@ pub static TOP: &[KeySpec] = &[
     k(
         "downcast_bf16",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "TPU: downcast to bf16",
     ),
     k("tpu_name", STR, N, "TPU name"),
     k("tpu_zone", STR, N, "TPU zone"),
-    k("tpu_use_cluster", BOOL, Default::Bool(false), "TPU pod"),
+    k(
+        "tpu_use_cluster",
+        BOOL,
+        DefaultValue::Bool(false),
+        "TPU pod",
+    ),
     k(
         "tpu_use_sudo",
         BOOL,
-        Default::Bool(false),
+        DefaultValue::Bool(false),
         "sudo on TPU pod workers",
     ),
     k("command_file", STR, N, "TPU setup command file"),
@@ -877,6 +888,23 @@ pub fn lookup(path: &str) -> Option<&'static KeySpec> {
     match path.split_once('.') {
         None => top(path),
         Some((sec, key)) => section(sec)?.key(key),
+    }
+}
+
+/// The `accelerate launch` argument that sets a dotted key: a top-level key is its own argument; a
+/// section key gets the section's prefix when it lacks it (`fp8_config.margin` → `fp8_margin`), as
+/// `accelerate/commands/launch.py::_validate_launch_command` copies sections into arguments.
+pub fn launch_arg(path: &str) -> Option<String> {
+    match path.split_once('.') {
+        None => top(path).map(|_| path.to_string()),
+        Some((sec, key)) => {
+            let section = section(sec)?;
+            let spec = section.keys.iter().find(|k| k.name == key)?;
+            Some(match section.prefix {
+                Some(p) if !spec.name.starts_with(p) => format!("{p}{}", spec.name),
+                _ => spec.name.to_string(),
+            })
+        }
     }
 }
 

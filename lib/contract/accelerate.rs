@@ -1,6 +1,6 @@
-//! accelerate 1.15's launch semantics (`_validate_launch_command` + `prepare_*_env`, reference §1.3 and
-//! §2) as data: the merged launch arguments ([`LaunchArgs`]) built from a resolved config, and the
-//! variables accelerate exports for them ([`LaunchArgs::accelerate_env`]). Values are rendered as
+//! accelerate 1.15's launch semantics (`accelerate/commands/launch.py::_validate_launch_command` and
+//! `accelerate/utils/launch.py::prepare_*_env`) as data: the merged launch arguments ([`LaunchArgs`])
+//! built from a resolved config, and the variables accelerate exports for them ([`LaunchArgs::accelerate_env`]). Values are rendered as
 //! Python's `str()` renders them (`True`, `1.0`), since the child parses those strings.
 //!
 //! Deliberate differences from accelerate 1.15 (each listed in the accel-launch man page and tested):
@@ -43,7 +43,7 @@ impl Diagnostic for ArgsError {
     }
 }
 
-/// How accelerate would start the ranks (reference §1.4): one child (or N CPU ranks, accel's fix),
+/// How accelerate would start the ranks (`accelerate/commands/launch.py::launch_command`): one child (or N CPU ranks, accel's fix),
 /// torchrun for DDP/FSDP/Megatron, or the DeepSpeed variant of torchrun.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LaunchPath {
@@ -73,8 +73,15 @@ impl Paradigm {
 /// What the machine offers, for the embedded default (no config file).
 #[derive(Debug, Clone, Copy)]
 pub struct Machine {
+    /// GPUs a rank on this node can use.
     pub gpus: u32,
     pub physical_cores: u32,
+    /// Nodes of the job as its scheduler placed it (1 when it did not): the embedded default's rank
+    /// count is per node, and `num_processes` is the total over all nodes.
+    pub nodes: u32,
+    /// Ranks per node as the scheduler gives them (`PET_NPROC_PER_NODE`, SkyPilot's GPUs per node),
+    /// for the embedded default in place of the GPU count.
+    pub procs_per_node: Option<u32>,
 }
 
 /// accelerate's merged `args` namespace after `_validate_launch_command`.
@@ -112,86 +119,86 @@ pub struct LaunchArgs {
 }
 
 /// accelerate's argparse defaults for section keys (None-defaults are absent).
-const CLI_DEFAULTS: &[(&str, Default_)] = &[
-    ("fsdp_version", Default_::S("1")),
-    ("fsdp_offload_params", Default_::S("false")),
-    ("fsdp_min_num_params", Default_::I(100_000_000)),
-    ("fsdp_sharding_strategy", Default_::S("FULL_SHARD")),
-    ("fsdp_reshard_after_forward", Default_::S("true")),
-    ("fsdp_forward_prefetch", Default_::S("false")),
-    ("fsdp_use_orig_params", Default_::S("true")),
-    ("fsdp_cpu_ram_efficient_loading", Default_::S("true")),
-    ("fsdp_sync_module_states", Default_::S("true")),
-    ("fsdp_activation_checkpointing", Default_::S("false")),
+const CLI_DEFAULTS: &[(&str, ArgDefault)] = &[
+    ("fsdp_version", ArgDefault::S("1")),
+    ("fsdp_offload_params", ArgDefault::S("false")),
+    ("fsdp_min_num_params", ArgDefault::I(100_000_000)),
+    ("fsdp_sharding_strategy", ArgDefault::S("FULL_SHARD")),
+    ("fsdp_reshard_after_forward", ArgDefault::S("true")),
+    ("fsdp_forward_prefetch", ArgDefault::S("false")),
+    ("fsdp_use_orig_params", ArgDefault::S("true")),
+    ("fsdp_cpu_ram_efficient_loading", ArgDefault::S("true")),
+    ("fsdp_sync_module_states", ArgDefault::S("true")),
+    ("fsdp_activation_checkpointing", ArgDefault::S("false")),
     (
         "fsdp_activation_checkpointing_offload",
-        Default_::S("false"),
+        ArgDefault::S("false"),
     ),
-    ("megatron_lm_tp_degree", Default_::I(1)),
-    ("megatron_lm_pp_degree", Default_::I(1)),
-    ("megatron_lm_gradient_clipping", Default_::F(1.0)),
-    ("megatron_lm_use_custom_fsdp", Default_::B(false)),
-    ("megatron_lm_no_load_optim", Default_::B(false)),
-    ("megatron_lm_eod_mask_loss", Default_::B(false)),
+    ("megatron_lm_tp_degree", ArgDefault::I(1)),
+    ("megatron_lm_pp_degree", ArgDefault::I(1)),
+    ("megatron_lm_gradient_clipping", ArgDefault::F(1.0)),
+    ("megatron_lm_use_custom_fsdp", ArgDefault::B(false)),
+    ("megatron_lm_no_load_optim", ArgDefault::B(false)),
+    ("megatron_lm_eod_mask_loss", ArgDefault::B(false)),
     (
         "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
-        Default_::B(false),
+        ArgDefault::B(false),
     ),
-    ("megatron_lm_no_save_optim", Default_::B(false)),
-    ("megatron_lm_optimizer_cpu_offload", Default_::B(false)),
+    ("megatron_lm_no_save_optim", ArgDefault::B(false)),
+    ("megatron_lm_optimizer_cpu_offload", ArgDefault::B(false)),
     (
         "megatron_lm_use_precision_aware_optimizer",
-        Default_::B(false),
+        ArgDefault::B(false),
     ),
-    ("dynamo_mode", Default_::S("default")),
-    ("dynamo_use_fullgraph", Default_::B(false)),
-    ("dynamo_use_dynamic", Default_::B(false)),
-    ("dynamo_use_regional_compilation", Default_::B(false)),
-    ("fp8_use_autocast_during_eval", Default_::B(false)),
-    ("fp8_margin", Default_::I(0)),
-    ("fp8_interval", Default_::I(1)),
-    ("fp8_format", Default_::S("HYBRID")),
-    ("fp8_amax_history_len", Default_::I(1024)),
-    ("fp8_amax_compute_algo", Default_::S("most_recent")),
-    ("fp8_opt_level", Default_::S("O2")),
-    ("fp8_enable_fsdp_float8_all_gather", Default_::I(1)),
-    ("fp8_pad_inner_dim", Default_::I(1)),
-    ("parallelism_config_dp_replicate_size", Default_::I(1)),
-    ("parallelism_config_dp_shard_size", Default_::I(1)),
-    ("parallelism_config_tp_size", Default_::I(1)),
-    ("parallelism_config_cp_size", Default_::I(1)),
-    ("parallelism_config_cp_backend", Default_::S("torch")),
+    ("dynamo_mode", ArgDefault::S("default")),
+    ("dynamo_use_fullgraph", ArgDefault::B(false)),
+    ("dynamo_use_dynamic", ArgDefault::B(false)),
+    ("dynamo_use_regional_compilation", ArgDefault::B(false)),
+    ("fp8_use_autocast_during_eval", ArgDefault::B(false)),
+    ("fp8_margin", ArgDefault::I(0)),
+    ("fp8_interval", ArgDefault::I(1)),
+    ("fp8_format", ArgDefault::S("HYBRID")),
+    ("fp8_amax_history_len", ArgDefault::I(1024)),
+    ("fp8_amax_compute_algo", ArgDefault::S("most_recent")),
+    ("fp8_opt_level", ArgDefault::S("O2")),
+    ("fp8_enable_fsdp_float8_all_gather", ArgDefault::I(1)),
+    ("fp8_pad_inner_dim", ArgDefault::I(1)),
+    ("parallelism_config_dp_replicate_size", ArgDefault::I(1)),
+    ("parallelism_config_dp_shard_size", ArgDefault::I(1)),
+    ("parallelism_config_tp_size", ArgDefault::I(1)),
+    ("parallelism_config_cp_size", ArgDefault::I(1)),
+    ("parallelism_config_cp_backend", ArgDefault::S("torch")),
     (
         "parallelism_config_cp_comm_strategy",
-        Default_::S("allgather"),
+        ArgDefault::S("allgather"),
     ),
-    ("parallelism_config_sp_size", Default_::I(1)),
-    ("parallelism_config_sp_backend", Default_::S("deepspeed")),
+    ("parallelism_config_sp_size", ArgDefault::I(1)),
+    ("parallelism_config_sp_backend", ArgDefault::S("deepspeed")),
     (
         "parallelism_config_sp_seq_length_is_variable",
-        Default_::B(true),
+        ArgDefault::B(true),
     ),
     (
         "parallelism_config_sp_attn_implementation",
-        Default_::S("sdpa"),
+        ArgDefault::S("sdpa"),
     ),
 ];
 
 #[derive(Debug, Clone, Copy)]
-enum Default_ {
+enum ArgDefault {
     S(&'static str),
     I(i64),
     F(f64),
     B(bool),
 }
 
-impl Default_ {
+impl ArgDefault {
     fn value(self) -> Value {
         match self {
-            Default_::S(s) => Value::from(s),
-            Default_::I(i) => Value::from(i),
-            Default_::F(f) => Value::from(f),
-            Default_::B(b) => Value::from(b),
+            ArgDefault::S(s) => Value::from(s),
+            ArgDefault::I(i) => Value::from(i),
+            ArgDefault::F(f) => Value::from(f),
+            ArgDefault::B(b) => Value::from(b),
         }
     }
 }
@@ -392,9 +399,12 @@ impl LaunchArgs {
             // The embedded default: every visible GPU, or on a machine without GPUs two CPU ranks
             // (one on a single-core machine), so the distributed path is what runs.
             let gpus = input.machine.gpus;
+            let nodes = input.machine.nodes.max(1);
             let cpu_mode = p.cpu || gpus == 0;
             if !np_explicit {
-                a.num_processes = if cpu_mode {
+                let per_node = if let Some(n) = input.machine.procs_per_node {
+                    n
+                } else if cpu_mode {
                     if input.machine.physical_cores >= 2 {
                         2
                     } else {
@@ -403,10 +413,18 @@ impl LaunchArgs {
                 } else {
                     gpus
                 };
-                a.defaulted.push(format!(
-                    "`--num_processes` was set to a value of `{}`",
-                    a.num_processes
-                ));
+                a.num_processes = per_node * nodes;
+                a.defaulted.push(if nodes > 1 {
+                    format!(
+                        "`--num_processes` was set to a value of `{}` ({per_node} per node on {nodes} nodes)",
+                        a.num_processes
+                    )
+                } else {
+                    format!(
+                        "`--num_processes` was set to a value of `{}`",
+                        a.num_processes
+                    )
+                });
             } else {
                 a.num_processes = np_value.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
             }
@@ -416,7 +434,7 @@ impl LaunchArgs {
             if !p.any_platform() && !cpu_mode && a.num_processes > 1 && gpus > 1 {
                 a.multi_gpu = true;
             }
-            if !origin_is_explicit(r, "num_machines") {
+            if !origin_is_explicit(r, "num_machines") && nodes == 1 {
                 a.defaulted
                     .push("`--num_machines` was set to a value of `1`".into());
             }
@@ -455,7 +473,7 @@ impl LaunchArgs {
             )));
         }
 
-        // Threads per rank (§1.3 step 4).
+        // Threads per rank (`_validate_launch_command`'s num_cpu_threads_per_process block).
         let omp = input
             .env
             .non_empty(env_vars::OMP_NUM_THREADS)
@@ -472,7 +490,7 @@ impl LaunchArgs {
                     ]
                     .iter()
                     .find_map(|k| input.env.non_empty(k).and_then(|v| v.parse::<u32>().ok()))
-                    .unwrap_or((a.num_processes / a.num_machines).max(1));
+                    .unwrap_or((a.num_processes / a.num_machines.max(input.machine.nodes)).max(1));
                     let threads = input.machine.physical_cores / local.max(1);
                     if threads > 1 {
                         n = threads;
@@ -530,7 +548,8 @@ impl LaunchArgs {
         self.val(key).map(py_str).unwrap_or_else(|| "None".into())
     }
 
-    /// The variables accelerate 1.15 exports for this run (reference §2.2–2.6), with accel's fixes.
+    /// The variables accelerate 1.15 exports for this run (`accelerate/utils/launch.py`:
+    /// `prepare_simple_launcher_cmd_env`, `prepare_multi_gpu_env`, `prepare_deepspeed_cmd_env`), with accel's fixes.
     /// `cwd` is the launch directory (DeepSpeed's `PYTHONPATH`).
     pub fn accelerate_env(&self, env: &Environment, cwd: &Path) -> Result<EnvMap, ArgsError> {
         let mut m = EnvMap::new();
@@ -559,7 +578,9 @@ impl LaunchArgs {
             set(&mut m, env_vars::KMP_BLOCKTIME, "1".into());
         }
         let mp = self.mixed_precision.to_ascii_lowercase();
-        if !["no", "fp16", "bf16", "fp8"].contains(&mp.as_str()) {
+        if !crate::config::schema::MIXED_PRECISION.contains(&mp.as_str()) {
+            // accelerate's message verbatim (`utils/launch.py::prepare_simple_launcher_cmd_env`), which lists
+            // `PrecisionType` in its enum order.
             return Err(ArgsError::Invalid(format!(
                 "Unknown mixed_precision mode: {mp}. Choose between ['no', 'fp8', 'fp16', 'bf16']."
             )));
@@ -840,7 +861,7 @@ fn values_has(values: &BTreeMap<String, Value>, key: &str) -> bool {
     values.get(key).is_some_and(|v| !v.is_null())
 }
 
-/// accelerate's fp8 plumbing bugs, fixed (reference §2.6): questionnaire key names mapped onto the
+/// accelerate's fp8 plumbing bugs, fixed (`accelerate/utils/launch.py::setup_fp8_env`): questionnaire key names mapped onto the
 /// names the child reads, the backend upper-cased.
 fn fix_fp8(values: &mut BTreeMap<String, Value>) {
     for (from, to) in [
@@ -901,6 +922,8 @@ mod tests {
             machine: Machine {
                 gpus: 0,
                 physical_cores: 2,
+                nodes: 1,
+                procs_per_node: None,
             },
             env: &env,
         })

@@ -36,19 +36,36 @@ pub struct Topology {
     pub run_id: String,
     pub role: String,
     pub max_restarts: u32,
+    /// The world as the multi-node control plane's rendezvous assembled it, which lets nodes run
+    /// different numbers of ranks; `None` before it (every node runs `local_world_size` ranks).
+    pub assembled: Option<Assembled>,
+}
+
+/// A node's place in a world whose nodes may differ in rank count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Assembled {
+    pub world_size: u32,
+    /// The global rank of this node's local rank 0.
+    pub rank_offset: u32,
 }
 
 impl Topology {
     pub fn world_size(&self) -> u32 {
-        self.local_world_size * self.num_nodes
+        match self.assembled {
+            Some(a) => a.world_size,
+            None => self.local_world_size * self.num_nodes,
+        }
     }
     /// Global rank of a local rank: nodes are filled in order, as torchrun's static rendezvous does.
     pub fn rank_of(&self, local_rank: u32) -> u32 {
-        self.node_rank * self.local_world_size + local_rank
+        match self.assembled {
+            Some(a) => a.rank_offset + local_rank,
+            None => self.node_rank * self.local_world_size + local_rank,
+        }
     }
 }
 
-/// torchrun's per-worker variables (torch-contracts §A2), minus `TORCHELASTIC_USE_AGENT_STORE`.
+/// torchrun's per-worker variables (`torch/distributed/elastic/agent/server/local_elastic_agent.py::_start_workers`), minus `TORCHELASTIC_USE_AGENT_STORE`.
 /// `error_file` is `TORCHELASTIC_ERROR_FILE` (empty when there is no log directory, like
 /// `--log-dir /dev/null`); `launcher_env` supplies `TORCH_NCCL_ASYNC_ERROR_HANDLING` when already set.
 pub fn worker_env(
@@ -122,16 +139,22 @@ pub enum ContractError {
     NoScheduler(String),
     #[error("inconsistent topology: {0}")]
     Topology(String),
+    /// The same, for one task placed by its scheduler (`accel-env --`), which takes no topology flags.
+    #[error("inconsistent topology: {0}")]
+    TaskTopology(String),
 }
 
 impl Diagnostic for ContractError {
     fn hints(&self) -> Vec<String> {
         match self {
             ContractError::NoScheduler(_) => vec![
-                "run it as `srun accel-env -- CMD` inside a SLURM allocation, under mpirun, or with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set".into(),
+                "run it as `srun accel-env -- CMD` inside a SLURM allocation, under mpirun, or with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set".into(),
             ],
             ContractError::Topology(_) => vec![
                 "check the allocation (nodes, tasks per node, GPUs per task) or pass --num_machines/--machine_rank/--main_process_ip explicitly".into(),
+            ],
+            ContractError::TaskTopology(_) => vec![
+                "check the allocation (nodes, tasks per node, GPUs per task), or set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for this task yourself".into(),
             ],
             _ => vec!["start this process with accel-launch, torchrun or `srun accel-env --`".into()],
         }
@@ -279,6 +302,7 @@ mod tests {
             run_id: "none".into(),
             role: "default".into(),
             max_restarts: 0,
+            assembled: None,
         }
     }
 

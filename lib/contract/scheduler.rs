@@ -1,5 +1,6 @@
 //! Where a node's place in a multi-node job comes from when the command line does not say: SLURM,
-//! Open MPI / PMI, or torchrun-style variables set from outside (Kubernetes operators). Used two ways:
+//! Open MPI / PMI, Kubeflow Trainer v2 (torchrun's `PET_*` variables), SkyPilot (`SKYPILOT_*`), or
+//! torchrun-style variables set from outside (the Kubeflow PyTorchJob operator). Used two ways:
 //! per node (`srun accel-launch`: which node am I, how many nodes, who hosts rank 0) and per task
 //! (`srun accel-env -- python train.py`: the whole rank contract of this one task).
 
@@ -15,6 +16,9 @@ pub enum Source {
     Flags,
     Slurm,
     Mpi,
+    /// Kubeflow Trainer v2: torchrun's `PET_*` variables.
+    Kubeflow,
+    SkyPilot,
     External,
 }
 
@@ -26,6 +30,8 @@ pub struct NodePlace {
     pub node_rank: u32,
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
+    /// Ranks per node when the scheduler says (`PET_NPROC_PER_NODE`, `SKYPILOT_NUM_GPUS_PER_NODE`).
+    pub procs_per_node: Option<u32>,
 }
 
 fn get_u32(env: &Environment, name: &str) -> Result<Option<u32>, ContractError> {
@@ -69,6 +75,7 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
             node_rank,
             master_addr: job.nodes.first().cloned(),
             master_port: job.derived_port(),
+            procs_per_node: None,
         }));
     }
     // One launcher per node under mpirun (`mpirun -npernode 1 accel-launch …`): MPI ranks are nodes.
@@ -99,7 +106,14 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
             master_port: env
                 .non_empty(env_vars::MASTER_PORT)
                 .and_then(|p| p.trim().parse().ok()),
+            procs_per_node: None,
         }));
+    }
+    if let Some(place) = kubeflow_trainer(env)? {
+        return Ok(Some(place));
+    }
+    if let Some(place) = skypilot(env)? {
+        return Ok(Some(place));
     }
     // Outside variables: NODE_RANK/NNODES (or GROUP_*), or a pod-level RANK/WORLD_SIZE as the
     // Kubernetes PyTorchJob operator sets for one launcher per pod (no LOCAL_RANK: not a worker).
@@ -133,9 +147,121 @@ pub fn detect_node(env: &Environment) -> Result<Option<NodePlace>, ContractError
             node_rank: r,
             master_addr: Some(addr.to_string()),
             master_port: port,
+            procs_per_node: None,
         }));
     }
     Ok(None)
+}
+
+fn port(env: &Environment, name: &str) -> Result<Option<u16>, ContractError> {
+    match env.non_empty(name) {
+        None => Ok(None),
+        Some(p) => match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(ContractError::Topology(format!(
+                "{name}=`{p}` is not a port number"
+            ))),
+        },
+    }
+}
+
+/// Kubeflow Trainer v2's torch runtime gives every node torchrun's flags as `PET_*` variables
+/// (torchrun reads `PET_<FLAG>` as the flag's default: torch/distributed/argparse_util.py::env):
+/// PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT.
+fn kubeflow_trainer(env: &Environment) -> Result<Option<NodePlace>, ContractError> {
+    let Some(nnodes) = env.non_empty(env_vars::PET_NNODES) else {
+        return Ok(None);
+    };
+    // torchrun accepts MIN:MAX; a fixed size is the only static rendezvous.
+    let num_nodes = match nnodes.trim().split_once(':') {
+        None => nnodes.trim().parse::<u32>().ok(),
+        Some((lo, hi)) if lo.trim() == hi.trim() => lo.trim().parse().ok(),
+        Some(_) => {
+            return Err(ContractError::Topology(format!(
+                "PET_NNODES=`{nnodes}` is an elastic range; accel-launch runs a fixed number of nodes (use torchrun with --rdzv_backend c10d for elastic jobs)"
+            )))
+        }
+    }
+    .filter(|n| *n > 0)
+    .ok_or_else(|| {
+        ContractError::Topology(format!("PET_NNODES=`{nnodes}` is not a number of nodes"))
+    })?;
+    let node_rank = get_u32(env, env_vars::PET_NODE_RANK)?.ok_or_else(|| {
+        ContractError::Topology(format!(
+            "PET_NNODES={num_nodes} but PET_NODE_RANK is not set, so every node would be rank 0"
+        ))
+    })?;
+    if node_rank >= num_nodes {
+        return Err(ContractError::Topology(format!(
+            "PET_NODE_RANK={node_rank} is not below PET_NNODES={num_nodes}"
+        )));
+    }
+    let master_addr = env.non_empty(env_vars::PET_MASTER_ADDR).map(str::to_string);
+    if num_nodes > 1 && master_addr.is_none() {
+        return Err(ContractError::Topology(format!(
+            "PET_NNODES={num_nodes} but PET_MASTER_ADDR is not set (the host of node 0)"
+        )));
+    }
+    // "auto", "gpu", "cpu" are torchrun's device-dependent counts: left to the launcher's default.
+    let procs_per_node = match env.non_empty(env_vars::PET_NPROC_PER_NODE) {
+        Some(v) if ["auto", "gpu", "cpu", "xpu"].contains(&v.trim()) => None,
+        Some(v) => Some(
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    ContractError::Topology(format!(
+                        "PET_NPROC_PER_NODE=`{v}` is not a number of processes"
+                    ))
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Some(NodePlace {
+        source: Source::Kubeflow,
+        num_nodes,
+        node_rank,
+        master_addr,
+        master_port: port(env, env_vars::PET_MASTER_PORT)?,
+        procs_per_node,
+    }))
+}
+
+/// SkyPilot gives every node of a multi-node task the list of node IPs (one per line, head node
+/// first), its rank and the node count; the rendezvous port is the launcher's default.
+fn skypilot(env: &Environment) -> Result<Option<NodePlace>, ContractError> {
+    let Some(ips) = env.non_empty(env_vars::SKYPILOT_NODE_IPS) else {
+        return Ok(None);
+    };
+    let ips: Vec<&str> = ips.split_whitespace().collect();
+    let num_nodes = get_u32(env, env_vars::SKYPILOT_NUM_NODES)?.unwrap_or(ips.len() as u32);
+    if ips.len() as u32 != num_nodes {
+        return Err(ContractError::Topology(format!(
+            "SKYPILOT_NUM_NODES={num_nodes} but SKYPILOT_NODE_IPS lists {} addresses ({})",
+            ips.len(),
+            ips.join(",")
+        )));
+    }
+    let node_rank = get_u32(env, env_vars::SKYPILOT_NODE_RANK)?.ok_or_else(|| {
+        ContractError::Topology(
+            "SKYPILOT_NODE_IPS is set but SKYPILOT_NODE_RANK is not, so every node would be rank 0"
+                .into(),
+        )
+    })?;
+    if node_rank >= num_nodes {
+        return Err(ContractError::Topology(format!(
+            "SKYPILOT_NODE_RANK={node_rank} is not below SKYPILOT_NUM_NODES={num_nodes}"
+        )));
+    }
+    Ok(Some(NodePlace {
+        source: Source::SkyPilot,
+        num_nodes,
+        node_rank,
+        master_addr: ips.first().map(|s| s.to_string()),
+        master_port: None,
+        procs_per_node: get_u32(env, env_vars::SKYPILOT_NUM_GPUS_PER_NODE)?.filter(|n| *n > 0),
+    }))
 }
 
 /// Whether `host` resolves only to loopback addresses (a multi-node rendezvous there cannot work).
@@ -172,12 +298,45 @@ pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, Co
         })?;
         let local_rank = job.localid.unwrap_or(0);
         let num_nodes = job.num_nodes();
-        if world % num_nodes != 0 {
-            return Err(ContractError::Topology(format!(
-                "{world} tasks do not divide evenly over {num_nodes} nodes; use --ntasks-per-node"
-            )));
-        }
-        let local_world = job.ntasks_per_node.unwrap_or(world / num_nodes);
+        // The step's real layout, one count per node (`2(x3),1`: three nodes of 2 and one of 1; `-n4`
+        // on nodes with room for 3 places 3 + 1): each task's node runs as many ranks as SLURM put
+        // there, and RANK is SLURM's own, so uneven nodes make a valid world.
+        let layout_var = env
+            .non_empty(env_vars::SLURM_STEP_TASKS_PER_NODE)
+            .or_else(|| env.non_empty(env_vars::SLURM_NTASKS_PER_NODE));
+        let layout = match layout_var {
+            Some(v) => Some(
+                crate::slurm::expand_counts(v)
+                    .filter(|l| !l.is_empty())
+                    .ok_or_else(|| {
+                        ContractError::Topology(format!("`{v}` is not a SLURM task layout"))
+                    })?,
+            ),
+            None => None,
+        };
+        let node = job.node_id.unwrap_or(0) as usize;
+        let local_world = match &layout {
+            // A layout as long as the node list names every node; a single count applies to all.
+            Some(l) if l.len() == num_nodes as usize => {
+                let total: u32 = l.iter().sum();
+                if total != world {
+                    return Err(ContractError::Topology(format!(
+                        "the task layout {} places {total} tasks but SLURM_NTASKS={world}",
+                        layout_var.unwrap_or_default()
+                    )));
+                }
+                l[node.min(l.len() - 1)]
+            }
+            Some(l) if l.len() == 1 => l[0],
+            _ => {
+                if world % num_nodes != 0 {
+                    return Err(ContractError::Topology(format!(
+                        "{world} tasks do not divide evenly over {num_nodes} nodes, and SLURM gave no per-node layout; use --ntasks-per-node"
+                    )));
+                }
+                world / num_nodes
+            }
+        };
         if let Some(gpus) = job.gpus_on_node.filter(|g| *g > 0) {
             if gpus != local_world && gpus != 1 {
                 return Err(ContractError::Topology(format!(
@@ -248,6 +407,31 @@ pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, Co
             default_port,
         );
     }
+    // A Kubeflow PyTorchJob (v1) pod: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK per pod, no LOCAL_RANK —
+    // one process per pod is the whole contract.
+    if env.non_empty(env_vars::RANK).is_some()
+        && env.non_empty(env_vars::LOCAL_RANK).is_none()
+        && env.non_empty(env_vars::MASTER_ADDR).is_some()
+    {
+        let rank = get_u32(env, env_vars::RANK)?.unwrap_or(0);
+        let world = get_u32(env, env_vars::WORLD_SIZE)?
+            .ok_or_else(|| ContractError::Topology("RANK is set but WORLD_SIZE is not".into()))?;
+        let port = port(env, env_vars::MASTER_PORT)?.unwrap_or(default_port);
+        return task(
+            Source::External,
+            rank,
+            0,
+            world,
+            1,
+            rank,
+            world,
+            env.non_empty(env_vars::MASTER_ADDR)
+                .unwrap_or_default()
+                .to_string(),
+            port,
+            env,
+        );
+    }
     if env.non_empty(env_vars::RANK).is_some() {
         let c = super::WorkerContract::parse(env)?;
         let num_nodes = c
@@ -281,9 +465,16 @@ fn mpi_task(
     env: &Environment,
     default_port: u16,
 ) -> Result<TaskPlace, ContractError> {
-    let master = env.non_empty(env_vars::MASTER_ADDR).ok_or_else(|| {
-        ContractError::Topology("under MPI, MASTER_ADDR must name the host of rank 0 (e.g. mpirun -x MASTER_ADDR=host0)".into())
-    })?;
+    // Every rank on this node: rank 0 is local (accelerate's state.py asks for MASTER_ADDR only when
+    // local_world_size != world_size).
+    let master = match env.non_empty(env_vars::MASTER_ADDR) {
+        Some(m) => m,
+        None if local_world == world => "127.0.0.1",
+        None => return Err(ContractError::Topology(format!(
+            "under MPI with {world} ranks over {} nodes, MASTER_ADDR must name the host of rank 0 (e.g. mpirun -x MASTER_ADDR=host0)",
+            (world / local_world.max(1)).max(1)
+        ))),
+    };
     let port = match env.non_empty(env_vars::MASTER_PORT) {
         Some(p) => p.trim().parse().map_err(|_| {
             ContractError::Topology(format!("MASTER_PORT=`{p}` is not a port number"))
@@ -343,6 +534,7 @@ fn task(
             run_id: "none".into(),
             role: "default".into(),
             max_restarts: 0,
+            assembled: None,
         },
     })
 }
@@ -494,5 +686,191 @@ mod tests {
             (n.source, n.num_nodes, n.node_rank, n.master_port),
             (Source::External, 2, 1, Some(1234))
         );
+    }
+
+    #[test]
+    fn kubeflow_trainer_v2() {
+        let pet = [
+            ("PET_NNODES", "2"),
+            ("PET_NPROC_PER_NODE", "4"),
+            ("PET_NODE_RANK", "1"),
+            ("PET_MASTER_ADDR", "train-node-0-0.train"),
+            ("PET_MASTER_PORT", "29400"),
+        ];
+        let p = detect_node(&Environment::from_pairs(pet)).unwrap().unwrap();
+        assert_eq!(
+            p,
+            NodePlace {
+                source: Source::Kubeflow,
+                num_nodes: 2,
+                node_rank: 1,
+                master_addr: Some("train-node-0-0.train".into()),
+                master_port: Some(29400),
+                procs_per_node: Some(4),
+            }
+        );
+        let with = |k: &str, v: &str| {
+            let mut e = Environment::from_pairs(pet);
+            e.set(k, v);
+            detect_node(&e)
+        };
+        assert_eq!(with("PET_NNODES", "2:2").unwrap().unwrap().num_nodes, 2);
+        assert_eq!(
+            with("PET_NPROC_PER_NODE", "auto")
+                .unwrap()
+                .unwrap()
+                .procs_per_node,
+            None
+        );
+        for (k, v, msg) in [
+            ("PET_NNODES", "1:4", "PET_NNODES=`1:4` is an elastic range"),
+            ("PET_NNODES", "x", "PET_NNODES=`x`"),
+            (
+                "PET_NODE_RANK",
+                "2",
+                "PET_NODE_RANK=2 is not below PET_NNODES=2",
+            ),
+            ("PET_MASTER_PORT", "0", "PET_MASTER_PORT=`0`"),
+            ("PET_NPROC_PER_NODE", "four", "PET_NPROC_PER_NODE=`four`"),
+        ] {
+            let e = with(k, v).unwrap_err().to_string();
+            assert!(e.contains(msg), "{k}={v}: {e}");
+        }
+        let mut e = Environment::from_pairs(pet);
+        e.remove("PET_NODE_RANK");
+        assert!(detect_node(&e)
+            .unwrap_err()
+            .to_string()
+            .contains("PET_NODE_RANK is not set"));
+        let mut e = Environment::from_pairs(pet);
+        e.remove("PET_MASTER_ADDR");
+        assert!(detect_node(&e)
+            .unwrap_err()
+            .to_string()
+            .contains("PET_MASTER_ADDR is not set"));
+    }
+
+    #[test]
+    fn skypilot() {
+        let sky = [
+            ("SKYPILOT_NODE_IPS", "10.0.0.5\n10.0.0.6\n"),
+            ("SKYPILOT_NODE_RANK", "1"),
+            ("SKYPILOT_NUM_NODES", "2"),
+            ("SKYPILOT_NUM_GPUS_PER_NODE", "8"),
+        ];
+        let p = detect_node(&Environment::from_pairs(sky)).unwrap().unwrap();
+        assert_eq!(
+            (p.source, p.num_nodes, p.node_rank, p.master_addr.as_deref()),
+            (Source::SkyPilot, 2, 1, Some("10.0.0.5"))
+        );
+        assert_eq!((p.master_port, p.procs_per_node), (None, Some(8)));
+        let mut e = Environment::from_pairs(sky);
+        e.set("SKYPILOT_NUM_NODES", "3");
+        let err = detect_node(&e).unwrap_err().to_string();
+        assert!(
+            err.contains("SKYPILOT_NUM_NODES=3 but SKYPILOT_NODE_IPS lists 2 addresses"),
+            "{err}"
+        );
+        let mut e = Environment::from_pairs(sky);
+        e.remove("SKYPILOT_NODE_RANK");
+        assert!(detect_node(&e)
+            .unwrap_err()
+            .to_string()
+            .contains("SKYPILOT_NODE_RANK is not"));
+        // A CPU task: no GPUs per node leaves the count to the launcher.
+        let mut e = Environment::from_pairs(sky);
+        e.set("SKYPILOT_NUM_GPUS_PER_NODE", "0");
+        assert_eq!(detect_node(&e).unwrap().unwrap().procs_per_node, None);
+    }
+
+    #[test]
+    fn pytorchjob_v1_pod_is_one_task() {
+        let pod = Environment::from_pairs([
+            ("MASTER_ADDR", "job-master-0"),
+            ("MASTER_PORT", "23456"),
+            ("WORLD_SIZE", "3"),
+            ("RANK", "2"),
+        ]);
+        let t = detect_task(&pod, 29500).unwrap();
+        assert_eq!(
+            (t.rank, t.local_rank, t.world_size, t.local_world_size),
+            (2, 0, 3, 1)
+        );
+        assert_eq!(
+            (
+                t.topology.node_rank,
+                t.topology.num_nodes,
+                t.topology.master_port
+            ),
+            (2, 3, 23456)
+        );
+        let w = t.worker_env(&pod);
+        assert_eq!(
+            (
+                w["RANK"].as_str(),
+                w["LOCAL_RANK"].as_str(),
+                w["GROUP_RANK"].as_str()
+            ),
+            ("2", "0", "2")
+        );
+        let mut bad = pod.clone();
+        bad.set("RANK", "3");
+        assert!(detect_task(&bad, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("rank 3 is not below the world size 3"));
+    }
+
+    #[test]
+    fn slurm_step_layout() {
+        let base = [
+            ("SLURM_JOB_ID", "9"),
+            ("SLURM_JOB_NODELIST", "n[1-2]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_PROCID", "2"),
+            ("SLURM_LOCALID", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_STEP_TASKS_PER_NODE", "3,1"),
+        ];
+        // An uneven layout is a valid world: this task's node runs 3 of the 4 ranks.
+        let t = detect_task(&Environment::from_pairs(base), 1).unwrap();
+        assert_eq!(
+            (t.rank, t.local_rank, t.local_world_size, t.world_size),
+            (2, 2, 3, 4)
+        );
+        let mut last = Environment::from_pairs(base);
+        last.set("SLURM_NODEID", "1");
+        last.set("SLURM_PROCID", "3");
+        last.set("SLURM_LOCALID", "0");
+        let t = detect_task(&last, 1).unwrap();
+        assert_eq!(
+            (t.rank, t.local_world_size, t.topology.node_rank),
+            (3, 1, 1)
+        );
+        // SLURM_NTASKS_PER_NODE's `2(x3),1` (7 tasks on 4 nodes) is accepted too.
+        let seven = Environment::from_pairs([
+            ("SLURM_JOB_ID", "9"),
+            ("SLURM_JOB_NODELIST", "n[1-4]"),
+            ("SLURM_NNODES", "4"),
+            ("SLURM_NODEID", "3"),
+            ("SLURM_PROCID", "6"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NTASKS", "7"),
+            ("SLURM_NTASKS_PER_NODE", "2(x3),1"),
+        ]);
+        let t = detect_task(&seven, 1).unwrap();
+        assert_eq!((t.rank, t.local_world_size, t.world_size), (6, 1, 7));
+        let mut wrong = Environment::from_pairs(base);
+        wrong.set("SLURM_NTASKS", "5");
+        assert!(detect_task(&wrong, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("places 4 tasks but SLURM_NTASKS=5"));
+        let mut even = Environment::from_pairs(base);
+        even.set("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
+        even.set("SLURM_LOCALID", "0");
+        let t = detect_task(&even, 1).unwrap();
+        assert_eq!((t.local_world_size, t.topology.num_nodes), (2, 2));
     }
 }

@@ -26,8 +26,13 @@ pub const FAMILIES: &[&str] = &[
     "t5",
 ];
 
+/// Sizes past these are not models but typos or overflow probes; refusing them keeps the work
+/// bounded (a formula builds one entry per tensor) and every product below within u64.
+const MAX_LAYERS: u64 = 100_000;
+const MAX_DIM: u64 = 1 << 24;
+
 /// What the activation and KV-cache formulas need to know about a transformer.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Dims {
     pub model_type: String,
     pub hidden_size: u64,
@@ -37,12 +42,30 @@ pub struct Dims {
     pub num_key_value_heads: u64,
     pub head_dim: u64,
     pub vocab_size: u64,
+    /// The dense MLP's intermediate size (a mixture of experts: its shared expert's, or 0).
+    pub mlp_size: u64,
+    /// A mixture of experts: experts per token x an expert's intermediate size.
+    pub expert_mlp_size: u64,
+    /// A mixture of experts: experts each token is routed to.
+    pub experts_per_token: u64,
+    /// A gated (SwiGLU) MLP rather than GPT-2's up-activation-down.
+    pub gated_mlp: bool,
+    /// Routed experts (0: a dense MLP).
+    pub experts: u64,
+    /// The attention drops out probabilities in training (GPT-2's attn_pdrop): SDPA then stores the
+    /// attention matrix.
+    pub attention_dropout: bool,
+    /// Values cached per token per layer: 2 x kv heads x head dim, or for multi-head latent attention
+    /// (DeepSeek-V2/V3) the compressed latent, kv_lora_rank + qk_rope_head_dim.
+    pub kv_per_token: u64,
 }
 
 /// A config.json, read.
 pub struct Config {
     map: Map<String, Value>,
     pub model_type: String,
+    /// The file it came from, for messages.
+    pub source: String,
 }
 
 impl Config {
@@ -62,7 +85,48 @@ impl Config {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        Ok(Config { map, model_type })
+        Ok(Config {
+            map,
+            model_type,
+            source: source.to_string(),
+        })
+    }
+
+    /// The language model's config: the top level, or `text_config` where a multimodal config
+    /// nests it (Llava, Gemma 3, Qwen2-VL...).
+    pub fn text(&self) -> Option<Config> {
+        let Some(Value::Object(map)) = self.get("text_config") else {
+            return None;
+        };
+        Some(Config {
+            model_type: map
+                .get("model_type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            map: map.clone(),
+            source: format!("{} (text_config)", self.source),
+        })
+    }
+
+    /// The class accelerate builds when `auto_map` names one: its first `AutoModelFor*` key
+    /// (accelerate/commands/estimate.py::create_empty_model).
+    pub fn auto_model_for(&self) -> Option<&str> {
+        self.get("auto_map")
+            .and_then(Value::as_object)?
+            .keys()
+            .find(|k| k.starts_with("AutoModelFor"))
+            .map(String::as_str)
+    }
+
+    /// Whether the output embedding shares the input embedding's weight (transformers'
+    /// `tie_word_embeddings`, whose default differs per family).
+    pub fn tied_embeddings(&self, default: bool) -> bool {
+        self.flag("tie_word_embeddings", default)
+    }
+
+    pub fn quantization(&self) -> Option<&Map<String, Value>> {
+        self.get("quantization_config").and_then(Value::as_object)
     }
 
     pub fn is_known(&self) -> bool {
@@ -77,19 +141,31 @@ impl Config {
     fn uint(&self, keys: &[&str], default: Option<u64>) -> Result<u64, EstimateError> {
         for key in keys {
             if let Some(v) = self.get(key) {
-                return v.as_u64().ok_or_else(|| EstimateError::BadConfig {
-                    path: "config.json".into(),
+                let n = v.as_u64().ok_or_else(|| EstimateError::BadConfig {
+                    path: self.source.clone(),
                     reason: format!("`{key}` is not a non-negative integer: {v}"),
-                });
+                })?;
+                let max = if key.contains("layer") {
+                    MAX_LAYERS
+                } else {
+                    MAX_DIM
+                };
+                if n > max {
+                    return Err(EstimateError::BadConfig {
+                        path: self.source.clone(),
+                        reason: format!("`{key}` is {n}; no model has more than {max}"),
+                    });
+                }
+                return Ok(n);
             }
         }
         default.ok_or_else(|| EstimateError::BadConfig {
-            path: "config.json".into(),
+            path: self.source.clone(),
             reason: format!("`{}` is missing", keys[0]),
         })
     }
 
-    fn flag(&self, key: &str, default: bool) -> bool {
+    pub fn flag(&self, key: &str, default: bool) -> bool {
         self.get(key).and_then(Value::as_bool).unwrap_or(default)
     }
 
@@ -127,6 +203,9 @@ pub struct Built {
     pub tensors: Vec<Tensor>,
     pub no_split: NoSplit,
     pub dims: Dims,
+    /// The causal-LM head when it is a weight of its own (untied): what
+    /// `AutoModelForCausalLM` adds to the base model, and what training updates.
+    pub head: Vec<Tensor>,
 }
 
 struct Out(Vec<Tensor>);
@@ -165,8 +244,41 @@ impl Out {
     }
 }
 
-/// Builds the tensor list for a known family, or says the architecture is unknown.
+/// Builds the tensor list for a known family, or says the architecture is unknown. The base model,
+/// as `AutoModel` builds it; with an `auto_map` naming `AutoModelForCausalLM` (Phi-3), the causal LM
+/// that accelerate then builds instead.
 pub fn build(config: &Config) -> Result<Built, EstimateError> {
+    let mut built = build_base(config)?;
+    let tensor_elements = built
+        .tensors
+        .iter()
+        .chain(&built.head)
+        .try_fold(0u64, |n, t| n.checked_add(t.numel));
+    if tensor_elements.is_none() || built.tensors.iter().any(|t| t.numel == u64::MAX) {
+        return Err(EstimateError::BadConfig {
+            path: config.source.clone(),
+            reason: "the sizes multiply past 2^64 elements".into(),
+        });
+    }
+    if config.auto_model_for() == Some("AutoModelForCausalLM") {
+        for t in &mut built.tensors {
+            t.name.insert_str(0, "model.");
+        }
+        built.tensors.append(&mut built.head.clone());
+    }
+    Ok(built)
+}
+
+/// The untied LM head: `lm_head.weight` [vocab, hidden], no bias.
+fn lm_head(c: &Config, tied_default: bool, v: u64, h: u64) -> Vec<Tensor> {
+    if c.tied_embeddings(tied_default) {
+        Vec::new()
+    } else {
+        vec![Tensor::new("lm_head.weight", &[v, h])]
+    }
+}
+
+fn build_base(config: &Config) -> Result<Built, EstimateError> {
     match config.model_type.as_str() {
         "llama" | "mistral" | "mixtral" | "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe"
         | "gemma" | "gemma2" | "phi3" => decoder(config),
@@ -276,6 +388,17 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
     }
     o.norm("norm", h, false);
     o.rotary("rotary_emb", hd, c.partial_rotary_factor(1.0));
+    let top_k = match t {
+        "mixtral" => c.uint(&["num_experts_per_tok"], Some(2))?,
+        "qwen2_moe" => c.uint(&["num_experts_per_tok"], Some(4))?,
+        "qwen3_moe" => c.uint(&["num_experts_per_tok"], Some(8))?,
+        _ => 0,
+    };
+    let mlp_size = match t {
+        "qwen2_moe" => c.uint(&["shared_expert_intermediate_size"], Some(5632))?,
+        _ if experts > 0 => 0,
+        _ => inter,
+    };
     Ok(Built {
         tensors: o.0,
         no_split: NoSplit {
@@ -289,7 +412,15 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
             num_key_value_heads: kv,
             head_dim: hd,
             vocab_size: v,
+            mlp_size,
+            expert_mlp_size: top_k * moe_inter,
+            experts_per_token: top_k,
+            gated_mlp: true,
+            experts,
+            attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
+            kv_per_token: 2 * kv * hd,
         },
+        head: lm_head(c, matches!(t, "gemma" | "gemma2"), v, h),
     })
 }
 
@@ -327,7 +458,15 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
             num_key_value_heads: heads,
             head_dim: h / heads.max(1),
             vocab_size: v,
+            mlp_size: inner,
+            expert_mlp_size: 0,
+            experts_per_token: 0,
+            gated_mlp: false,
+            experts: 0,
+            attention_dropout: c.float("attn_pdrop").unwrap_or(0.1) > 0.0,
+            kv_per_token: 2 * h,
         },
+        head: lm_head(c, true, v, h),
     })
 }
 
@@ -365,6 +504,18 @@ fn gpt_neox(c: &Config) -> Result<Built, EstimateError> {
             num_key_value_heads: heads,
             head_dim: hd,
             vocab_size: v,
+            mlp_size: inter,
+            expert_mlp_size: 0,
+            experts_per_token: 0,
+            gated_mlp: false,
+            experts: 0,
+            attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
+            kv_per_token: 2 * h,
+        },
+        head: if c.tied_embeddings(false) {
+            Vec::new()
+        } else {
+            vec![Tensor::new("embed_out.weight", &[v, h])]
         },
     })
 }
@@ -423,7 +574,15 @@ fn bert(c: &Config) -> Result<Built, EstimateError> {
             num_key_value_heads: heads,
             head_dim: h / heads.max(1),
             vocab_size: v,
+            mlp_size: inter,
+            expert_mlp_size: 0,
+            experts_per_token: 0,
+            gated_mlp: false,
+            experts: 0,
+            attention_dropout: c.float("attention_probs_dropout_prob").unwrap_or(0.1) > 0.0,
+            kv_per_token: 2 * h,
         },
+        head: Vec::new(),
     })
 }
 
@@ -496,7 +655,15 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
             num_key_value_heads: heads,
             head_dim: dkv,
             vocab_size: v,
+            mlp_size: ff,
+            expert_mlp_size: 0,
+            experts_per_token: 0,
+            gated_mlp: gated,
+            experts: 0,
+            attention_dropout: c.float("dropout_rate").unwrap_or(0.1) > 0.0,
+            kv_per_token: 2 * inner,
         },
+        head: Vec::new(),
     })
 }
 
@@ -528,6 +695,18 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
     let kv = c.uint(&["num_key_value_heads"], Some(heads)).ok()?;
     let hd = c.uint(&["head_dim"], Some(h / heads.max(1))).ok()?;
     let v = c.uint(&["vocab_size"], Some(0)).ok()?;
+    let inter = c
+        .uint(&["intermediate_size", "n_inner", "ffn_dim"], Some(4 * h))
+        .ok()?;
+    // Multi-head latent attention (transformers' DeepseekV2/V3 attention) caches the compressed
+    // KV latent and the shared rotary key: kv_lora_rank + qk_rope_head_dim values per token.
+    let kv_per_token = match (
+        c.uint(&["kv_lora_rank"], None).ok(),
+        c.uint(&["qk_rope_head_dim"], None).ok(),
+    ) {
+        (Some(rank), Some(rope)) => rank + rope,
+        _ => 2 * kv * hd,
+    };
     Some(Dims {
         model_type: c.model_type.clone(),
         hidden_size: h,
@@ -536,5 +715,12 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
         num_key_value_heads: kv,
         head_dim: hd,
         vocab_size: v,
+        mlp_size: inter,
+        expert_mlp_size: 0,
+        experts_per_token: 0,
+        gated_mlp: true,
+        experts: 0,
+        attention_dropout: false,
+        kv_per_token,
     })
 }

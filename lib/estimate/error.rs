@@ -18,6 +18,15 @@ pub enum EstimateError {
     BadIndex { path: String, reason: String },
     #[error("`{index}` names shard `{shard}`, which does not exist")]
     MissingShard { index: String, shard: String },
+    #[error(
+        "`{dir}` holds {have} of the {total} shards {pattern} and no index: a partial download"
+    )]
+    PartialDownload {
+        dir: String,
+        pattern: String,
+        have: u64,
+        total: u64,
+    },
     #[error("`{path}`: invalid model config: {reason}")]
     BadConfig { path: String, reason: String },
     #[error("unknown architecture `{model_type}`: no formula for it")]
@@ -28,8 +37,12 @@ pub enum EstimateError {
     EmptyDir { dir: String },
     #[error("`{dir}` has a PyTorch .bin index but no config.json to size it by")]
     BinWithoutConfig { dir: String },
-    #[error("{what} needs the model's dimensions, and `{source_name}` has no config.json")]
-    NeedsConfig { what: String, source_name: String },
+    #[error("{what} needs the model's dimensions, and `{source_name}` {reason}")]
+    NeedsConfig {
+        what: String,
+        source_name: String,
+        reason: String,
+    },
     #[error("cannot fetch `{repo}` from the Hub: HF_HUB_OFFLINE is set")]
     HubOffline { repo: String },
     #[error("`{repo}` on the Hub is gated or private (HTTP {status} for {file})")]
@@ -78,6 +91,9 @@ impl Diagnostic for EstimateError {
             EstimateError::TruncatedHeader { .. } | EstimateError::TruncatedData { .. } => {
                 vec!["the file looks cut short: download it again".into()]
             }
+            EstimateError::PartialDownload { .. } => vec![
+                "download the remaining shards (and model.safetensors.index.json), or pass config.json alone".into(),
+            ],
             EstimateError::MissingShard { .. } => {
                 vec!["download every shard named in the index, or pass config.json alone".into()]
             }
@@ -94,9 +110,9 @@ impl Diagnostic for EstimateError {
             EstimateError::HubGated { token, .. } => {
                 let mut hints = Vec::new();
                 if *token {
-                    hints.push("HF_TOKEN is set but does not grant access: accept the model's licence on the Hub, or check the token".into());
+                    hints.push("the token (HF_TOKEN, else the `hf auth login` file $HF_HOME/token) does not grant access: accept the model's licence on the Hub, or check the token".into());
                 } else {
-                    hints.push("set HF_TOKEN to a token with access to the repository".into());
+                    hints.push("run `hf auth login`, or set HF_TOKEN, with a token that has access to the repository".into());
                 }
                 hints.push(local.into());
                 hints

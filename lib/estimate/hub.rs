@@ -80,7 +80,7 @@ impl Hub {
         Ok(Hub {
             agent,
             endpoint,
-            token: env.non_empty(env_vars::HF_TOKEN).map(str::to_string),
+            token: token(env),
             repo: repo.into(),
             revision: revision.into(),
             bytes_received: AtomicU64::new(0),
@@ -266,6 +266,31 @@ impl Hub {
 
 /// The snapshot directory of `repo` at `revision` in huggingface_hub's cache, when it is there:
 /// `models--org--name/snapshots/<commit>`, the commit read from `refs/<revision>`.
+/// huggingface_hub's `HF_HOME`: the variable, else `${XDG_CACHE_HOME:-~/.cache}/huggingface`
+/// (huggingface_hub/constants.py).
+fn hf_home(env: &Environment) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(h) = env.non_empty(env_vars::HF_HOME) {
+        Some(PathBuf::from(h))
+    } else if let Some(x) = env.non_empty(env_vars::XDG_CACHE_HOME) {
+        Some(PathBuf::from(x).join("huggingface"))
+    } else {
+        Some(PathBuf::from(env.non_empty(env_vars::HOME)?).join(".cache/huggingface"))
+    }
+}
+
+/// The Hub token as huggingface_hub's `get_token` finds it: `HF_TOKEN`, else the file `hf auth
+/// login` writes, `$HF_HOME/token` (huggingface_hub/utils/_auth.py).
+pub fn token(env: &Environment) -> Option<String> {
+    if let Some(t) = env.non_empty(env_vars::HF_TOKEN) {
+        return Some(t.to_string());
+    }
+    let file = hf_home(env)?.join("token");
+    let text = std::fs::read_to_string(file).ok()?;
+    let t = text.trim();
+    (!t.is_empty()).then(|| t.to_string())
+}
+
 pub fn cached_snapshot(
     repo: &str,
     revision: &str,
@@ -274,12 +299,8 @@ pub fn cached_snapshot(
     use std::path::PathBuf;
     let cache = if let Some(c) = env.non_empty(env_vars::HF_HUB_CACHE) {
         PathBuf::from(c)
-    } else if let Some(h) = env.non_empty(env_vars::HF_HOME) {
-        PathBuf::from(h).join("hub")
-    } else if let Some(x) = env.non_empty(env_vars::XDG_CACHE_HOME) {
-        PathBuf::from(x).join("huggingface/hub")
     } else {
-        PathBuf::from(env.non_empty(env_vars::HOME)?).join(".cache/huggingface/hub")
+        hf_home(env)?.join("hub")
     };
     let dir = cache.join(format!("models--{}", repo.replace('/', "--")));
     let commit = std::fs::read_to_string(dir.join("refs").join(revision))

@@ -35,6 +35,16 @@ pub enum Source {
 /// A model, sized by accelerate's rules.
 pub struct Model {
     pub tensors: Vec<Tensor>,
+    /// Trained tensors the table's model lacks: the untied LM head of the causal LM that is
+    /// actually trained, when the table sizes the base model as accelerate does.
+    pub head: Vec<Tensor>,
+    /// The config, when there is one (quantization, model type).
+    pub config_model_type: Option<String>,
+    /// The config's `quantization_config`, when the tensors come from the formula (headers already
+    /// store the quantized tensors).
+    pub quantization: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Why there are no dims, for the message when --context or --seq-len needs them.
+    pub no_dims_reason: Option<String>,
     pub no_split: NoSplit,
     pub dims: Option<Dims>,
     pub source: Source,
@@ -75,8 +85,17 @@ fn from_config(config: &Config) -> Result<Model> {
         config.model_type,
         built.tensors.len()
     );
+    let head = if config.auto_model_for() == Some("AutoModelForCausalLM") {
+        Vec::new()
+    } else {
+        built.head
+    };
     Ok(Model {
         tensors: built.tensors,
+        head,
+        config_model_type: Some(config.model_type.clone()),
+        quantization: config.quantization().cloned(),
+        no_dims_reason: None,
         no_split: built.no_split,
         dims: Some(built.dims),
         source: Source::Config {
@@ -89,10 +108,24 @@ fn from_config(config: &Config) -> Result<Model> {
 fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config>) -> Model {
     let model_type = config.map(|c| c.model_type.as_str());
     let no_split = arch::no_split_for(model_type, &tensors);
+    let dims = config.and_then(dims_of);
+    let no_dims_reason = match (config, &dims) {
+        (_, Some(_)) => None,
+        (None, None) => Some("has no config.json".to_string()),
+        (Some(c), None) => Some(format!(
+            "has a config.json (model_type `{}`) without the hidden size, layer count and attention heads{} that the formula needs",
+            c.model_type,
+            if c.text().is_some() { ", at the top level or under text_config," } else { "" }
+        )),
+    };
     Model {
         tensors,
+        head: Vec::new(),
+        config_model_type: config.map(|c| c.model_type.clone()),
+        quantization: None,
+        no_dims_reason,
         no_split,
-        dims: config.and_then(dims_of),
+        dims,
         source: Source::Safetensors { files },
         hub_traffic: None,
     }
@@ -100,10 +133,12 @@ fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config
 
 /// Dimensions from the formula when the family is known, else from the usual config keys.
 fn dims_of(config: &Config) -> Option<Dims> {
-    arch::build(config)
+    let text = config.text();
+    let text = text.as_ref().unwrap_or(config);
+    arch::build(text)
         .ok()
         .map(|b| b.dims)
-        .or_else(|| arch::generic_dims(config))
+        .or_else(|| arch::generic_dims(text))
 }
 
 fn load_file(path: &Path, from: From) -> Result<Model> {
@@ -260,6 +295,7 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
         .collect();
     files.sort();
     if !files.is_empty() {
+        check_complete(dir, &files)?;
         return headers_of(&files, config.as_ref());
     }
     match config {
@@ -276,6 +312,41 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
         }
         .into()),
     }
+}
+
+/// Shards named `…-00002-of-00009.safetensors` say how many there are; without an index, a
+/// directory holding fewer is a partial download and would be sized as a smaller model.
+fn check_complete(dir: &Path, files: &[PathBuf]) -> Result<(), EstimateError> {
+    let mut sets: std::collections::BTreeMap<(String, u64), u64> = Default::default();
+    for f in files {
+        let Some(stem) = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".safetensors"))
+        else {
+            continue;
+        };
+        let mut parts = stem.rsplitn(4, '-');
+        let (Some(total), Some("of"), Some(index), Some(prefix)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if let (Ok(total), Ok(_)) = (total.parse::<u64>(), index.parse::<u64>()) {
+            *sets.entry((prefix.to_string(), total)).or_default() += 1;
+        }
+    }
+    for ((prefix, total), have) in sets {
+        if have < total {
+            return Err(EstimateError::PartialDownload {
+                dir: dir.display().to_string(),
+                pattern: format!("{prefix}-NNNNN-of-{total:05}.safetensors"),
+                have,
+                total,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn load_hub(repo: &str, from: From, revision: &str, env: &Environment) -> Result<Model> {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod hub;
 pub mod input;
 pub mod per_gpu;
+pub mod quant;
 pub mod safetensors;
 pub mod table;
 pub mod tensors;

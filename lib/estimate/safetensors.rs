@@ -101,6 +101,11 @@ pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
     let Entries(entries) = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
     let mut tensors = Vec::with_capacity(entries.len());
     let mut data_len = 0u64;
+    // safetensors' `Metadata::validate` (tensor.rs): sorted by offsets, the byte ranges tile the
+    // data from 0 without gaps, and each range is exactly numel x dtype size (checked products).
+    // The crate keeps `validate` private and `read_metadata` wants the whole file in memory, which
+    // is what must not be read here, so its rules are applied to the header alone.
+    let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(entries.len());
     for (name, entry) in entries {
         let dtype = DType::from_safetensors(&entry.dtype).ok_or_else(|| {
             bad(format!(
@@ -113,13 +118,38 @@ pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
             .iter()
             .try_fold(1u64, |n, &d| n.checked_mul(d))
             .ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
-        data_len = data_len.max(entry.data_offsets[1]);
+        let [start, end] = entry.data_offsets;
+        let nbytes = numel
+            .checked_mul(dtype.storage_bytes())
+            .ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
+        if end < start || end - start != nbytes {
+            return Err(bad(format!(
+                "tensor `{name}`: shape {:?} of {} is {nbytes} bytes, but data_offsets [{start}, {end}] hold {}",
+                entry.shape,
+                dtype.name(),
+                end.saturating_sub(start)
+            )));
+        }
+        ranges.push((start, end, tensors.len()));
+        data_len = data_len.max(end);
         tensors.push(Tensor {
             name: name.into_owned(),
             dtype,
             numel,
+            rows: entry.shape.first().copied().unwrap_or(1),
             buffer: false,
         });
+    }
+    ranges.sort_unstable();
+    let mut next = 0u64;
+    for (start, end, i) in ranges {
+        if start != next {
+            return Err(bad(format!(
+                "tensor `{}`: data_offsets start at {start}, expected {next} (ranges must tile the data without gaps or overlaps)",
+                tensors[i].name
+            )));
+        }
+        next = end;
     }
     Ok(Header { tensors, data_len })
 }
@@ -258,6 +288,26 @@ mod tests {
         assert_eq!(h.tensors[1].numel, 1);
         let bad = br#"{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}"#;
         assert!(parse_header(bad, "x").is_err());
+    }
+
+    #[test]
+    fn offsets_are_validated_as_the_safetensors_crate_does() {
+        // A shape of 10^12 elements cannot live in 16 bytes.
+        let huge = br#"{"a":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,16]}}"#;
+        let err = parse_header(huge, "x")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("data_offsets [0, 16]"), "{err}");
+        let gap = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}}"#;
+        assert!(parse_header(gap, "x").is_err());
+        let overlap = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
+        assert!(parse_header(overlap, "x").is_err());
+        let overflow =
+            br#"{"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}}"#;
+        assert!(parse_header(overflow, "x").is_err());
+        let ok = br#"{"b":{"dtype":"BOOL","shape":[3],"data_offsets":[8,11]},"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}}"#;
+        assert!(parse_header(ok, "x").is_ok());
     }
 
     #[test]

@@ -92,6 +92,11 @@ impl DType {
         }
     }
 
+    /// Bytes per element in a safetensors file (`BOOL` takes a whole byte there).
+    pub fn storage_bytes(self) -> u64 {
+        self.bits().max(8) / 8
+    }
+
     /// Bits per element in the model accelerate sizes: it builds every model with
     /// `torch_dtype=float32`, so floating-point tensors count 4 bytes whatever a checkpoint stores,
     /// while integer and bool tensors keep their own size.
@@ -110,26 +115,29 @@ pub struct Tensor {
     pub name: String,
     pub dtype: DType,
     pub numel: u64,
+    /// Size of the first dimension (1 for a scalar): FSDP2 shards every parameter on it.
+    pub rows: u64,
     /// A buffer (not trained): rotary frequencies, position ids. Safetensors files do not say, so
     /// tensors read from them are all parameters.
     pub buffer: bool,
 }
 
 impl Tensor {
+    /// A float32 parameter. Shapes come from configs, so the element count saturates rather than
+    /// wraps; the formulas refuse sizes that large before building anything (arch::MAX_ELEMENTS).
     pub fn new(name: impl Into<String>, shape: &[u64]) -> Tensor {
-        Tensor {
-            name: name.into(),
-            dtype: DType::F32,
-            numel: shape.iter().product(),
-            buffer: false,
-        }
+        Tensor::of(name, DType::F32, shape, false)
     }
     pub fn buffer(name: impl Into<String>, dtype: DType, shape: &[u64]) -> Tensor {
+        Tensor::of(name, dtype, shape, true)
+    }
+    pub fn of(name: impl Into<String>, dtype: DType, shape: &[u64], buffer: bool) -> Tensor {
         Tensor {
             name: name.into(),
             dtype,
-            numel: shape.iter().product(),
-            buffer: true,
+            numel: shape.iter().fold(1u64, |n, &d| n.saturating_mul(d)),
+            rows: shape.first().copied().unwrap_or(1),
+            buffer,
         }
     }
     fn bits(&self) -> u128 {
@@ -339,6 +347,7 @@ mod tests {
                 name: "w".into(),
                 dtype: DType::BF16,
                 numel: 10,
+                rows: 10,
                 buffer: false,
             },
         ];

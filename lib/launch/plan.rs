@@ -131,6 +131,7 @@ impl Plan {
             run_id: "none".into(),
             role: "default".into(),
             max_restarts: 0,
+            assembled: None,
         };
         Ok(Plan::build(Some(t), argv, common, true, launcher_env))
     }

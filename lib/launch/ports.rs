@@ -67,9 +67,13 @@ mod tests {
         assert!(e
             .to_string()
             .contains(&format!("port {port} is already in use")));
-        drop(l);
+        // The port picked is one nothing listens on: binding it at once succeeds, and it is not the
+        // busy one.
         let p = free_port().unwrap();
-        assert!(p > 0);
+        assert_ne!(p, port);
+        assert!(check_free(p).is_ok());
+        drop(TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, p)).unwrap());
+        drop(l);
         assert!(is_addr_in_use(
             "code: -98, name: EADDRINUSE, message: address already in use"
         ));

@@ -389,6 +389,11 @@ fn convert(src: &[u8], from: DType, big_endian: bool, to: DType, dst: &mut [u8])
     match to {
         DType::F64 => dst.copy_from_slice(&v.to_le_bytes()),
         DType::F32 => dst.copy_from_slice(&(v as f32).to_le_bytes()),
+        // torch's f16→bf16 goes through c10::BFloat16(float), whose NaN is 0x7fc0; its vectorised
+        // f32/f64→bf16 (aten/src/ATen/cpu/vec/vec512/vec512_bfloat16.h::cvtfp32_bf16) writes 0xffff.
+        DType::BF16 if v.is_nan() && from == DType::F16 => {
+            dst.copy_from_slice(&0x7fc0u16.to_le_bytes())
+        }
         DType::BF16 => dst.copy_from_slice(&f32_to_bf16(narrow(&b[..n], from, v)).to_le_bytes()),
         DType::F16 => dst.copy_from_slice(&f32_to_f16(narrow(&b[..n], from, v)).to_le_bytes()),
         // Non-float targets are never planned with a different source dtype.
@@ -427,18 +432,26 @@ fn to_f64(b: &[u8], from: DType) -> f64 {
     }
 }
 
-/// c10::BFloat16(float): round to nearest even, NaN to the canonical quiet NaN.
+/// torch's CPU float→bfloat16 cast of a tensor: round to nearest even, and every NaN (whatever its
+/// sign and payload) to 0xffff, as the vectorised kernel does
+/// (aten/src/ATen/cpu/vec/vec512/vec512_bfloat16.h::cvtfp32_bf16; the AVX2 one is the same).
 pub fn f32_to_bf16(f: f32) -> u16 {
     if f.is_nan() {
-        return 0x7fc0;
+        return 0xffff;
     }
     let bits = f.to_bits();
     let bias = 0x7fff + ((bits >> 16) & 1);
     (bits.wrapping_add(bias) >> 16) as u16
 }
 
-/// c10's fp16_ieee_from_fp32_value.
+/// torch's CPU float→half cast of a tensor: c10's fp16_ieee_from_fp32_value for numbers; a NaN keeps
+/// its sign and the top 10 bits of its payload and is made quiet, as the F16C `vcvtps2ph` instruction
+/// the vectorised kernel uses does (c10's scalar routine would write 0x7e00).
 pub fn f32_to_f16(f: f32) -> u16 {
+    if f.is_nan() {
+        let w = f.to_bits();
+        return (((w >> 16) & 0x8000) | 0x7e00 | ((w >> 13) & 0x03ff)) as u16;
+    }
     let scale_to_inf = f32::from_bits(0x7780_0000);
     let scale_to_zero = f32::from_bits(0x0880_0000);
     let mut base = (f.abs() * scale_to_inf) * scale_to_zero;
@@ -473,8 +486,12 @@ pub fn f16_to_f32(h: u16) -> f32 {
             let v = man as f32 * f32::from_bits(0x3380_0000); // 2^-24
             sign | v.to_bits()
         }
+    } else if exp == 31 && man != 0 {
+        // A NaN is made quiet and keeps its payload, as F16C `vcvtph2ps` (torch's vectorised
+        // half→float) does.
+        sign | 0x7fc0_0000 | (man << 13)
     } else if exp == 31 {
-        sign | 0x7f80_0000 | (man << 13)
+        sign | 0x7f80_0000
     } else {
         sign | ((exp + 112) << 23) | (man << 13)
     };
@@ -491,6 +508,15 @@ mod tests {
         assert_eq!(f32_to_f16(65504.0), 0x7bff);
         assert_eq!(f32_to_f16(1e6), 0x7c00);
         assert_eq!(f32_to_f16(f32::NAN), 0x7e00);
+        // NaN payloads as torch 2.13's CPU `.to()` writes them (seen with tensors of 1000 elements).
+        assert_eq!(f32_to_f16(f32::from_bits(0xffc1_2345)), 0xfe09);
+        assert_eq!(f32_to_f16(f32::from_bits(0x7fa0_0000)), 0x7f00);
+        assert_eq!(f32_to_f16(f32::from_bits(0x7f80_0001)), 0x7e00);
+        assert_eq!(f16_to_f32(0x7c01).to_bits(), 0x7fc0_2000);
+        assert_eq!(f16_to_f32(0xfe01).to_bits(), 0xffc0_2000);
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x7fc0_0000)), 0xffff);
+        assert_eq!(f32_to_bf16(f32::from_bits(0xff80_0001)), 0xffff);
         assert_eq!(f32_to_f16(-2.0), 0xc000);
         assert_eq!(f32_to_f16(5.960_464_5e-8), 0x0001);
         assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);

@@ -64,54 +64,6 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
     if p.class_of(p.root).map(|c| c.1) != Some("Metadata") {
         return Err(bad("the pickle is not a DCP `Metadata` object"));
     }
-    let sdm = field(&p, p.root, "state_dict_metadata", "Metadata")?;
-    let mut items = Vec::new();
-    for &(k, v) in p
-        .pairs(sdm)
-        .ok_or_else(|| bad("state_dict_metadata is not a dict"))?
-    {
-        let fqn = p
-            .as_str(k)
-            .ok_or_else(|| bad("a state_dict_metadata key is not a string"))?
-            .to_owned();
-        match p.class_of(v) {
-            Some((_, "BytesStorageMetadata")) => items.push(Item::Bytes { fqn }),
-            Some((_, "TensorStorageMetadata")) => {
-                let props = field(&p, v, "properties", &fqn)?;
-                let dtype_id = match p.node(props) {
-                    Node::Object {
-                        state: Some(st), ..
-                    } => match p.seq(*st) {
-                        Some(t) => t.first().copied(),
-                        None => p.get(props, "dtype"),
-                    },
-                    _ => None,
-                }
-                .ok_or_else(|| bad(format!("{fqn}: tensor properties carry no dtype")))?;
-                let dtype = match p.global(dtype_id) {
-                    Some(("torch", name)) => DType::from_torch(name),
-                    _ => return Err(bad(format!("{fqn}: the dtype is not a torch dtype"))),
-                };
-                let size = uints(&p, field(&p, v, "size", &fqn)?, "size")?;
-                let mut chunks = Vec::new();
-                for &c in p
-                    .seq(field(&p, v, "chunks", &fqn)?)
-                    .ok_or_else(|| bad(format!("{fqn}: chunks is not a list")))?
-                {
-                    let o = uints(&p, field(&p, c, "offsets", &fqn)?, "chunk offsets")?;
-                    let s = uints(&p, field(&p, c, "sizes", &fqn)?, "chunk sizes")?;
-                    chunks.push((o, s));
-                }
-                items.push(Item::Tensor {
-                    fqn,
-                    dtype,
-                    size,
-                    chunks,
-                });
-            }
-            _ => return Err(bad(format!("{fqn}: unknown storage metadata"))),
-        }
-    }
     let mut storage = HashMap::new();
     let sd = field(&p, p.root, "storage_data", "Metadata")?;
     if let Some(pairs) = p.pairs(sd) {
@@ -156,21 +108,91 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
             storage.insert((fqn, offset), info);
         }
     }
+    let sdm = field(&p, p.root, "state_dict_metadata", "Metadata")?;
+    let mut items = Vec::new();
+    let mut total_chunks = 0usize;
+    for &(k, v) in p
+        .pairs(sdm)
+        .ok_or_else(|| bad("state_dict_metadata is not a dict"))?
+    {
+        let fqn = p
+            .as_str(k)
+            .ok_or_else(|| bad("a state_dict_metadata key is not a string"))?
+            .to_owned();
+        match p.class_of(v) {
+            Some((_, "BytesStorageMetadata")) => items.push(Item::Bytes { fqn }),
+            Some((_, "TensorStorageMetadata")) => {
+                let props = field(&p, v, "properties", &fqn)?;
+                let dtype_id = match p.node(props) {
+                    Node::Object {
+                        state: Some(st), ..
+                    } => match p.seq(*st) {
+                        Some(t) => t.first().copied(),
+                        None => p.get(props, "dtype"),
+                    },
+                    _ => None,
+                }
+                .ok_or_else(|| bad(format!("{fqn}: tensor properties carry no dtype")))?;
+                let dtype = match p.global(dtype_id) {
+                    Some(("torch", name)) => DType::from_torch(name),
+                    _ => return Err(bad(format!("{fqn}: the dtype is not a torch dtype"))),
+                };
+                let size = uints(&p, field(&p, v, "size", &fqn)?, "size")?;
+                let list = p
+                    .seq(field(&p, v, "chunks", &fqn)?)
+                    .ok_or_else(|| bad(format!("{fqn}: chunks is not a list")))?;
+                // Every chunk has its own storage entry; more chunks than entries can only be
+                // repeated references, which would make work and memory grow past the file's size.
+                total_chunks += list.len();
+                if total_chunks > storage.len() {
+                    return Err(bad(format!(
+                        "{fqn}: the metadata lists more chunks ({total_chunks} so far) than storage entries ({})",
+                        storage.len()
+                    )));
+                }
+                let mut chunks = Vec::with_capacity(list.len());
+                for &c in list {
+                    let o = uints(&p, field(&p, c, "offsets", &fqn)?, "chunk offsets")?;
+                    let s = uints(&p, field(&p, c, "sizes", &fqn)?, "chunk sizes")?;
+                    chunks.push((o, s));
+                }
+                items.push(Item::Tensor {
+                    fqn,
+                    dtype,
+                    size,
+                    chunks,
+                });
+            }
+            _ => return Err(bad(format!("{fqn}: unknown storage metadata"))),
+        }
+    }
     let mut paths = HashMap::new();
     if let Some(pd) = p.get(p.root, "planner_data") {
-        if let Some(pairs) = p.pairs(pd) {
+        if !matches!(p.node(pd), Node::None) {
+            // A name that does not decode is an error, never a key to leave out: the tensor would
+            // silently move under a made-up top-level key (torch's reader fails with "Missing key").
+            let pairs = p
+                .pairs(pd)
+                .ok_or_else(|| bad("planner_data is not a dict"))?;
             for &(k, v) in pairs {
-                let (Some(k), Some(parts)) = (p.as_str(k), p.seq(v)) else {
-                    continue;
-                };
-                let parts = parts
+                let k = p
+                    .as_str(k)
+                    .ok_or_else(|| bad("a planner_data key is not a string"))?;
+                let parts = p
+                    .seq(v)
+                    .ok_or_else(|| bad(format!("planner_data of `{k}` is not a tuple of names")))?
                     .iter()
                     .map(|&x| match p.node(x) {
-                        Node::Str(s) => s.clone(),
-                        Node::Int(i) => i.to_string(),
-                        _ => String::from("?"),
+                        Node::Str(s) => Ok(s.clone()),
+                        Node::Int(i) => Ok(i.to_string()),
+                        _ => Err(bad(format!(
+                            "planner_data of `{k}` holds a path element that is neither a string nor an integer"
+                        ))),
                     })
-                    .collect();
+                    .collect::<Result<Vec<_>, _>>()?;
+                if parts.is_empty() {
+                    return Err(bad(format!("planner_data of `{k}` is an empty path")));
+                }
                 paths.insert(k.to_owned(), parts);
             }
         }
@@ -205,15 +227,24 @@ fn input_index(
     Ok(inputs.len() - 1)
 }
 
+/// A chunk found in its data file.
+pub struct Resolved {
+    /// The byte offset of the view's storage in the file.
+    pub storage_start: usize,
+    pub tensor: TensorRef,
+    pub big_endian: bool,
+    /// The zip records read (absolute byte range, recorded CRC-32, name); none for safetensors.
+    pub records: Vec<(std::ops::Range<usize>, u32, String)>,
+}
+
 /// Resolves one chunk: finds its archive in the data file `bytes` (read from `path`) and the tensor
-/// view inside it; returns the byte offset of the view's storage in the file, the view, and whether the
-/// storage is big-endian. Every offset is checked against `bytes`.
+/// view inside it. Every offset is checked against `bytes`.
 pub fn resolve_chunk(
     fqn: &str,
     info: &StorageInfo,
     path: &Path,
     bytes: &[u8],
-) -> Result<(usize, TensorRef, bool), MergeError> {
+) -> Result<Resolved, MergeError> {
     let file_len = bytes.len() as u64;
     let end = info.offset.saturating_add(info.length);
     if end > file_len {
@@ -239,8 +270,11 @@ pub fn resolve_chunk(
     };
     if blob.starts_with(b"PK\x03\x04") {
         let zip = torchzip::open(blob).map_err(|e| chunk_err(e.to_string()))?;
-        let pkl = zip.get("data.pkl").map_err(|e| chunk_err(e.to_string()))?;
-        let p = pickle::load(&blob[pkl], Globals::TorchWeights)
+        let pkl_rec = zip
+            .get_record("data.pkl")
+            .map_err(|e| chunk_err(e.to_string()))?;
+        let pkl = pkl_rec.data.clone();
+        let p = pickle::load(&blob[pkl.clone()], Globals::TorchWeights)
             .map_err(|e| chunk_err(e.to_string()))?;
         let t = TensorRef::from_pickle(&p, p.root).map_err(|e| match e {
             super::tensor::TensorError::Dtype(d) => MergeError::Dtype {
@@ -249,9 +283,10 @@ pub fn resolve_chunk(
             },
             e => chunk_err(e.to_string()),
         })?;
-        let rec = zip
-            .get(&format!("data/{}", t.key))
+        let data_rec = zip
+            .get_record(&format!("data/{}", t.key))
             .map_err(|e| chunk_err(e.to_string()))?;
+        let rec = data_rec.data.clone();
         let need = t
             .extent()
             .and_then(|x| x.checked_mul(t.dtype.size() as u64))
@@ -263,7 +298,24 @@ pub fn resolve_chunk(
             )));
         }
         let big = zip.big_endian(blob);
-        Ok((start + rec.start, t, big))
+        let records = vec![
+            (
+                start + pkl.start..start + pkl.end,
+                pkl_rec.crc32,
+                pkl_rec.name.clone(),
+            ),
+            (
+                start + rec.start..start + rec.end,
+                data_rec.crc32,
+                data_rec.name.clone(),
+            ),
+        ];
+        Ok(Resolved {
+            storage_start: start + rec.start,
+            tensor: t,
+            big_endian: big,
+            records,
+        })
     } else {
         // The safetensors serialization (B7): one blob for all tensors of the file, keyed by fqn;
         // it runs to the end of the file.
@@ -288,12 +340,17 @@ pub fn resolve_chunk(
             strides: super::tensor::contiguous_strides(&shape),
             shape,
         };
-        Ok((start + 8 + n + info.data_offsets.0, t, false))
+        Ok(Resolved {
+            storage_start: start + 8 + n + info.data_offsets.0,
+            tensor: t,
+            big_endian: false,
+            records: Vec::new(),
+        })
     }
 }
 
-/// Inputs, tensor entries, and the paths of non-tensor items.
-pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>);
+/// Inputs, tensor entries, the paths of non-tensor items, and the zip records read.
+pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>, Vec<super::Crc>);
 
 /// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items, unless
 /// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes.
@@ -304,6 +361,8 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
     let mut by_name = HashMap::new();
     let mut entries = Vec::new();
     let mut bytes_items = Vec::new();
+    let mut crcs = Vec::new();
+    let mut used = std::collections::HashSet::new();
     let path_of = |fqn: &str| -> Vec<String> {
         meta.paths
             .get(fqn)
@@ -383,8 +442,24 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
                             bad(format!("`{fqn}` chunk at {offsets:?} has no storage entry"))
                         })?;
                     let i = input_index(dir, &info.relative_path, &mut inputs, &mut by_name)?;
-                    let (storage_start, t, big) =
-                        resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
+                    // Each chunk is its own write item: a blob listed twice is a crafted or
+                    // corrupt file, and re-reading it would make work grow without the input.
+                    if !used.insert((i, info.offset, fqn.as_str())) {
+                        return Err(bad(format!(
+                            "`{fqn}` chunk at {offsets:?} reuses the bytes at {} of `{}` that another chunk has",
+                            info.offset, info.relative_path
+                        )));
+                    }
+                    let r = resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
+                    for (range, expected, name) in r.records {
+                        crcs.push(super::Crc {
+                            input: i,
+                            range,
+                            expected,
+                            name,
+                        });
+                    }
+                    let (storage_start, t, big) = (r.storage_start, r.tensor, r.big_endian);
                     // Only the archive's headers were read; keep resident memory independent of the
                     // number of chunks.
                     let end = info.offset.saturating_add(info.length) as usize;
@@ -433,7 +508,7 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
             }
         }
     }
-    Ok((inputs, entries, bytes_items))
+    Ok((inputs, entries, bytes_items, crcs))
 }
 
 /// Where the metadata of a DCP directory is, if it is one.

@@ -52,6 +52,7 @@ impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Kind::Dcp => f.write_str("DCP"),
+            Kind::Zero(0) => f.write_str("DeepSpeed stage 0"),
             Kind::Zero(s) => write!(f, "DeepSpeed ZeRO-{s}"),
         }
     }
@@ -66,12 +67,75 @@ pub struct Checkpoint {
     pub entries: Vec<Entry>,
     /// Paths of non-tensor items (DCP bytes items) that are reported and skipped.
     pub bytes_items: Vec<Vec<String>>,
+    /// What the reader wants the user to know about how it read the checkpoint.
+    pub notes: Vec<String>,
+    /// The zip records whose data the merge reads, with the CRC-32 each archive records.
+    pub crcs: Vec<Crc>,
+}
+
+/// A zip record of an input to check: its absolute byte range and recorded CRC-32.
+#[derive(Debug, Clone)]
+pub struct Crc {
+    pub input: usize,
+    pub range: std::ops::Range<usize>,
+    pub expected: u32,
+    pub name: String,
+}
+
+/// Checks the CRC-32 of every record in `crcs` (each once, in parallel, streaming through the
+/// mapping and releasing it behind), as torch.load's zip reader does for the records it reads.
+pub fn verify_crcs(inputs: &[Input], crcs: &[Crc]) -> Result<(), MergeError> {
+    use rayon::prelude::*;
+    let mut todo: Vec<&Crc> = crcs.iter().collect();
+    todo.sort_by_key(|c| (c.input, c.range.start, c.range.end));
+    todo.dedup_by_key(|c| (c.input, c.range.start, c.range.end));
+    todo.par_iter().try_for_each(|c| {
+        let input = &inputs[c.input];
+        let Some(bytes) = input.bytes().get(c.range.clone()) else {
+            return Err(MergeError::Truncated {
+                path: input.path.clone(),
+                what: format!(
+                    "record `{}` needs bytes {}..{}",
+                    c.name, c.range.start, c.range.end
+                ),
+                len: input.bytes().len() as u64,
+            });
+        };
+        let mut h = crc32fast::Hasher::new();
+        let mut at = c.range.start;
+        for part in bytes.chunks(8 << 20) {
+            h.update(part);
+            input.release(at, at + part.len());
+            at += part.len();
+        }
+        let found = h.finalize();
+        if found != c.expected {
+            return Err(MergeError::Crc {
+                path: input.path.clone(),
+                name: c.name.clone(),
+                expected: c.expected,
+                found,
+            });
+        }
+        Ok(())
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     #[error("`{0}` is not a directory")]
     NotADirectory(PathBuf),
+    #[error("the output path `{0}` exists and is not a directory")]
+    OutputNotADirectory(PathBuf),
+    #[error("cannot {action} `{path}`")]
+    DiskFull {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+        /// Staging directories of other merges in the output directory, with their sizes.
+        leftovers: Vec<(PathBuf, u64)>,
+    },
     #[error("`{path}` is not a checkpoint: {found}")]
     NotACheckpoint {
         path: PathBuf,
@@ -108,6 +172,13 @@ pub enum MergeError {
     Tiling { fqn: String, problem: String },
     #[error("`{fqn}` has dtype `{dtype}`, which cannot be written")]
     Dtype { fqn: String, dtype: String },
+    #[error("record `{name}` of `{path}` fails its CRC-32 check (recorded {expected:08x}, computed {found:08x})")]
+    Crc {
+        path: PathBuf,
+        name: String,
+        expected: u32,
+        found: u32,
+    },
     #[error("unsupported checkpoint feature: {0}")]
     Unsupported(String),
     #[error("`{0}` already exists")]
@@ -126,6 +197,29 @@ impl MergeError {
             action,
             path: path.as_ref().to_path_buf(),
             source,
+        }
+    }
+    /// A full disk names the staging directories of other merges in `out_dir`, which may be what
+    /// filled it.
+    pub fn with_leftovers(self, out_dir: &Path) -> Self {
+        match self {
+            MergeError::Io {
+                action,
+                path,
+                source,
+            } if source.raw_os_error() == Some(libc::ENOSPC) => MergeError::DiskFull {
+                action,
+                path,
+                source,
+                leftovers: write::staging_dirs(out_dir)
+                    .into_iter()
+                    .map(|(d, _)| {
+                        let size = write::dir_size(&d);
+                        (d, size)
+                    })
+                    .collect(),
+            },
+            e => e,
         }
     }
     /// Attaches the file a metadata/pickle problem was found in.
@@ -147,7 +241,10 @@ impl MergeError {
 impl Diagnostic for MergeError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            MergeError::Exists(_) | MergeError::Verify { .. } => ExitStatus::Output,
+            MergeError::Exists(_)
+            | MergeError::Verify { .. }
+            | MergeError::OutputNotADirectory(_)
+            | MergeError::DiskFull { .. } => ExitStatus::Output,
             MergeError::Io { action, .. }
                 if action.starts_with("write")
                     || action.starts_with("create")
@@ -168,6 +265,24 @@ impl Diagnostic for MergeError {
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 vec!["the disk is full: free space or choose another output directory".into()]
             }
+            MergeError::DiskFull { leftovers, .. } => {
+                let mut h =
+                    vec!["the disk is full: free space or choose another output directory".into()];
+                for (dir, size) in leftovers {
+                    h.push(format!(
+                        "`{}` ({size} bytes) is the staging directory of another merge, still running; \
+                         it is removed when that merge ends (or by the next merge into this directory once that process is gone)",
+                        dir.display()
+                    ));
+                }
+                h
+            }
+            MergeError::OutputNotADirectory(_) => {
+                vec!["OUTPUT_PATH is the directory the merged files are written into".into()]
+            }
+            MergeError::Crc { .. } => vec![
+                "the file was damaged in storage or transfer; --no-verify skips this check".into(),
+            ],
             MergeError::Truncated { .. } => {
                 vec!["the checkpoint was probably copied or saved incompletely".into()]
             }
@@ -202,7 +317,13 @@ pub fn open_input(path: &Path) -> Result<Input, MergeError> {
 
 /// Finds and reads the checkpoint in `dir`, whatever its kind, and verifies every tiling.
 /// With `include_bytes`, DCP bytes items become uint8 entries of their stored bytes instead of being skipped.
-pub fn open(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
+/// With `verify`, the CRC-32 of every zip record read is checked.
+pub fn open(
+    dir: &Path,
+    tag: Option<&str>,
+    include_bytes: bool,
+    verify: bool,
+) -> Result<Checkpoint, MergeError> {
     if !dir.is_dir() {
         if dir.exists() {
             return Err(MergeError::NotADirectory(dir.to_path_buf()));
@@ -214,13 +335,15 @@ pub fn open(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkp
         ));
     }
     let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
-        let (inputs, entries, bytes_items) = dcp::read(dir, &meta, include_bytes)?;
+        let (inputs, entries, bytes_items, crcs) = dcp::read(dir, &meta, include_bytes)?;
         Checkpoint {
             kind: Kind::Dcp,
             dir: dir.to_path_buf(),
             inputs,
             entries,
             bytes_items,
+            notes: Vec::new(),
+            crcs,
         }
     } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
         .iter()
@@ -229,13 +352,18 @@ pub fn open(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkp
     {
         // accelerate's save_state directory: the model's DCP checkpoint is one level down.
         let meta = sub.join(".metadata");
-        let (inputs, entries, bytes_items) = dcp::read(&sub, &meta, include_bytes)?;
+        let (inputs, entries, bytes_items, crcs) = dcp::read(&sub, &meta, include_bytes)?;
         Checkpoint {
             kind: Kind::Dcp,
+            notes: vec![format!(
+                "accelerate's save_state layout: the model is read from `{}`",
+                sub.display()
+            )],
             dir: sub,
             inputs,
             entries,
             bytes_items,
+            crcs,
         }
     } else if let Some(found) = zero::detect(dir, tag)? {
         zero::read(found)?
@@ -252,6 +380,9 @@ pub fn open(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkp
             fqn: e.path.join("."),
             problem: t.to_string(),
         })?;
+    }
+    if verify {
+        verify_crcs(&ckpt.inputs, &ckpt.crcs)?;
     }
     Ok(ckpt)
 }
@@ -293,5 +424,27 @@ fn not_a_checkpoint(dir: &Path) -> MergeError {
         path: dir.to_path_buf(),
         found,
         hint: hint.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_full_names_the_staging_dirs_of_other_merges() {
+        let d = tempfile::tempdir().unwrap();
+        let st = write::staging_dir(d.path(), 1);
+        std::fs::create_dir(&st).unwrap();
+        std::fs::write(st.join("model.safetensors"), [0u8; 10]).unwrap();
+        let e = MergeError::io(
+            "write",
+            d.path().join("model.safetensors"),
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        )
+        .with_leftovers(d.path());
+        let h = e.hints().join("\n");
+        assert!(h.contains(&format!("`{}` (10 bytes)", st.display())), "{h}");
+        assert_eq!(e.exit_status(), ExitStatus::Output);
     }
 }

@@ -18,7 +18,27 @@ pub struct Selection {
     pub strip_prefix: Vec<String>,
     /// Cast floating tensors to this dtype; `None` keeps each tensor's own.
     pub dtype: Option<DType>,
+    /// Leave out tensors whose full dotted name (or output name) matches one of these globs.
+    pub exclude: Vec<String>,
 }
+
+/// Top-level keys under which trainers save training state next to the model: torchtitan
+/// (torchtitan/components/checkpoint.py: `optimizer`, `lr_scheduler`, `dataloader`, `train_state`),
+/// accelerate and plain DCP scripts (`optim`, `optimizer`, `scheduler`, `rng_state`, `scaler`).
+const TRAINING_STATE_KEYS: &[&str] = &[
+    "optimizer",
+    "optimizers",
+    "optim",
+    "optimizer_state",
+    "lr_scheduler",
+    "lr_schedulers",
+    "scheduler",
+    "dataloader",
+    "train_state",
+    "rng_state",
+    "rng",
+    "scaler",
+];
 
 #[derive(Debug, Clone)]
 pub struct OutTensor {
@@ -36,6 +56,33 @@ pub struct Selected {
     pub unwrapped: Option<String>,
     /// Top-level keys left out.
     pub left_out: Vec<String>,
+    /// How the model was picked, in words.
+    pub layout: String,
+    /// Names of tensors left out by --exclude-key.
+    pub excluded: Vec<String>,
+}
+
+/// `*` matches any run of characters (dots included), `?` one character.
+pub fn glob_match(pat: &str, s: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pat.chars().collect(), s.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError> {
@@ -53,8 +100,10 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
             }
         }
     }
-    let unwrap: Option<String> = if sel.all_keys {
-        None
+    // Training state beside model keys that were flattened to the top level (torchtitan).
+    let mut dropped: Vec<String> = Vec::new();
+    let (unwrap, layout): (Option<String>, String) = if sel.all_keys {
+        (None, "every top-level key (--all-keys)".into())
     } else if let Some(k) = &sel.key {
         if !seen.contains(k) {
             return Err(MergeError::Selection(format!(
@@ -62,15 +111,45 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
                 tops.join(", ")
             )));
         }
-        Some(k.clone())
+        (Some(k.clone()), format!("the top-level key `{k}` (--key)"))
     } else if tops.len() == 1 {
-        tops.first().cloned()
+        let k = tops[0].clone();
+        let l = format!("its only top-level key `{k}`");
+        (Some(k), l)
     } else if seen.contains("model") {
-        Some("model".to_string())
+        (
+            Some("model".to_string()),
+            "the top-level key `model` (the layout of accelerate and plain DCP saves)".into(),
+        )
+    } else if tops
+        .iter()
+        .any(|t| TRAINING_STATE_KEYS.contains(&t.as_str()))
+        && tops
+            .iter()
+            .any(|t| !TRAINING_STATE_KEYS.contains(&t.as_str()))
+    {
+        dropped = tops
+            .iter()
+            .filter(|t| TRAINING_STATE_KEYS.contains(&t.as_str()))
+            .cloned()
+            .collect();
+        (
+            None,
+            format!(
+                "model keys at the top level beside training state (torchtitan's layout); leaving out {}",
+                dropped.join(", ")
+            ),
+        )
     } else {
-        None
+        (
+            None,
+            "every tensor, with full names (no `model` key and no training state)".into(),
+        )
     };
     let name_of = |path: &[String]| -> Option<String> {
+        if path.first().is_some_and(|t| dropped.contains(t)) {
+            return None;
+        }
         match &unwrap {
             Some(k) if path.first() == Some(k) => {
                 if path.len() == 1 {
@@ -95,6 +174,7 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
     };
     let mut out = Selected {
         unwrapped: unwrap.clone(),
+        layout,
         ..Default::default()
     };
     let mut names = HashSet::new();
@@ -102,6 +182,15 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
         let Some(name) = name_of(&e.path).map(strip) else {
             continue;
         };
+        let full = e.path.join(".");
+        if sel
+            .exclude
+            .iter()
+            .any(|g| glob_match(g, &full) || glob_match(g, &name))
+        {
+            out.excluded.push(name);
+            continue;
+        }
         if !names.insert(name.clone()) {
             return Err(MergeError::Selection(format!(
                 "two tensors would both be named `{name}`; choose a --key or another --strip-prefix"
@@ -125,12 +214,36 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
     if let Some(k) = &unwrap {
         let left: BTreeSet<&String> = tops.iter().filter(|t| *t != k).collect();
         out.left_out = left.into_iter().cloned().collect();
+    } else {
+        out.left_out = dropped.clone();
+        out.left_out.sort();
     }
     if out.tensors.is_empty() {
         return Err(MergeError::Selection(format!(
-            "no tensors selected (top-level keys: {})",
-            tops.join(", ")
+            "no tensors selected (top-level keys: {}{})",
+            tops.join(", "),
+            if out.excluded.is_empty() {
+                String::new()
+            } else {
+                format!("; --exclude-key left out {}", out.excluded.len())
+            }
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("optimizer.*", "optimizer.state.0.exp_avg"));
+        assert!(glob_match("*.exp_avg*", "optimizer.state.0.exp_avg_sq"));
+        assert!(glob_match("layers.?.w", "layers.3.w"));
+        assert!(!glob_match("layers.?.w", "layers.13.w"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a*b", "acbd"));
+        assert!(glob_match("a*b*", "acbd"));
+    }
 }

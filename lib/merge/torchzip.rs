@@ -22,6 +22,8 @@ pub enum ZipError {
 pub struct Record {
     pub name: String,
     pub data: Range<usize>,
+    /// The CRC-32 the central directory records for the data.
+    pub crc32: u32,
 }
 
 /// An opened archive: the record prefix (`archive`, or the file's stem) and the records.
@@ -93,6 +95,7 @@ pub fn open(data: &[u8]) -> Result<Archive, ZipError> {
             return Err(Format("a central directory entry is malformed"));
         }
         let method = le16(data, at + 10).ok_or(Format("short entry"))?;
+        let crc32 = le32(data, at + 16).ok_or(Format("short entry"))? as u32;
         let mut csize = le32(data, at + 20).ok_or(Format("short entry"))?;
         let mut usize_ = le32(data, at + 24).ok_or(Format("short entry"))?;
         let name_len = le16(data, at + 28).ok_or(Format("short entry"))? as usize;
@@ -147,6 +150,7 @@ pub fn open(data: &[u8]) -> Result<Archive, ZipError> {
         records.push(Record {
             name,
             data: start as usize..end as usize,
+            crc32,
         });
         at = name_at + name_len + extra_len + comment_len;
     }
@@ -161,15 +165,21 @@ pub fn open(data: &[u8]) -> Result<Archive, ZipError> {
 impl Archive {
     /// The byte range of `<prefix>/<rel>`.
     pub fn find(&self, rel: &str) -> Option<Range<usize>> {
-        self.records
-            .iter()
-            .find(|r| {
-                r.name
-                    .strip_prefix(self.prefix.as_str())
-                    .and_then(|s| s.strip_prefix('/'))
-                    == Some(rel)
-            })
-            .map(|r| r.data.clone())
+        self.record(rel).map(|r| r.data.clone())
+    }
+    /// The record `<prefix>/<rel>`.
+    pub fn record(&self, rel: &str) -> Option<&Record> {
+        self.records.iter().find(|r| {
+            r.name
+                .strip_prefix(self.prefix.as_str())
+                .and_then(|s| s.strip_prefix('/'))
+                == Some(rel)
+        })
+    }
+    /// The record `<prefix>/<rel>`, or which is missing.
+    pub fn get_record(&self, rel: &str) -> Result<&Record, ZipError> {
+        self.record(rel)
+            .ok_or_else(|| ZipError::Missing(format!("{}/{rel}", self.prefix)))
     }
     pub fn get(&self, rel: &str) -> Result<Range<usize>, ZipError> {
         self.find(rel)

@@ -668,6 +668,67 @@ pub fn verify(plan: &Plan, dir: &Path, sel: &[OutTensor]) -> Result<(), MergeErr
     Ok(())
 }
 
+/// The staging directory a merge by process `pid` writes into, inside the output directory so that the
+/// final renames stay on one file system.
+pub fn staging_dir(out_dir: &Path, pid: u32) -> PathBuf {
+    out_dir.join(format!("{STAGING_PREFIX}{pid}{STAGING_SUFFIX}"))
+}
+
+const STAGING_PREFIX: &str = ".accel-merge-";
+const STAGING_SUFFIX: &str = ".tmp";
+
+/// The staging directories in `out_dir` with the pid of the merge that made each.
+pub fn staging_dirs(out_dir: &Path) -> Vec<(PathBuf, u32)> {
+    let Ok(rd) = std::fs::read_dir(out_dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(PathBuf, u32)> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            let pid = name
+                .strip_prefix(STAGING_PREFIX)?
+                .strip_suffix(STAGING_SUFFIX)?
+                .parse()
+                .ok()?;
+            Some((e.path(), pid))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Whether process `pid` exists (a zombie counts: its parent has not reaped it yet). A staging
+/// directory of a pid that is ours now was left by an earlier process with the same pid.
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if p <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(p, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The total size of the files below `dir` (for messages).
+pub fn dir_size(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

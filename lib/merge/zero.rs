@@ -10,7 +10,7 @@ use super::copy::{Input, Piece};
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;
-use super::{open_input, Checkpoint, Entry, Kind, MergeError};
+use super::{open_input, Checkpoint, Crc, Entry, Kind, MergeError};
 
 /// A DeepSpeed save directory resolved to its tag directory and files.
 pub struct Found {
@@ -83,15 +83,15 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
     }
     let model_files = list(&tag_dir, "_model_states.pt");
     let optim_files = list(&tag_dir, "_optim_states.pt");
-    if model_files.is_empty() || optim_files.is_empty() {
+    if model_files.is_empty() {
         return Err(MergeError::NotACheckpoint {
             path: tag_dir.clone(),
             found: format!(
-                "a DeepSpeed checkpoint with {} `*_model_states.pt` and {} `*_optim_states.pt` files",
-                model_files.len(),
+                "a DeepSpeed checkpoint with no `*_model_states.pt` file and {} `*_optim_states.pt` files",
                 optim_files.len()
             ),
-            hint: "both model and optimizer state files are needed (zero_to_fp32 semantics); was the save interrupted?".into(),
+            hint: "the model state files are needed (zero_to_fp32 semantics); was the save interrupted?"
+                .into(),
         });
     }
     Ok(Some(Found {
@@ -107,6 +107,8 @@ struct PtFile {
     zip: torchzip::Archive,
     pickle: Pickle,
     big_endian: bool,
+    /// The records read so far, for the CRC-32 check.
+    read: std::cell::RefCell<Vec<Crc>>,
 }
 
 fn load(path: &Path, inputs: &mut Vec<Input>) -> Result<PtFile, MergeError> {
@@ -117,15 +119,23 @@ fn load(path: &Path, inputs: &mut Vec<Input>) -> Result<PtFile, MergeError> {
     };
     let bytes = input.bytes();
     let zip = torchzip::open(bytes).map_err(|e| bad(e.to_string()))?;
-    let pkl = zip.get("data.pkl").map_err(|e| bad(e.to_string()))?;
-    let pickle = pickle::load(&bytes[pkl], Globals::Any).map_err(|e| bad(e.to_string()))?;
+    let rec = zip.get_record("data.pkl").map_err(|e| bad(e.to_string()))?;
+    let pickle =
+        pickle::load(&bytes[rec.data.clone()], Globals::Any).map_err(|e| bad(e.to_string()))?;
     let big_endian = zip.big_endian(bytes);
+    let first = Crc {
+        input: inputs.len(),
+        range: rec.data.clone(),
+        expected: rec.crc32,
+        name: rec.name.clone(),
+    };
     inputs.push(input);
     Ok(PtFile {
         input: inputs.len() - 1,
         zip,
         pickle,
         big_endian,
+        read: std::cell::RefCell::new(vec![first]),
     })
 }
 
@@ -150,10 +160,17 @@ impl PtFile {
             },
             e => self.bad(inputs, format!("{what}: {e}")),
         })?;
-        let rec = self
+        let record = self
             .zip
-            .get(&format!("data/{}", t.key))
+            .get_record(&format!("data/{}", t.key))
             .map_err(|e| self.bad(inputs, e.to_string()))?;
+        let rec = record.data.clone();
+        self.read.borrow_mut().push(Crc {
+            input: self.input,
+            range: rec.clone(),
+            expected: record.crc32,
+            name: record.name.clone(),
+        });
         let need = t
             .extent()
             .and_then(|x| x.checked_mul(t.dtype.size() as u64))
@@ -211,6 +228,9 @@ fn as_1d(t: &TensorRef) -> bool {
 /// Reads a ZeRO checkpoint into entries.
 pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
     let mut inputs = Vec::new();
+    if found.optim_files.is_empty() {
+        return read_stage0(found, &mut inputs);
+    }
     let mut optim = Vec::new();
     for p in &found.optim_files {
         optim.push(load(p, &mut inputs)?);
@@ -241,15 +261,9 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             })
         })
         .ok_or_else(|| o0.bad(&inputs, "no `partition_count`"))?;
-    if world as usize != optim.len() {
-        return Err(MergeError::NotACheckpoint {
-            path: found.dir.clone(),
-            found: format!(
-                "{} `*_optim_states.pt` files, but the checkpoint was saved by {world} ranks",
-                optim.len()
-            ),
-            hint: "copy all ranks' files".into(),
-        });
+    missing_ranks(&found.dir, &found.optim_files, world, "optim")?;
+    if stage == 3 {
+        missing_ranks(&found.dir, &found.model_files, world, "model")?;
     }
     let model0 = load(&found.model_files[0], &mut inputs)?;
     let m = &model0;
@@ -272,6 +286,7 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             entries.push(whole(m, &t, start, name, DType::F32));
         }
     }
+    let mut crcs = Vec::new();
     // Frozen params, in their saved dtype.
     let frozen_shapes = m
         .get(root, "frozen_param_shapes")
@@ -329,6 +344,9 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
                     pieces,
                 });
             }
+        }
+        for f in &extra {
+            crcs.extend(f.read.take());
         }
     }
     // Trainable params, fp32.
@@ -466,6 +484,57 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             });
         }
     }
+    // DeepSpeed records frozen params (frozen_param_shapes) only from stage 2 on
+    // (deepspeed/runtime/engine.py::_save_checkpoint); at stage 1 zero_to_fp32 drops them. Rank 0's
+    // module state holds every param in the training dtype: take the ones nothing else covers.
+    let mut notes = Vec::new();
+    if frozen_shapes.is_none() {
+        let aliases: Vec<&str> = m
+            .get(root, "shared_params")
+            .and_then(|s| m.pickle.pairs(s))
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|&(a, _)| m.pickle.as_str(a))
+            .collect();
+        let mut included: Vec<(String, DType)> = Vec::new();
+        let mut lost = Vec::new();
+        for &(k, v) in m.pickle.pairs(module).unwrap_or(&[]) {
+            let Some(name) = m.pickle.as_str(k) else {
+                continue;
+            };
+            if aliases.contains(&name) || entries.iter().any(|e| e.path == [name]) {
+                continue;
+            }
+            let Ok((t, start)) = m.tensor(&inputs, v, name) else {
+                continue;
+            };
+            if stage == 3 || t.numel() == 0 {
+                lost.push(name.to_owned());
+                continue;
+            }
+            entries.push(whole(m, &t, start, name, t.dtype));
+            included.push((name.to_owned(), t.dtype));
+        }
+        if !lost.is_empty() {
+            return Err(MergeError::Unsupported(format!(
+                "the ZeRO-{stage} checkpoint records no frozen parameters, and {} of the module ({}) hold no data: they cannot be rebuilt",
+                lost.len(),
+                lost.join(", ")
+            )));
+        }
+        if !included.is_empty() {
+            let mut dtypes: Vec<&str> = included.iter().map(|(_, d)| d.torch()).collect();
+            dtypes.sort();
+            dtypes.dedup();
+            notes.push(format!(
+                "{} frozen parameter(s) ({}) are not in the ZeRO-{stage} optimizer state; included from the module state of `{}` in their saved dtype {} (zero_to_fp32 leaves them out)",
+                included.len(),
+                included.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+                found.model_files[0].file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                dtypes.join(", ")
+            ));
+        }
+    }
     // Tied weights: the alias gets a copy of its source.
     if let Some(shared) = m.get(root, "shared_params").and_then(|s| m.pickle.pairs(s)) {
         for &(a, s) in shared {
@@ -480,12 +549,125 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             }
         }
     }
+    for f in optim.iter().chain([&model0]) {
+        crcs.extend(f.read.take());
+    }
     Ok(Checkpoint {
         kind: Kind::Zero(stage as u8),
         dir: found.dir,
         inputs,
         entries,
         bytes_items: Vec::new(),
+        notes,
+        crcs,
+    })
+}
+
+/// The rank a `*zero_pp_rank_<r>_mp_rank_*` file was written by.
+fn rank_of(p: &Path) -> Option<i64> {
+    let name = p.file_name()?.to_str()?;
+    let rest = &name[name.find("zero_pp_rank_")? + "zero_pp_rank_".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Checks that every rank of `world` has its `*_{what}_states.pt` file, naming the missing ones.
+fn missing_ranks(dir: &Path, files: &[PathBuf], world: i64, what: &str) -> Result<(), MergeError> {
+    let have: Vec<i64> = files.iter().filter_map(|f| rank_of(f)).collect();
+    let prefix = files
+        .iter()
+        .filter_map(|f| {
+            f.file_name()?
+                .to_str()?
+                .split("zero_pp_rank_")
+                .next()
+                .map(str::to_owned)
+        })
+        .next()
+        .unwrap_or_default();
+    let missing: Vec<String> = (0..world)
+        .filter(|r| !have.contains(r))
+        .map(|r| format!("`{prefix}zero_pp_rank_{r}_mp_rank_00_{what}_states.pt`"))
+        .collect();
+    if missing.is_empty() && files.len() as i64 == world {
+        return Ok(());
+    }
+    Err(MergeError::NotACheckpoint {
+        path: dir.to_path_buf(),
+        found: if missing.is_empty() {
+            format!(
+                "{} `*_{what}_states.pt` files, but the checkpoint was saved by {world} ranks",
+                files.len()
+            )
+        } else {
+            format!(
+                "a checkpoint saved by {world} ranks without {}",
+                missing.join(", ")
+            )
+        },
+        hint: "copy every rank's files; was the save interrupted?".into(),
+    })
+}
+
+/// A save without ZeRO optimizer files: DeepSpeed stage 0 keeps the complete module weights in
+/// `mp_rank_00_model_states.pt` (deepspeed/runtime/engine.py::_save_checkpoint), which are read as
+/// saved; a ZeRO save whose optimizer files are missing is an incomplete checkpoint.
+fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, MergeError> {
+    let m = load(&found.model_files[0], inputs)?;
+    let root = m.pickle.root;
+    let stage = m
+        .get(root, "ds_config")
+        .and_then(|c| m.get(c, "zero_optimization"))
+        .and_then(|z| m.get(z, "stage"))
+        .and_then(|s| m.int(s))
+        .unwrap_or(0);
+    let has_shapes = m
+        .get(root, "param_shapes")
+        .is_some_and(|p| !matches!(m.pickle.node(p), Node::None));
+    if stage != 0 || has_shapes {
+        return Err(MergeError::NotACheckpoint {
+            path: found.dir.clone(),
+            found: format!(
+                "a DeepSpeed ZeRO-{stage} checkpoint with {} `*_model_states.pt` and no `*_optim_states.pt` files",
+                found.model_files.len()
+            ),
+            hint: "ZeRO keeps the weights in the optimizer state files (zero_to_fp32 semantics); copy every rank's files; was the save interrupted?".into(),
+        });
+    }
+    let module = m
+        .get(root, "module")
+        .ok_or_else(|| m.bad(inputs, "no `module`"))?;
+    let mut entries = Vec::new();
+    let mut dtypes = Vec::new();
+    for &(k, v) in m
+        .pickle
+        .pairs(module)
+        .ok_or_else(|| m.bad(inputs, "`module` is not a dict"))?
+    {
+        let name = m
+            .pickle
+            .as_str(k)
+            .ok_or_else(|| m.bad(inputs, "a module key is not a string"))?;
+        let (t, start) = m.tensor(inputs, v, name)?;
+        dtypes.push(t.dtype.torch());
+        entries.push(whole(&m, &t, start, name, t.dtype));
+    }
+    dtypes.sort();
+    dtypes.dedup();
+    let notes = vec![format!(
+        "a DeepSpeed stage 0 save (no ZeRO): the module weights are read from `{}` as saved ({})",
+        found.model_files[0].display(),
+        dtypes.join(", ")
+    )];
+    let crcs = m.read.take();
+    Ok(Checkpoint {
+        kind: Kind::Zero(0),
+        dir: found.dir,
+        inputs: std::mem::take(inputs),
+        entries,
+        bytes_items: Vec::new(),
+        notes,
+        crcs,
     })
 }
 

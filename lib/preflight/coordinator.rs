@@ -59,6 +59,7 @@ pub fn rank_plan(
         run_id: "none".into(),
         role: "default".into(),
         max_restarts: 0,
+        assembled: None,
     };
     let mut argv: Vec<OsString> = vec![exe.into(), "--worker".into()];
     argv.extend(worker.args.iter().map(OsString::from));
@@ -89,7 +90,7 @@ pub fn supervise(
     let start = Instant::now();
     let port = match world.master_port {
         Some(p) => p,
-        None => super::network::free_port().map_err(PreflightError::Port)?,
+        None => crate::launch::ports::free_port()?,
     };
     let backend = if world.device == Device::Cuda {
         "nccl"
@@ -119,6 +120,9 @@ pub fn supervise(
             port,
             timeout.as_secs_f64()
         ))?;
+    }
+    if let Some(why) = &world.unmet_devices {
+        return unmet_devices(world, why, port, backend, &what, start, json, out);
     }
     let exe = std::env::current_exe().map_err(PreflightError::Exe)?;
     let plan = rank_plan(world, port, &exe, worker, env);
@@ -296,6 +300,45 @@ impl Follower<'_> {
     }
 }
 
+/// The pre-flight of a world that cannot run here (the config asks for GPUs this machine does not
+/// have): every local rank fails `preflight.devices`, and no rank is started.
+#[allow(clippy::too_many_arguments)]
+fn unmet_devices(
+    world: &World,
+    why: &str,
+    port: u16,
+    backend: &str,
+    what: &str,
+    start: Instant,
+    json: bool,
+    out: &mut (dyn FnMut(&str) -> Result<()> + Send),
+) -> Result<ExitStatus> {
+    let ranks: Vec<usize> = (0..world.nproc_per_node)
+        .map(|l| world.global_rank(l))
+        .collect();
+    let mut report = Report::new(ranks.clone(), world.world_size());
+    let mut text = String::new();
+    for &rank in &ranks {
+        text += &report.add(Event::Check {
+            rank,
+            name: "preflight.devices".into(),
+            ok: false,
+            detail: why.to_string(),
+            ms: 0.0,
+        });
+        text += &report.add(Event::Done { rank, ok: false });
+    }
+    text += &report.flush(true);
+    let seconds = start.elapsed().as_secs_f64();
+    if json {
+        out(&json_report(&report, world, port, backend, seconds))?;
+    } else {
+        out(&text)?;
+        out(&report.verdict(seconds, what))?;
+    }
+    Ok(ExitStatus::Failure)
+}
+
 fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds: f64) -> String {
     let checks: Vec<serde_json::Value> = report
         .checks
@@ -359,6 +402,7 @@ mod tests {
             master_port: Some(29500),
             device: Device::Cpu,
             gpu_ids: Some("2,3".into()),
+            unmet_devices: None,
         };
         let worker = WorkerArgs {
             args: vec!["--timeout".into(), "5".into()],

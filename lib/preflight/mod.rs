@@ -3,7 +3,7 @@
 //! c10d stack, with every wait bounded so a broken world is named in seconds, not after a 30-minute
 //! NCCL timeout.
 //!
-//! The parts that need libtorch (lib/torch: the c10d binding and the rank itself) are compiled into the
+//! The parts that need libtorch (bin/accel-test/torch: the c10d binding and the rank itself) are compiled into the
 //! accel-test binary only, behind the `torch` feature, so no other tool links libtorch; the world, the
 //! plan of checks, the network probes, the report and the coordinator are plain Rust, always built.
 
@@ -19,18 +19,12 @@ use crate::exit_status::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
-    #[error("{0}")]
-    Usage(String),
     #[error("invalid rank contract: {0}")]
     Contract(String),
-    #[error("cannot find a free port for the rendezvous")]
-    Port(#[source] std::io::Error),
     #[error("cannot locate the accel-test executable")]
     Exe(#[source] std::io::Error),
     #[error("accel-test was built without libtorch support")]
     NoTorch,
-    #[error("--timeout must be a positive number of seconds, not {0}")]
-    Timeout(f64),
 }
 
 impl Diagnostic for PreflightError {
@@ -47,8 +41,7 @@ impl Diagnostic for PreflightError {
     }
     fn exit_status(&self) -> ExitStatus {
         match self {
-            PreflightError::Usage(_) | PreflightError::Timeout(_) => ExitStatus::Usage,
-            PreflightError::Port(_) | PreflightError::Exe(_) => ExitStatus::LauncherFailed,
+            PreflightError::Exe(_) => ExitStatus::LauncherFailed,
             PreflightError::Contract(_) | PreflightError::NoTorch => ExitStatus::Failure,
         }
     }

@@ -122,6 +122,10 @@ pub struct Report {
     bench_header: bool,
 }
 
+/// The check-name column: wide enough for the embedded Python check's names
+/// (`python.all_reduce.sum float32[16777216]`), so its lines align with the native ones.
+const NAME_WIDTH: usize = 40;
+
 fn rank_list(ranks: &[usize]) -> String {
     match ranks {
         [] => "no rank".into(),
@@ -177,12 +181,18 @@ impl Report {
                 if !self.bench_header {
                     self.bench_header = true;
                     out.push_str(&format!(
-                        "{:<11} {:>12} {:>11} {:>6} {:>12} {:>9} {:>9}\n",
-                        "bench", "size(B)", "count", "iters", "time(us)", "algbw", "busbw"
+                        "{:<11} {:>12} {:>11} {:>6} {:>12} {:>11} {:>11}\n",
+                        "bench",
+                        "size(B)",
+                        "count",
+                        "iters",
+                        "time(us)",
+                        "algbw(GB/s)",
+                        "busbw(GB/s)"
                     ));
                 }
                 out.push_str(&format!(
-                    "{:<11} {:>12} {:>11} {:>6} {:>12.1} {:>9.3} {:>9.3}\n",
+                    "{:<11} {:>12} {:>11} {:>6} {:>12.1} {:>11.3} {:>11.3}\n",
                     row.op, row.size, row.count, row.iters, row.time_us, row.algbw, row.busbw
                 ));
                 self.bench.push(row);
@@ -245,7 +255,7 @@ impl Report {
                 .map(|d| format!("  {d}"))
                 .unwrap_or_default();
             return format!(
-                "PASS  {:<34} {:<11} {:>9.2} ms{detail}\n",
+                "PASS  {:<NAME_WIDTH$} {:<11} {:>9.2} ms{detail}\n",
                 c.name,
                 rank_list(&answered),
                 ms
@@ -351,6 +361,38 @@ mod tests {
             v.starts_with("verdict: FAIL") && v.contains("rank 1 died"),
             "{v}"
         );
+    }
+
+    #[test]
+    fn columns_align_for_python_names_and_bench_has_units() {
+        let mut r = Report::new(vec![0], 1);
+        let a = r.add(check(0, "all_reduce.sum float32[1048576]", true));
+        let b = r.add(check(0, "python.all_reduce.sum float32[1048576]", true));
+        let col = |l: &str| l.find("rank 0").unwrap();
+        assert_eq!(col(&a), col(&b), "{a}{b}");
+        let t = r.add(Event::Bench {
+            rank: 0,
+            row: BenchRow {
+                op: "all_reduce".into(),
+                dtype: "float32".into(),
+                size: 1024,
+                count: 256,
+                iters: 100,
+                time_us: 12.5,
+                algbw: 0.08,
+                busbw: 0.0,
+            },
+        });
+        let mut lines = t.lines();
+        let header = lines.next().unwrap();
+        assert!(
+            header.contains("time(us)")
+                && header.contains("algbw(GB/s)")
+                && header.contains("busbw(GB/s)"),
+            "{header}"
+        );
+        let row = lines.next().unwrap();
+        assert_eq!(header.len(), row.len(), "{header}\n{row}");
     }
 
     #[test]

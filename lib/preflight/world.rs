@@ -1,15 +1,11 @@
-//! The world accel-test checks: resolved on the coordinator side from the config exactly as
-//! accel-launch resolves it, and read back on the worker side from the torchrun rank contract
-//! (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, …) that every rank receives.
-
-use serde_json::Value;
+//! The world accel-test checks: on the coordinator side this node's share of the run that
+//! [`crate::launch::resolve`] decided (the same resolution accel-launch uses), and on the worker side the
+//! torchrun rank contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, …) every rank reads back.
 
 use super::PreflightError;
-use crate::cli::test::TestCli;
-use crate::config::{self, CliValue, DistributedType};
-use crate::contract::accelerate::{Machine, MergeInput};
-use crate::contract::{LaunchArgs, Paradigm};
-use crate::env_vars::{self, Environment};
+use crate::config::DistributedType;
+use crate::env_vars::Environment;
+use crate::launch::Run;
 
 /// Where rank tensors live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +35,53 @@ pub struct World {
     pub device: Device,
     /// CUDA_VISIBLE_DEVICES for the ranks, from gpu_ids.
     pub gpu_ids: Option<String>,
+    /// What the config asks of GPUs that this machine does not have (`the config asks for 8 GPUs per
+    /// node (MULTI_GPU); none is visible`): the pre-flight fails on it without starting ranks.
+    pub unmet_devices: Option<String>,
 }
 
 impl World {
+    /// This machine's share of a resolved run.
+    pub fn of(run: &Run) -> World {
+        let args = &run.args;
+        let cpu = args.cpu_flag
+            || args.use_cpu
+            || args.distributed_type == DistributedType::MULTI_CPU
+            || run.visible_gpus == 0;
+        let unmet_devices = run
+            .gpus_asked()
+            .filter(|_| run.visible_gpus == 0)
+            .map(|asked| format!("{asked}; none is visible"));
+        let (num_machines, machine_rank, nproc_per_node, master_addr, master_port) =
+            match &run.topology {
+                Some(t) => (
+                    t.num_nodes as usize,
+                    t.node_rank as usize,
+                    t.local_world_size as usize,
+                    t.master_addr.clone(),
+                    // A port picked here may be lost before rank 0 binds it: the coordinator picks
+                    // its own just before starting the ranks.
+                    (!run.port_auto).then_some(t.master_port),
+                ),
+                // accelerate's single plain child: still a world of one rank for the checks.
+                None => (1, 0, 1, "127.0.0.1".to_string(), None),
+            };
+        World {
+            num_machines,
+            machine_rank,
+            nproc_per_node,
+            master_addr,
+            master_port,
+            device: if cpu && unmet_devices.is_none() {
+                Device::Cpu
+            } else {
+                Device::Cuda
+            },
+            gpu_ids: args.gpu_ids.clone().filter(|g| !g.is_empty() && g != "all"),
+            unmet_devices,
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.num_machines * self.nproc_per_node
     }
@@ -49,130 +89,6 @@ impl World {
     pub fn global_rank(&self, local: usize) -> usize {
         self.machine_rank * self.nproc_per_node + local
     }
-}
-
-/// The command-line values that shape the world, as config keys (what accel-launch passes too).
-fn cli_values(cli: &TestCli) -> Vec<CliValue> {
-    let mut v = Vec::new();
-    let mut push = |key: &str, value: Value, flag: &str| {
-        v.push(CliValue {
-            key: key.into(),
-            value,
-            flag: flag.into(),
-        })
-    };
-    if cli.cpu {
-        push("use_cpu", Value::from(true), "--cpu");
-    }
-    if let Some(n) = cli.num_processes {
-        push("num_processes", Value::from(n), "--num_processes");
-    }
-    if let Some(n) = cli.num_machines {
-        push("num_machines", Value::from(n), "--num_machines");
-    }
-    if let Some(n) = cli.machine_rank {
-        push("machine_rank", Value::from(n), "--machine_rank");
-    }
-    if let Some(ip) = &cli.main_process_ip {
-        push(
-            "main_process_ip",
-            Value::from(ip.clone()),
-            "--main_process_ip",
-        );
-    }
-    if let Some(p) = cli.main_process_port {
-        push("main_process_port", Value::from(p), "--main_process_port");
-    }
-    if let Some(ids) = &cli.gpu_ids {
-        push("gpu_ids", Value::from(ids.clone()), "--gpu_ids");
-    }
-    v
-}
-
-/// Resolves this machine's world exactly as accel-launch does: the same config-file choice (`--cpu`
-/// ignores the default file, as in accelerate), accelerate's merge ([`LaunchArgs::merge`], including the
-/// embedded default without a config), and the same node placement from SLURM/MPI/outside variables
-/// ([`crate::launch::place_node`]).
-pub fn resolve(
-    cli: &TestCli,
-    env: &Environment,
-    gpus_here: usize,
-) -> Result<World, crate::error::Error> {
-    let explicit =
-        cli.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
-    let loaded = match config::choose_file(cli.config_file.as_deref(), env) {
-        Some((path, _)) if explicit || !cli.cpu => Some(config::load(&path)?),
-        _ => None,
-    };
-    let resolved = config::Resolved::resolve(loaded.as_ref(), env, &cli_values(cli))?;
-    for w in &resolved.warnings {
-        crate::error::warn("accel-test", &w.0, env);
-    }
-    let mut args = LaunchArgs::merge(MergeInput {
-        resolved: &resolved,
-        loaded: loaded.as_ref(),
-        paradigm: Paradigm {
-            cpu: cli.cpu,
-            ..Paradigm::default()
-        },
-        num_cpu_threads_per_process: None,
-        machine: Machine {
-            gpus: gpus_here as u32,
-            physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
-        },
-        env,
-    })?;
-    crate::launch::place_node(env, &resolved, loaded.is_some(), &mut args)?;
-    let num_machines = args.num_machines.max(1) as usize;
-    let machine_rank = match (num_machines, args.machine_rank) {
-        (1, r) => r.unwrap_or(0) as usize,
-        (_, Some(r)) => r as usize,
-        (n, None) => {
-            return Err(PreflightError::Usage(format!(
-                "{n} machines but no --machine_rank for this one"
-            ))
-            .into())
-        }
-    };
-    if machine_rank >= num_machines {
-        return Err(PreflightError::Usage(format!(
-            "machine_rank {machine_rank} is out of range for {num_machines} machine(s)"
-        ))
-        .into());
-    }
-    if num_machines > 1 && args.main_process_ip.is_none() {
-        return Err(PreflightError::Usage(
-            "a multi-node job needs --main_process_ip (the address of machine 0)".into(),
-        )
-        .into());
-    }
-    if args.num_processes as usize % num_machines != 0 {
-        return Err(PreflightError::Usage(format!(
-            "num_processes ({}) is not a multiple of num_machines ({num_machines})",
-            args.num_processes
-        ))
-        .into());
-    }
-    let mut master_port = args.main_process_port.filter(|p| *p != 0);
-    if num_machines > 1 && master_port.is_none() {
-        master_port = Some(29500);
-    }
-    let cpu = args.cpu_flag
-        || args.use_cpu
-        || args.distributed_type == DistributedType::MULTI_CPU
-        || gpus_here == 0;
-    Ok(World {
-        num_machines,
-        machine_rank,
-        nproc_per_node: args.num_local_processes() as usize,
-        master_addr: args
-            .main_process_ip
-            .clone()
-            .unwrap_or_else(|| "127.0.0.1".into()),
-        master_port,
-        device: if cpu { Device::Cpu } else { Device::Cuda },
-        gpu_ids: args.gpu_ids.clone().filter(|g| !g.is_empty() && g != "all"),
-    })
 }
 
 /// What one rank was told by its launcher.
@@ -211,86 +127,6 @@ impl Contract {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn cli(args: &[&str]) -> TestCli {
-        TestCli::parse_from(std::iter::once("accel-test").chain(args.iter().copied()))
-    }
-
-    #[test]
-    fn resolves_like_the_launcher() {
-        let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
-        let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 8).unwrap();
-        assert_eq!(
-            (w.nproc_per_node, w.world_size(), w.device),
-            (4, 4, Device::Cpu)
-        );
-        assert_eq!(w.master_port, None);
-        // No config on a machine without GPUs: accel-launch's embedded default (2 CPU ranks, 1 on a
-        // single-core machine).
-        let w = resolve(&cli(&[]), &env, 0).unwrap();
-        let want = if crate::devices::detect_cpu().physical_cores >= 2 {
-            2
-        } else {
-            1
-        };
-        assert_eq!((w.world_size(), w.device), (want, Device::Cpu));
-        let w = resolve(
-            &cli(&[
-                "--num_processes",
-                "8",
-                "--num_machines",
-                "2",
-                "--machine_rank",
-                "1",
-                "--main_process_ip",
-                "n0",
-            ]),
-            &env,
-            4,
-        )
-        .unwrap();
-        assert_eq!(
-            (w.nproc_per_node, w.global_rank(0), w.master_port),
-            (4, 4, Some(29500))
-        );
-        assert!(resolve(&cli(&["--num_machines", "2"]), &env, 0).is_err());
-        assert!(resolve(
-            &cli(&[
-                "--num_processes",
-                "3",
-                "--num_machines",
-                "2",
-                "--main_process_ip",
-                "x"
-            ]),
-            &env,
-            0
-        )
-        .is_err());
-    }
-
-    #[test]
-    fn slurm_allocation() {
-        let env = Environment::from_pairs([
-            ("HF_HOME", "/nonexistent"),
-            ("SLURM_NNODES", "2"),
-            ("SLURM_NODEID", "1"),
-            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
-            ("SLURM_JOB_ID", "1234"),
-        ]);
-        let w = resolve(&cli(&["--cpu", "--num_processes", "4"]), &env, 0).unwrap();
-        assert_eq!(
-            (w.num_machines, w.machine_rank, w.master_addr.as_str()),
-            (2, 1, "gpu07")
-        );
-        let job = crate::slurm::SlurmJob::detect(&env).unwrap().unwrap();
-        assert_eq!(
-            w.master_port,
-            job.derived_port(),
-            "the same port accel-launch derives"
-        );
-    }
 
     #[test]
     fn contract_validation() {

@@ -31,43 +31,24 @@ pub const MACHINE_TYPES: &[(&str, &str)] = &[
     ("TPU", "XLA"),
 ];
 
-/// `config_utils.DYNAMO_BACKENDS`. accelerate lists `TORHCHXLA_TRACE_ONCE`, which its own
-/// `DynamoBackend` enum rejects (choosing it is a traceback); the valid spelling is offered here.
-const DYNAMO_BACKENDS: &[&str] = &[
-    "EAGER",
-    "AOT_EAGER",
-    "INDUCTOR",
-    "AOT_TS_NVFUSER",
-    "NVPRIMS_NVFUSER",
-    "CUDAGRAPHS",
-    "OFI",
-    "FX2TRT",
-    "ONNXRT",
-    "TENSORRT",
-    "AOT_TORCHXLA_TRACE_ONCE",
-    "TORCHXLA_TRACE_ONCE",
-    "TVM",
-];
+/// `config_utils.DYNAMO_BACKENDS`: the schema's backends without `NO` (asked for separately) and the
+/// two device backends accelerate's menu leaves out. accelerate lists `TORHCHXLA_TRACE_ONCE`, which its
+/// own `DynamoBackend` enum rejects (choosing it is a traceback); the valid spelling is offered here.
+fn dynamo_backends() -> &'static [&'static str] {
+    let all = crate::config::schema::DYNAMO_BACKENDS;
+    &all[1..all.len() - 2]
+}
 const TORCH_DYNAMO_MODES: &[&str] = &["default", "reduce-overhead", "max-autotune"];
-// The menus of `accelerate.utils.constants`, in their order (the order is what number keys pick, so these
-// are kept here rather than borrowed from the schema's validation lists).
-const FSDP_SHARDING_STRATEGIES: &[&str] = &[
-    "FULL_SHARD",
-    "SHARD_GRAD_OP",
-    "NO_SHARD",
-    "HYBRID_SHARD",
-    "HYBRID_SHARD_ZERO2",
-];
-const FSDP_AUTO_WRAP_POLICIES: &[&str] = &["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"];
-const FSDP_BACKWARD_PREFETCH: &[&str] = &["BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"];
-const FSDP_STATE_DICT_TYPES: &[&str] =
-    &["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"];
+// The menus of `accelerate.utils.constants` are the schema's value lists, in the same order (the order
+// is what number keys pick): one list serves validation and the menu.
+use schema::{
+    AUTO_WRAP_POLICIES as FSDP_AUTO_WRAP_POLICIES, BACKWARD_PREFETCH as FSDP_BACKWARD_PREFETCH,
+    DS_LAUNCHERS as DEEPSPEED_MULTINODE_LAUNCHERS, MIXED_PRECISION,
+    OFFLOAD_DEVICES as DEEPSPEED_OFFLOAD_DEVICES, SHARDING_STRATEGIES as FSDP_SHARDING_STRATEGIES,
+    STATE_DICT_TYPES as FSDP_STATE_DICT_TYPES,
+};
+/// FSDP2 offers only two state-dict types, sharded first (`cluster.py`, `fsdp_version == 2`).
 const FSDP2_STATE_DICT_TYPES: &[&str] = &["SHARDED_STATE_DICT", "FULL_STATE_DICT"];
-const DEEPSPEED_OFFLOAD_DEVICES: &[&str] = &["none", "cpu", "nvme"];
-const DEEPSPEED_MULTINODE_LAUNCHERS: &[&str] = &[
-    "pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm",
-];
-const MIXED_PRECISION: &[&str] = &["no", "fp16", "bf16", "fp8"];
 
 /// Above this many machines the rank is typed rather than picked from a menu of every rank.
 const MAX_RANK_MENU: i64 = 128;
@@ -273,13 +254,13 @@ fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
         false,
     )?;
     if use_dynamo {
-        let shown: Vec<String> = DYNAMO_BACKENDS.iter().map(|b| b.to_lowercase()).collect();
+        let shown: Vec<String> = dynamo_backends().iter().map(|b| b.to_lowercase()).collect();
         let backend = q.options("Which dynamo backend would you like to use?", &shown, 2)?;
         // Stored upper-case: the value of accelerate's DynamoBackend enum.
         set(
             &mut dynamo_config,
             "dynamo_backend",
-            DYNAMO_BACKENDS[backend],
+            dynamo_backends()[backend],
         );
         let custom = q.yes_no(
             "Do you want to customize the defaults sent to torch.compile? [yes/NO]: ",
@@ -875,7 +856,7 @@ fn megatron(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
 
 /// The fp8 questions. accelerate's questionnaire stores three answers under names its launcher never
 /// reads (`amax_history_length`, `amax_compute_algorithm`, `optimization_level`, so the answers are
-/// lost: reference §2.6); accel writes the names the launcher reads (`amax_history_len`,
+/// lost: `accelerate/utils/launch.py::setup_fp8_env` exports only `fp8_*` arguments); accel writes the names the launcher reads (`amax_history_len`,
 /// `amax_compute_algo`, `opt_level`), which accelerate's launch then honours too. accelerate also
 /// refuses here when the chosen FP8 library is not installed; accel leaves that to the launch.
 fn fp8(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {

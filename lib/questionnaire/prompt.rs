@@ -3,15 +3,13 @@
 //!
 //! Menus are drawn here on `console` rather than with `dialoguer::Select`: accelerate's `BulletMenu`
 //! moves to a row when its number key is pressed, and people who type `4⏎` for multi-GPU out of habit
-//! must not silently get the default instead. Free-text answers go through `dialoguer::Input`, which
-//! gives line editing; the theme prints accelerate's prompts verbatim (they carry their own `[default]`).
+//! must not silently get the default instead. Free-text answers are read key by key too, with simple
+//! line editing (arrows, Home/End, Backspace/Delete): `dialoguer::Input` ignores Ctrl-D, which must end
+//! the questionnaire as Ctrl-C does. Prompts are printed verbatim (they carry their own `[default]`).
 
-use std::fmt;
 use std::io;
 
 use dialoguer::console::{self, style, Key, Term};
-use dialoguer::theme::Theme;
-use dialoguer::Input;
 
 /// Where answers come from.
 pub trait Ask {
@@ -72,7 +70,11 @@ impl Ask for Terminal {
         loop {
             let drawn = self.draw_rows(items, pos, rows)?;
             t.flush()?;
-            let key = t.read_key()?;
+            let key = match t.read_key() {
+                Ok(Key::Char('\u{4}')) => return Err(end_of_input(t)),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(end_of_input(t)),
+                other => other?,
+            };
             match key {
                 Key::ArrowUp | Key::Char('k') | Key::BackTab => pos = pos.saturating_sub(1),
                 Key::ArrowDown | Key::Char('j') | Key::Tab if pos + 1 < items.len() => pos += 1,
@@ -96,19 +98,58 @@ impl Ask for Terminal {
     }
 
     fn line(&mut self, prompt: &str) -> io::Result<String> {
-        // dialoguer redraws the prompt line after Enter counting newlines, not wrapped rows, so a
-        // prompt wider than the terminal (many of accelerate's are) would leave half of itself behind:
-        // such prompts are printed once, and the answer is typed on the line below.
-        let width = self.term.size().1 as usize;
-        let inline = console::measure_text_width(prompt) + 16 <= width;
-        if !inline {
-            self.term.write_line(prompt.trim_end())?;
+        // A prompt wider than the terminal would wrap, and redrawing the answer line would then leave
+        // half of it behind: such prompts are printed once, and the answer is typed on the line below.
+        let t = &self.term;
+        let width = t.size().1 as usize;
+        let shown = if console::measure_text_width(prompt) + 16 <= width {
+            prompt
+        } else {
+            t.write_line(prompt.trim_end())?;
+            "> "
+        };
+        t.write_str(shown)?;
+        t.flush()?;
+        let mut chars: Vec<char> = Vec::new();
+        let mut pos = 0;
+        loop {
+            let key = match t.read_key() {
+                Ok(key) => key,
+                // Ctrl-D before the terminal was switched to raw mode reaches us as end of input.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(end_of_input(t)),
+                Err(e) => return Err(e),
+            };
+            match key {
+                Key::Enter => {
+                    t.write_line("")?;
+                    return Ok(chars.into_iter().collect());
+                }
+                // Ctrl-D: the user wants out, as with Ctrl-C (dialoguer's Input ignores it).
+                Key::Char('\u{4}') => return Err(end_of_input(t)),
+                Key::Char(c) if !c.is_control() => {
+                    chars.insert(pos, c);
+                    pos += 1;
+                }
+                Key::Backspace if pos > 0 => {
+                    pos -= 1;
+                    chars.remove(pos);
+                }
+                Key::Del if pos < chars.len() => {
+                    chars.remove(pos);
+                }
+                Key::ArrowLeft if pos > 0 => pos -= 1,
+                Key::ArrowRight if pos < chars.len() => pos += 1,
+                Key::Home => pos = 0,
+                Key::End => pos = chars.len(),
+                _ => continue,
+            }
+            let text: String = chars.iter().collect();
+            t.clear_line()?;
+            t.write_str(shown)?;
+            t.write_str(&text)?;
+            t.move_cursor_left(chars.len() - pos)?;
+            t.flush()?;
         }
-        Input::<String>::with_theme(&Verbatim)
-            .with_prompt(if inline { prompt } else { "> " })
-            .allow_empty(true)
-            .interact_text_on(&self.term)
-            .map_err(|dialoguer::Error::IO(e)| e)
     }
 
     fn say(&mut self, message: &str) {
@@ -116,32 +157,15 @@ impl Ask for Terminal {
     }
 }
 
-/// Prints a prompt exactly as given: accelerate's prompts end in their own `[default]: `.
-struct Verbatim;
-
-impl Theme for Verbatim {
-    fn format_input_prompt(
-        &self,
-        f: &mut dyn fmt::Write,
-        prompt: &str,
-        _default: Option<&str>,
-    ) -> fmt::Result {
-        write!(f, "{prompt}")
+/// Ctrl-D ends the questionnaire as Ctrl-C does: by SIGINT, so nothing is written and the shell sees
+/// the same status. When SIGINT is ignored (a background job), the error ends it with status 130.
+fn end_of_input(t: &Term) -> io::Error {
+    let _ = t.write_line("");
+    // SAFETY: raise() is safe to call; the default SIGINT disposition ends the process here.
+    unsafe {
+        libc::raise(libc::SIGINT);
     }
-
-    fn format_input_prompt_selection(
-        &self,
-        f: &mut dyn fmt::Write,
-        prompt: &str,
-        sel: &str,
-    ) -> fmt::Result {
-        let sep = if prompt.ends_with(char::is_whitespace) {
-            ""
-        } else {
-            " "
-        };
-        write!(f, "{prompt}{sep}{sel}")
-    }
+    io::Error::new(io::ErrorKind::Interrupted, "end of input (Ctrl-D)")
 }
 
 /// Answers from a list, for tests: `Pick(i)` for menus, `Text(s)` for lines. Records what was asked.

@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::cli::config::{ConfigCli, ConfigCommand, DefaultArgs, MixedPrecisionArg, ShowArgs};
-use crate::config::{self, file, schema, ConfigError, Document, Format, Origin, Resolved};
+use crate::cli::config::{ConfigCli, ConfigCommand, DefaultArgs, ShowArgs};
+use crate::config::{
+    self, compat, edit, file, schema, ConfigError, Document, Format, Origin, Resolved,
+};
 use crate::devices;
 use crate::env_vars::Environment;
 use crate::error::{warn, Error, Result};
@@ -45,7 +47,7 @@ pub fn run(cli: ConfigCli, env: &Environment) -> Result<ExitStatus> {
                 .file
                 .or(explicit)
                 .unwrap_or_else(|| target_path(None, env));
-            validate(&path, env)
+            validate(&path, args.accel_only, env)
         }
     }
 }
@@ -64,27 +66,21 @@ fn print_warnings(warnings: &[config::Warning], env: &Environment) {
     }
 }
 
-/// The mapping `accelerate config default` writes for this machine (reference §3.7).
+/// The mapping `accelerate config default` writes for this machine
+/// (`accelerate/commands/config/default.py::write_basic_config`): every key the schema gives a default,
+/// then the four that depend on the machine and the chosen precision.
 pub fn default_map(mixed_precision: &str, env: &Environment) -> Map<String, Value> {
     let gpus = devices::detect_gpus(env).gpus.len();
-    let mut m = Map::new();
-    m.insert("compute_environment".into(), "LOCAL_MACHINE".into());
-    m.insert("debug".into(), false.into());
+    let mut m: Map<String, Value> = schema::TOP
+        .iter()
+        .filter_map(|spec| Some((spec.name.to_string(), spec.default.to_value()?)))
+        .collect();
     m.insert(
         "distributed_type".into(),
         if gpus > 1 { "MULTI_GPU" } else { "NO" }.into(),
     );
-    m.insert("downcast_bf16".into(), false.into());
-    m.insert("enable_cpu_affinity".into(), false.into());
-    m.insert("machine_rank".into(), 0.into());
-    m.insert("main_training_function".into(), "main".into());
     m.insert("mixed_precision".into(), mixed_precision.into());
-    m.insert("num_machines".into(), 1.into());
     m.insert("num_processes".into(), gpus.max(1).into());
-    m.insert("rdzv_backend".into(), "static".into());
-    m.insert("same_network".into(), false.into());
-    m.insert("tpu_use_cluster".into(), false.into());
-    m.insert("tpu_use_sudo".into(), false.into());
     m.insert("use_cpu".into(), (gpus == 0).into());
     m
 }
@@ -119,39 +115,83 @@ fn default(path: &Path, args: &DefaultArgs, env: &Environment) -> Result<ExitSta
         }
         .into());
     }
-    let mp = match args.mixed_precision {
-        MixedPrecisionArg::No => "no",
-        MixedPrecisionArg::Fp16 => "fp16",
-        MixedPrecisionArg::Bf16 => "bf16",
-        MixedPrecisionArg::Fp8 => "fp8",
-    };
-    write_map(path, &default_map(mp, env))?;
+    write_map(path, &default_map(&args.mixed_precision, env))?;
     eprintln!("{TOOL}: configuration saved at {}", path.display());
     Ok(ExitStatus::Success)
 }
 
+/// Rewrites the file with accelerate's migrations applied (legacy keys, removed keys, values in their
+/// canonical spelling), changing only those lines and warning about each change.
 fn update(path: &Path, env: &Environment) -> Result<ExitStatus> {
     let loaded = config::load(path)?;
-    let mut warnings = loaded.warnings.clone();
-    // Unknown keys that are not removed ones are kept: never drop what a user wrote.
-    let mut map = Resolved::resolve(Some(&loaded), &Environment::default(), &[])?.to_map();
-    for (key, value) in &loaded.doc.map {
-        if schema::top(key).is_none() && !schema::LEGACY_TOP.contains(&key.as_str()) {
+    let raw = &loaded.doc.map;
+    let mut map = Map::new();
+    let mut kept = Vec::new();
+    for (key, value) in raw {
+        if let Some(v) = loaded.map.get(key) {
+            map.insert(key.clone(), v.clone());
+        } else if schema::top(key).is_some() {
+            // A known key whose value is null stays as written.
             map.insert(key.clone(), value.clone());
-            warnings.push(config::Warning(format!(
-                "kept unknown key `{key}`: accelerate refuses files with unknown keys until it is fixed or removed"
-            )));
+        } else if !schema::LEGACY_TOP.contains(&key.as_str()) {
+            // Never drop what a user wrote.
+            map.insert(key.clone(), value.clone());
+            kept.push(format!(
+                "{}: kept unknown key `{key}`: accelerate refuses files with unknown keys until it is fixed or removed",
+                loaded.doc.location(key)
+            ));
+        }
+    }
+    for (key, value) in &loaded.map {
+        if !map.contains_key(key) {
+            map.insert(key.clone(), value.clone());
         }
     }
     if let Some(Value::Object(mpirun)) = map.get_mut("mpirun_config") {
         mpirun.remove("mpirun_ccl");
     }
-    for w in &warnings {
-        warn(TOOL, &w.0, env);
+    for w in &kept {
+        warn(TOOL, w, env);
     }
-    write_map(path, &map)?;
+    let changes = edit::changes(raw, &map);
+    if changes.is_empty() {
+        eprintln!("{TOOL}: {} is up to date", path.display());
+        return Ok(ExitStatus::Success);
+    }
+    for change in &changes {
+        let location = match change.old {
+            Some(_) => loaded.doc.location(&change.key),
+            None => path.display().to_string(),
+        };
+        warn(TOOL, &format!("{location}: {change}"), env);
+    }
+    write_edited(&loaded.doc, &map, env)?;
     eprintln!("{TOOL}: updated {}", path.display());
     Ok(ExitStatus::Success)
+}
+
+/// Writes `map` over the file `doc` was read from, keeping its untouched lines, after checking the
+/// result loads.
+fn write_edited(doc: &Document, map: &Map<String, Value>, env: &Environment) -> Result<()> {
+    let edited = edit::edit(doc, map).map_err(|e| {
+        Error::msg(
+            ExitStatus::Output,
+            format!("cannot serialise config for `{}`: {e}", doc.path.display()),
+        )
+    })?;
+    if !edited.layout_kept {
+        warn(
+            TOOL,
+            &format!(
+                "{}: its layout (flow style, anchors, …) cannot be edited line by line; rewritten whole in accel's layout, comments lost",
+                doc.path.display()
+            ),
+            env,
+        );
+    }
+    let loaded = config::normalize(Document::parse(&doc.path, edited.text.clone())?)?;
+    print_warnings(&loaded.warnings, env);
+    write_text(&doc.path, &edited.text)
 }
 
 fn resolve(explicit: Option<&Path>, env: &Environment) -> Result<Resolved> {
@@ -185,23 +225,42 @@ fn show(explicit: Option<&Path>, args: &ShowArgs, env: &Environment) -> Result<E
         };
         serde_json::to_string_pretty(&json).unwrap_or_default() + "\n"
     } else {
-        let rows: Vec<(String, String, String)> = resolved
-            .entries()
-            .into_iter()
-            .map(|(k, v, o)| (k, bare(v), o.to_string()))
-            .collect();
-        let width = rows
-            .iter()
-            .map(|(k, v, _)| k.len() + v.len() + 2)
-            .max()
-            .unwrap_or(0);
+        // YAML that accelerate loads with the same values (`show > x.yaml`): sections nested, strings
+        // PyYAML would misread quoted, origins as comments.
+        let mut rows: Vec<(String, String)> = Vec::new();
+        let mut open_section: Option<String> = None;
+        for (key, value, origin) in resolved.entries() {
+            let (indent, name) = match key.split_once('.') {
+                Some((sec, inner)) => {
+                    if open_section.as_deref() != Some(sec) {
+                        rows.push((format!("{sec}:"), String::new()));
+                        open_section = Some(sec.to_string());
+                    }
+                    (2, inner.to_string())
+                }
+                None => {
+                    open_section = None;
+                    (0, key.clone())
+                }
+            };
+            let lines = edit::render_entry(&name, value, indent).unwrap_or_default();
+            for (i, line) in lines.iter().enumerate() {
+                let o = if i == 0 {
+                    origin.to_string()
+                } else {
+                    String::new()
+                };
+                rows.push((line.trim_end_matches('\n').to_string(), o));
+            }
+        }
+        let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
         let mut s = String::new();
-        for (k, v, o) in rows {
-            if args.origin {
-                let kv = format!("{k}: {v}");
-                s.push_str(&format!("{kv:<width$}  # {o}\n"));
+        for (line, origin) in rows {
+            if args.origin && !origin.is_empty() {
+                s.push_str(&format!("{line:<width$}  # {origin}\n"));
             } else {
-                s.push_str(&format!("{k}: {v}\n"));
+                s.push_str(&line);
+                s.push('\n');
             }
         }
         s
@@ -274,19 +333,37 @@ fn set(path: &Path, key: &str, raw: &str, env: &Environment) -> Result<ExitStatu
         key: key.clone(),
         suggestion: None,
     })?;
-    let value = config::coerce(&spec.kind, &config::file::type_hint_parse(raw)).map_err(|_| {
+    let section = matches!(spec.kind, schema::Kind::Section(_));
+    let parsed = if section {
+        file::type_hint_parse_mapping(raw)
+    } else {
+        file::type_hint_parse(raw)
+    };
+    let value = config::coerce(&spec.kind, &parsed).map_err(|_| {
         ConfigError::Invalid(config::Problem {
             location: "command line".into(),
             key: key.clone(),
-            message: format!("invalid value `{raw}` (expected {})", spec.kind.describe()),
+            message: if section {
+                format!(
+                    "invalid value `{raw}`: a section takes a mapping (`'{{{}: …}}'`), or set one of its keys (`{key}.{}`)",
+                    section_example(&key),
+                    section_example(&key)
+                )
+            } else {
+                format!("invalid value `{raw}` (expected {})", spec.kind.describe())
+            },
             hint: None,
         })
     })?;
     // Work on the document as written, so keys accel does not know survive the rewrite.
-    let mut map = match Document::read(path) {
-        Ok(doc) => doc.map,
-        Err(ConfigError::NotFound { .. }) => default_map("no", env),
+    let doc = match Document::read(path) {
+        Ok(doc) => Some(doc),
+        Err(ConfigError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
+    };
+    let mut map = match &doc {
+        Some(doc) => doc.map.clone(),
+        None => default_map("no", env),
     };
     match key.split_once('.') {
         None => {
@@ -314,26 +391,68 @@ fn set(path: &Path, key: &str, raw: &str, env: &Environment) -> Result<ExitStatu
             }
         }
     }
-    // The result must load before it replaces the old file.
-    let text = file::render(&map, Format::from_path(path))
-        .map_err(|e| Error::msg(ExitStatus::Output, format!("cannot serialise config: {e}")))?;
-    let loaded = config::normalize(Document::parse(path, text.clone())?)?;
-    print_warnings(&loaded.warnings, env);
-    write_text(path, &text)?;
+    match &doc {
+        Some(doc) => write_edited(doc, &map, env)?,
+        None => {
+            // The result must load before it is written.
+            let text = file::render(&map, Format::from_path(path)).map_err(|e| {
+                Error::msg(ExitStatus::Output, format!("cannot serialise config: {e}"))
+            })?;
+            let loaded = config::normalize(Document::parse(path, text.clone())?)?;
+            print_warnings(&loaded.warnings, env);
+            write_text(path, &text)?;
+        }
+    }
     Ok(ExitStatus::Success)
 }
 
-fn validate(path: &Path, env: &Environment) -> Result<ExitStatus> {
-    match config::load(path) {
-        Ok(loaded) => {
-            print_warnings(&loaded.warnings, env);
-            super::print(&format!("{}: valid\n", path.display()))?;
-            Ok(ExitStatus::Success)
-        }
-        Err(e @ ConfigError::NotFound { .. }) => Err(e.into()),
+/// A key of `section` to show in messages (`fsdp_version` for `fsdp_config`).
+fn section_example(section: &str) -> &'static str {
+    schema::section(section)
+        .and_then(|s| s.keys.first())
+        .map(|k| k.name)
+        .unwrap_or("key")
+}
+
+/// accel's own loading, then (unless `accel_only`) whether accelerate would load the file with the same
+/// values (`config::compat`): a file only accel can read is not a valid accelerate config.
+fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStatus> {
+    let loaded = match config::load(path) {
+        Ok(loaded) => loaded,
+        Err(e @ ConfigError::NotFound { .. }) => return Err(e.into()),
         Err(e) => {
             crate::error::render(TOOL, &Error::from(e), env);
-            Ok(ExitStatus::Failure)
+            return Ok(ExitStatus::Failure);
         }
+    };
+    print_warnings(&loaded.warnings, env);
+    if accel_only {
+        super::print(&format!(
+            "{}: valid for accel (accelerate not checked)\n",
+            path.display()
+        ))?;
+        return Ok(ExitStatus::Success);
     }
+    let problems = compat::check(&loaded);
+    if problems.is_empty() {
+        super::print(&format!(
+            "{}: valid (accel and accelerate read the same values)\n",
+            path.display()
+        ))?;
+        return Ok(ExitStatus::Success);
+    }
+    let list: Vec<String> = problems.iter().map(|p| format!("  - {}", p.0)).collect();
+    let err = Error::msg_hint(
+        ExitStatus::Failure,
+        format!(
+            "{}: accel reads this file, but accelerate would refuse or misread it ({} problem{}):\n{}",
+            path.display(),
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            list.join("\n")
+        ),
+        "fix each one (`accel-config update` rewrites legacy keys), or pass --accel_only to check only what accel reads",
+    );
+    crate::error::render(TOOL, &err, env);
+    Ok(ExitStatus::Failure)
 }

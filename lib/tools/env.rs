@@ -1,4 +1,5 @@
-//! `accel-env`: the environment report (Markdown or JSON). `accel-env -- CMD` belongs to the launch issue.
+//! `accel-env`: the environment report (Markdown or JSON). `accel-env -- CMD` (one task of a scheduler,
+//! no supervisor) is `contract::task`, over the launcher's run resolution.
 
 use std::collections::BTreeMap;
 

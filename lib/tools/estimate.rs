@@ -11,6 +11,7 @@ use crate::estimate::arch::Dims;
 use crate::estimate::error::EstimateError;
 use crate::estimate::input::{self, Model};
 use crate::estimate::per_gpu::{self, Breakdown, Training};
+use crate::estimate::quant;
 use crate::estimate::table::{self, convert_bytes};
 use crate::estimate::tensors::{maximum_sizes, Bytes, MaximumSizes};
 use crate::exit_status::ExitStatus;
@@ -92,6 +93,8 @@ struct PerGpu {
     fits: Option<bool>,
     /// (what, value) — the largest batch or context that fits.
     largest: Option<(&'static str, u64)>,
+    /// Per-rank weights, gradients, optimizer state and master weights where ranks differ.
+    ranks: Vec<Value>,
 }
 
 fn dims_or_error<'m>(
@@ -105,6 +108,10 @@ fn dims_or_error<'m>(
         .ok_or_else(|| EstimateError::NeedsConfig {
             what: what.into(),
             source_name: cli.model_name.clone(),
+            reason: model
+                .no_dims_reason
+                .clone()
+                .unwrap_or_else(|| "has no config.json".into()),
         })
 }
 
@@ -133,7 +140,7 @@ fn per_gpu_estimate(
             let context = cli.context.unwrap_or(1);
             let dims = dims_or_error(model, cli, "the KV cache (--context)")?;
             let batch = cli.batch_size.unwrap_or(1);
-            let weights = sizes.total.value * cli.dtype.bytes() / 4.0;
+            let weights = inference_weights(model, cli.dtype);
             let kv = per_gpu::kv_cache(dims, context, batch, cli.kv_dtype);
             let breakdown = per_gpu::inference(weights, kv, num_gpus);
             let largest = gpu_memory.map(|m| {
@@ -159,6 +166,7 @@ fn per_gpu_estimate(
                 gpu_memory,
                 fits: None,
                 largest,
+                ranks: Vec::new(),
             }
         }
         _ => {
@@ -183,9 +191,26 @@ fn per_gpu_estimate(
                 seq_len: cli.seq_len,
                 grad_checkpointing: cli.grad_checkpointing,
             };
-            let params = trained_parameters(model);
+            let trained = trained_tensors(model);
+            let params: u64 = trained.iter().map(|p| p.numel).sum();
             let largest_params = (sizes.largest_layer.value / 4.0) as u64;
-            let breakdown = per_gpu::training(params, largest_params, dims, &training);
+            let breakdown = per_gpu::training(&trained, largest_params, dims, &training);
+            // FSDP2's uneven shards make ranks differ; small worlds list every rank.
+            let ranks: Vec<Value> = if strategy == per_gpu::Strategy::Fsdp && num_gpus <= 64 {
+                (0..num_gpus)
+                    .map(|r| {
+                        let b =
+                            per_gpu::training_on_rank(&trained, largest_params, dims, &training, r);
+                        json!({
+                            "rank": r, "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
+                            "optimizer_states": b.optimizer_states.ceil(),
+                            "master_weights": b.master_weights.ceil(),
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let largest = match (gpu_memory, dims, training.seq_len) {
                 (Some(m), Some(d), Some(s)) => {
                     let per_sample =
@@ -221,8 +246,10 @@ fn per_gpu_estimate(
                     "strategy": strategy, "num_gpus": num_gpus, "offload": cli.offload,
                     "precision": cli.precision, "batch_size": training.batch_size,
                     "seq_len": training.seq_len, "grad_checkpointing": cli.grad_checkpointing,
-                    "parameters": params, "largest_layer_parameters": largest_params,
+                    "parameters": params, "parameter_tensors": trained.len(),
+                    "largest_layer_parameters": largest_params,
                 }),
+                ranks,
                 gpu_memory,
                 fits: None,
                 largest,
@@ -233,6 +260,30 @@ fn per_gpu_estimate(
         .gpu_memory
         .map(|m| out.breakdown.gpu_total() <= m as f64);
     Ok(out)
+}
+
+/// Inference weight bytes of the causal LM (its untied LM head included): floating-point tensors at `dtype`, integer tensors (GPTQ/AWQ packed
+/// I32, int8 weights) at their stored size, and, for a config with `quantization_config`, the
+/// decoder layers' linear weights as the quantizer stores them.
+fn inference_weights(model: &Model, dtype: per_gpu::StoreDtype) -> f64 {
+    let scheme = model.quantization.as_ref().and_then(quant::Scheme::of);
+    model
+        .tensors
+        .iter()
+        .chain(&model.head)
+        .map(|t| {
+            if let Some(s) = &scheme {
+                if let Some(bytes) = s.bytes(t) {
+                    return bytes;
+                }
+            }
+            if t.dtype.is_float() {
+                t.numel as f64 * dtype.bytes()
+            } else {
+                t.numel as f64 * t.dtype.bits() as f64 / 8.0
+            }
+        })
+        .sum()
 }
 
 fn plural(n: u64) -> &'static str {
@@ -250,14 +301,23 @@ fn name<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
-/// Parameters that are trained: floating-point tensors that are not buffers.
-fn trained_parameters(model: &Model) -> u64 {
+/// Parameter tensors that are trained: floating-point tensors that are not buffers, of the model
+/// that is trained — the causal LM, so with its LM head when untied.
+fn trained_tensors(model: &Model) -> Vec<per_gpu::Param> {
     model
         .tensors
         .iter()
+        .chain(&model.head)
         .filter(|t| !t.buffer && t.dtype.is_float())
-        .map(|t| t.numel)
-        .sum()
+        .map(|t| per_gpu::Param {
+            numel: t.numel,
+            rows: t.rows,
+        })
+        .collect()
+}
+
+fn trained_parameters(model: &Model) -> u64 {
+    trained_tensors(model).iter().map(|p| p.numel).sum()
 }
 
 fn human(bytes: f64) -> String {
@@ -338,6 +398,9 @@ impl PerGpu {
             "gpu_memory": self.gpu_memory,
             "fits": self.fits,
         });
+        if !self.ranks.is_empty() {
+            v["ranks"] = json!(self.ranks);
+        }
         if let Some((what, value)) = self.largest {
             v[if what == "context" {
                 "largest_context"

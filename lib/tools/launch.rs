@@ -1,24 +1,23 @@
-//! Runs `accel-launch`: resolve the config as accelerate would, place this node in the job (flags,
-//! SLURM, outside variables), render every rank's contract, then either print it (`--dry-run`), hand
-//! the job to the engine that owns it (torchrun for elastic rendezvous, deepspeed/mpirun for hostfile
-//! runs) or start and supervise the ranks.
+//! Runs `accel-launch`: [`launch::resolve`] decides what the run is (config, accelerate's merge, this
+//! node's place, topology, port); this module turns it into each rank's argv and environment, then
+//! either prints it (`--dry-run`), hands the job to the engine that owns it (torchrun for elastic
+//! rendezvous, deepspeed/mpirun for hostfile runs) or starts and supervises the ranks.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::cli::launch::LaunchCli;
-use crate::config;
-use crate::contract::accelerate::{Machine, MergeInput};
-use crate::contract::scheduler::Source;
-use crate::contract::{ContractError, EnvMap, LaunchArgs, LaunchPath, Paradigm, Topology};
+use crate::contract::Assembled;
+use crate::contract::{EnvMap, LaunchArgs, LaunchPath, Paradigm};
 use crate::env_vars::{self, Environment};
 use crate::error::{warn, Error, Result};
 use crate::exit_status::ExitStatus;
-use crate::launch::{self, ports, Plan};
+use crate::launch::{self, control, Engine, Plan, Run, RunInput, Scope};
 
 const TOOL: &str = "accel-launch";
 
@@ -27,6 +26,9 @@ fn usage(msg: impl Into<String>, hint: impl Into<String>) -> Error {
 }
 
 pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
+    if let Some(pid) = cli.stacks {
+        return stacks_of(pid, env);
+    }
     let Some(script) = cli.command.first().cloned() else {
         return Err(usage(
             "no training script given",
@@ -58,173 +60,106 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         ));
     }
 
-    // Which file: accelerate ignores the *default* config file with --cpu (an explicit one is read).
-    let explicit =
-        cli.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
-    let loaded = match config::choose_file(cli.config_file.as_deref(), env) {
-        Some((path, _)) if explicit || !cli.cpu => Some(config::load(&path)?),
-        _ => None,
-    };
-    let resolved = config::Resolved::resolve(loaded.as_ref(), env, &cli.config_values())?;
-    for w in &resolved.warnings {
-        warn(TOOL, &w.0, env);
-    }
-    let machine = Machine {
-        gpus: visible_gpus(env),
-        physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
-    };
-    let mut args = LaunchArgs::merge(MergeInput {
-        resolved: &resolved,
-        loaded: loaded.as_ref(),
-        paradigm: Paradigm {
-            cpu: cli.cpu,
-            multi_gpu: cli.multi_gpu,
-            tpu: cli.tpu,
-            use_deepspeed: cli.use_deepspeed,
-            use_fsdp: cli.use_fsdp,
-            use_megatron_lm: cli.use_megatron_lm,
-            use_parallelism_config: cli.use_parallelism_config,
+    let run = launch::resolve(
+        &RunInput {
+            scope: Scope::Node,
+            config_file: cli.config_file.as_deref(),
+            paradigm: Paradigm {
+                cpu: cli.cpu,
+                multi_gpu: cli.multi_gpu,
+                tpu: cli.tpu,
+                use_deepspeed: cli.use_deepspeed,
+                use_fsdp: cli.use_fsdp,
+                use_megatron_lm: cli.use_megatron_lm,
+                use_parallelism_config: cli.use_parallelism_config,
+            },
+            cli: cli.config_values(),
+            num_cpu_threads_per_process: cli.num_cpu_threads_per_process,
+            role: cli.role.clone(),
+            max_restarts: cli.max_restarts,
+            allow_delegation: true,
+            check_port: !cli.dry_run,
+            nproc_per_node: cli.nproc_per_node,
         },
-        num_cpu_threads_per_process: cli.num_cpu_threads_per_process,
-        machine,
         env,
-    })?;
-
-    let source = launch::place_node(env, &resolved, loaded.is_some(), &mut args)?;
-
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let mut common = args.accelerate_env(env, &cwd)?;
-    // torchrun sets OMP_NUM_THREADS=1 for its workers when it is unset and more than one runs; only the
-    // DeepSpeed path leaves it to torchrun (accelerate sets it everywhere else).
-    if args.path == LaunchPath::DeepSpeed
-        && args.num_local_processes() > 1
-        && env.get(env_vars::OMP_NUM_THREADS).is_none()
-    {
-        common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
+    )?;
+    for w in &run.warnings {
+        warn(TOOL, w, env);
     }
-    let argv = worker_argv(&cli, env, &args, &script)?;
-
-    // Engines that own the job.
-    if args.rdzv_backend != "static" {
-        return delegate(
+    if let Some(asked) = run.gpus_asked().filter(|_| run.visible_gpus == 0) {
+        // accelerate launch starts such a config anyway, and every rank falls back to a separate
+        // non-distributed CPU process; keep the parity, but say so before anything starts.
+        warn(
+            TOOL,
+            &format!(
+                "{asked}, but no GPU is visible here: its {} ranks will run on CPU, each as a separate process that does not join the others (as under accelerate launch)",
+                run.args.num_processes
+            ),
             env,
-            "torchrun",
-            torchrun_args(&cli, &args, &script)?,
-            &common,
-            cli.dry_run,
         );
     }
-    if args.path == LaunchPath::DeepSpeed && args.num_machines > 1 {
-        let launcher = args
-            .values
-            .get("deepspeed_multinode_launcher")
-            .and_then(Value::as_str)
-            .unwrap_or("pdsh")
-            .to_string();
-        if launcher != "standard" {
+    let args = &run.args;
+    let argv = worker_argv(&cli, env, args, &script)?;
+    let requeue_signal = requeue_signal(&cli, env)?;
+    if requeue_signal.is_some() && run.engine != Engine::Own {
+        return Err(usage(
+            "--slurm_requeue works with the ranks accel-launch starts and supervises itself, not with a run handed to torchrun, deepspeed or mpirun",
+            "drop --slurm_requeue (ACCEL_LAUNCH_SLURM_REQUEUE), or use the static rendezvous without a hostfile",
+        ));
+    }
+
+    // Engines that own the job.
+    match &run.engine {
+        Engine::Own => {}
+        Engine::Torchrun => {
+            let (targs, extra) = torchrun_args(&cli, args, &script)?;
+            let mut vars = run.common.clone();
+            vars.extend(extra);
+            return delegate(env, "torchrun", targs, &vars, cli.dry_run);
+        }
+        Engine::DeepSpeed { launcher } => {
             return delegate(
                 env,
                 "deepspeed",
-                deepspeed_args(&cli, &args, &launcher, &script)?,
-                &common,
+                deepspeed_args(&cli, args, launcher, &script)?,
+                &run.common,
                 cli.dry_run,
-            );
+            )
         }
-    }
-    let hostfile = args
-        .values
-        .get("mpirun_hostfile")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    if args.path == LaunchPath::Simple {
-        if let Some(h) = hostfile {
-            let nppn = (args.num_processes / args.num_machines).max(1).to_string();
-            let mut a: Vec<OsString> = [
-                "--hostfile".into(),
-                h.into(),
-                "--npernode".into(),
-                nppn.into(),
-                "-n".into(),
-                args.num_processes.to_string().into(),
-                "--bind-to".into(),
-                "socket".into(),
-            ]
-            .into();
-            a.extend(argv.iter().cloned());
-            return delegate(env, "mpirun", a, &common, cli.dry_run);
+        Engine::Mpirun { hostfile } => {
+            let (program, a) = mpirun_args(env, args, hostfile, &argv);
+            // accelerate exports the rendezvous for the ranks mpirun starts
+            // (`accelerate/utils/launch.py::prepare_simple_launcher_cmd_env`).
+            let mut vars = run.common.clone();
+            if args.num_processes > 1 || args.num_machines > 1 {
+                vars.insert(
+                    env_vars::MASTER_ADDR.into(),
+                    args.main_process_ip
+                        .clone()
+                        .unwrap_or_else(|| "127.0.0.1".into()),
+                );
+                vars.insert(
+                    env_vars::MASTER_PORT.into(),
+                    args.main_process_port.unwrap_or(29500).to_string(),
+                );
+            }
+            return delegate(env, program, a, &vars, cli.dry_run);
         }
     }
 
-    // The node's topology.
-    let nnodes = args.num_machines;
-    let local = args.num_local_processes();
-    let single_child = args.path == LaunchPath::Simple && args.num_processes == 1 && nnodes == 1;
-    let mut port_auto = false;
-    let topology = if single_child {
-        None
-    } else {
-        let node_rank = match (nnodes, args.machine_rank) {
-            (1, r) => r.unwrap_or(0),
-            (_, Some(r)) => r,
-            (_, None) => {
-                return Err(ContractError::Topology(format!(
-                    "{nnodes} machines but no --machine_rank for this one"
-                ))
-                .into())
-            }
-        };
-        if node_rank >= nnodes {
-            return Err(ContractError::Topology(format!(
-                "--machine_rank {node_rank} is not below --num_machines {nnodes}"
-            ))
-            .into());
-        }
-        let master_addr = if nnodes > 1 {
-            args.main_process_ip.clone().ok_or_else(|| ContractError::Topology(
-                format!("{nnodes} machines but no --main_process_ip (the address of the machine with rank 0)"),
-            ))?
-        } else {
-            args.main_process_ip
-                .clone()
-                .unwrap_or_else(|| "127.0.0.1".into())
-        };
-        let port = match args.main_process_port.filter(|p| *p != 0) {
-            Some(p) => {
-                if node_rank == 0 && !cli.dry_run {
-                    ports::check_free(p)?;
-                }
-                p
-            }
-            None if nnodes == 1 => {
-                port_auto = true;
-                ports::free_port()?
-            }
-            None => 29500,
-        };
-        Some(Topology {
-            local_world_size: local,
-            node_rank,
-            num_nodes: nnodes,
-            master_addr,
-            master_port: port,
-            run_id: "none".into(),
-            role: cli.role.clone(),
-            max_restarts: cli.max_restarts,
-        })
-    };
-    let plan = Plan::build(topology, &argv, &common, port_auto, env);
-
-    if cli.dry_run {
-        return dry_run(&cli, &resolved, &args, &plan, source);
+    if !cli.rdzv_conf.is_empty() {
+        warn(
+            TOOL,
+            "--rdzv_conf is ignored: it configures torchrun's elastic rendezvous (--rdzv_backend c10d or etcd), not the static one",
+            env,
+        );
     }
-
-    let grace = cli
-        .grace_period
-        .or_else(|| {
-            env.non_empty(env_vars::ACCEL_LAUNCH_GRACE)
-                .and_then(|g| g.trim().parse().ok())
-        })
-        .unwrap_or(30.0);
+    if cli.nproc_per_node.is_some() && run.control.is_none() {
+        return Err(usage(
+            "--nproc_per_node needs a multi-node run started by accel-launch itself (--num_machines 2 or more, static rendezvous)",
+            "on one node, use --num_processes",
+        ));
+    }
     let filter = match &cli.local_ranks_filter {
         None => None,
         Some(s) => Some(
@@ -241,14 +176,121 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
+    if let Some(f) = &filter {
+        let n = run.topology.as_ref().map_or(1, |t| t.local_world_size);
+        if let Some(bad) = f.iter().find(|r| **r >= n) {
+            return Err(usage(
+                format!(
+                    "--local_ranks_filter: this node runs local ranks 0 to {}, not {bad}",
+                    n.saturating_sub(1)
+                ),
+                "local ranks count from 0 on each node; --local_ranks_filter 0 shows the first",
+            ));
+        }
+    }
+    let hang_timeout = hang_timeout(&cli, env)?;
+    let hang_env = |plan: &mut Plan| {
+        if hang_timeout.is_none() {
+            return;
+        }
+        let dump_dir = cli.log_dir.as_ref().map(|d| d.join("hang"));
+        for (name, value) in launch::autopsy::flight_recorder_env(dump_dir.as_deref()) {
+            if env.get(name).is_none() {
+                for r in &mut plan.ranks {
+                    r.env
+                        .entry(name.to_string())
+                        .or_insert_with(|| value.clone());
+                }
+            }
+        }
+    };
+    if cli.dry_run {
+        let mut plan = Plan::build(run.topology.clone(), &argv, &run.common, run.port_auto, env);
+        hang_env(&mut plan);
+        return dry_run(&cli, &run, &plan, requeue_signal);
+    }
+    if hang_timeout.is_some() {
+        if let Some(d) = cli.log_dir.as_ref().map(|d| d.join("hang")) {
+            let _ = std::fs::create_dir_all(d);
+        }
+    }
+    let py_spy = if hang_timeout.is_some() || cli.stacks_on_failure {
+        let interpreter = argv.first().map(PathBuf::from).filter(|_| !cli.no_python);
+        let found = launch::autopsy::find_py_spy(env, interpreter.as_deref());
+        if found.is_none() {
+            warn(
+                TOOL,
+                "py-spy not found (on PATH or next to the Python interpreter): hang and failure reports will name each rank's process state but not its Python stack; `pip install py-spy` to get them",
+                env,
+            );
+        }
+        found
+    } else {
+        None
+    };
+    let grace = match (
+        cli.grace_period,
+        env.non_empty(env_vars::ACCEL_LAUNCH_GRACE),
+    ) {
+        (Some(g), _) => g,
+        (None, Some(g)) => crate::duration::parse_wait(g).map_err(|e| {
+            usage(
+                format!("invalid {}: {e}", env_vars::ACCEL_LAUNCH_GRACE),
+                "a number of seconds, e.g. 30, or inf never to SIGKILL",
+            )
+        })?,
+        (None, None) => crate::duration::Wait::After(Duration::from_secs(30)),
+    };
+
+    // Before anything starts: a requeue that would fail at the end of the time limit loses the job.
+    let requeue = match requeue_signal {
+        Some(sig) => {
+            let node = run.topology.as_ref().map_or(0, |t| t.node_rank);
+            Some(launch::requeue::Requeue::prepare(env, sig, node == 0)?)
+        }
+        None => None,
+    };
+
+    // Multi-node: join the other nodes' launchers first; the world (each node's rank offset) is
+    // assembled there.
+    let mut topology = run.topology.clone();
+    let link = match (&run.control, &mut topology) {
+        (Some(cp), Some(t)) => {
+            let (link, place) = control::Link::join(&control::Settings {
+                addr: cp.addr.clone(),
+                port: cp.port,
+                join: control::Join {
+                    protocol: control::PROTOCOL,
+                    run_id: t.run_id.clone(),
+                    node: t.node_rank,
+                    nodes: t.num_nodes,
+                    local_ranks: t.local_world_size,
+                    host: launch::plan::hostname(),
+                    max_restarts: cli.max_restarts,
+                },
+                join_timeout: cli.rdzv_timeout,
+                heartbeat: control::HEARTBEAT,
+            })?;
+            t.assembled = Some(Assembled {
+                world_size: place.world_size,
+                rank_offset: place.rank_offset,
+            });
+            Some(Arc::new(link))
+        }
+        _ => None,
+    };
+    let mut plan = Plan::build(topology, &argv, &run.common, run.port_auto, env);
+    hang_env(&mut plan);
     let prefix = cli
         .rank_prefix
         .clone()
         .or_else(|| (cli.tee != "0").then(|| "[{role}{local_rank}]:".to_string()));
     let opts = launch::Options {
         tool: TOOL,
-        grace: Duration::from_secs_f64(grace.max(0.0)),
-        monitor_interval: Duration::from_secs_f64(cli.monitor_interval.clamp(0.001, 60.0)),
+        grace: grace.as_duration(),
+        monitor_interval: cli
+            .monitor_interval
+            .clamp(Duration::from_millis(1), Duration::from_secs(60)),
         max_restarts: cli.max_restarts,
         log_dir: cli.log_dir.clone(),
         log_template: cli.log_template.clone(),
@@ -258,23 +300,145 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         },
         tail_lines: 20,
         quiet: cli.quiet,
+        hang_timeout,
+        stacks_on_failure: cli.stacks_on_failure,
+        py_spy,
+        control: link,
+        requeue_signal,
         ..launch::Options::default()
     };
-    launch::supervise(&plan, &opts, env)
-}
-
-/// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else what the driver reports.
-fn visible_gpus(env: &Environment) -> u32 {
-    if let Some(v) = env.get(env_vars::CUDA_VISIBLE_DEVICES) {
-        return v
-            .split(',')
-            .filter(|s| !s.trim().is_empty() && !s.trim().starts_with('-'))
-            .count() as u32;
+    let outcome = launch::run(&plan, &opts, env)?;
+    if let Some(path) = &cli.report_json {
+        write_report(path, &plan, &outcome)?;
     }
-    crate::devices::detect_gpus(env).gpus.len() as u32
+    if let Some(r) = requeue.filter(|r| r.requeuer && outcome.status == ExitStatus::Requeued) {
+        // Every node's ranks are gone (node 0 hears it over the control plane): ask once. slurmctld
+        // then ends the job's steps, this launcher with them, and queues the job again.
+        r.request()?;
+        if !cli.quiet {
+            eprintln!("{TOOL}: job {} requeued (scontrol requeue)", r.job);
+        }
+    }
+    Ok(outcome.status)
 }
 
-/// torchrun's worker argv (torch-contracts §A1); the plain child of accelerate's simple path has no `-u`.
+/// `--slurm_requeue` (or ACCEL_LAUNCH_SLURM_REQUEUE): the warning signal, `None` when off.
+fn requeue_signal(cli: &LaunchCli, env: &Environment) -> Result<Option<i32>> {
+    let on = cli.slurm_requeue
+        || match env.non_empty(env_vars::ACCEL_LAUNCH_SLURM_REQUEUE) {
+            None => false,
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => {
+                    return Err(usage(
+                        format!("invalid {}: `{v}`", env_vars::ACCEL_LAUNCH_SLURM_REQUEUE),
+                        "1 (or true) to requeue on SLURM's warning signal, 0 (or false) not to",
+                    ))
+                }
+            },
+        };
+    let given = cli
+        .requeue_signal
+        .as_deref()
+        .map(|s| ("--requeue_signal", s))
+        .or_else(|| {
+            env.non_empty(env_vars::ACCEL_LAUNCH_REQUEUE_SIGNAL)
+                .map(|s| (env_vars::ACCEL_LAUNCH_REQUEUE_SIGNAL, s))
+        });
+    if !on {
+        if cli.requeue_signal.is_some() {
+            return Err(usage(
+                "--requeue_signal needs --slurm_requeue",
+                "add --slurm_requeue (or ACCEL_LAUNCH_SLURM_REQUEUE=1)",
+            ));
+        }
+        return Ok(None);
+    }
+    match given {
+        None => Ok(Some(libc::SIGUSR1)),
+        Some((from, s)) => launch::requeue::parse_signal(s)
+            .map(Some)
+            .map_err(|e| match from {
+                "--requeue_signal" => e.into(),
+                _ => usage(
+                    format!("invalid {from}: {e}"),
+                    "e.g. USR1, as in sbatch --signal=USR1@300",
+                ),
+            }),
+    }
+}
+
+/// `--report_json`: how the run ended, for a scheduler or a wrapper script to read without parsing
+/// the logs. Written whole (temporary file, then rename), on success too.
+fn write_report(path: &std::path::Path, plan: &Plan, o: &launch::RunOutcome) -> Result<()> {
+    let t = plan.topology.as_ref();
+    let v = json!({
+        "status": o.status.code(),
+        "ok": o.status == ExitStatus::Success,
+        "node": t.map(|t| t.node_rank),
+        "num_nodes": t.map(|t| t.num_nodes),
+        "world_size": t.map(|t| t.world_size()),
+        "host": plan.host,
+        "signal": o.signal,
+        "failure": o.failure,
+        "ranks": o.ranks.iter().map(|r| json!({
+            "rank": r.rank,
+            "local_rank": r.local_rank,
+            "code": r.end.status.code(),
+            "signal": std::os::unix::process::ExitStatusExt::signal(&r.end.status),
+            "stopped": r.end.stopped,
+        })).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| crate::error::IoError::new("write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| crate::error::IoError::new("write", path, e))?;
+    Ok(())
+}
+
+/// --hang_timeout, else ACCEL_LAUNCH_HANG_TIMEOUT; 0 is off.
+fn hang_timeout(cli: &LaunchCli, env: &Environment) -> Result<Option<Duration>> {
+    let wait = match (
+        cli.hang_timeout,
+        env.non_empty(env_vars::ACCEL_LAUNCH_HANG_TIMEOUT),
+    ) {
+        (Some(w), _) => w,
+        (None, Some(s)) => crate::duration::parse_wait(s).map_err(|e| {
+            usage(
+                format!("invalid {}: {e}", env_vars::ACCEL_LAUNCH_HANG_TIMEOUT),
+                "a number of seconds, e.g. ACCEL_LAUNCH_HANG_TIMEOUT=600; 0 or inf for off",
+            )
+        })?,
+        (None, None) => return Ok(None),
+    };
+    // 0 and `inf` (never declare a hang) both mean off.
+    Ok(match wait {
+        crate::duration::Wait::After(d) if !d.is_zero() => Some(d),
+        _ => None,
+    })
+}
+
+/// `accel-launch --stacks PID`: the grouped stacks of a running launcher's ranks, on stdout.
+fn stacks_of(pid: i32, env: &Environment) -> Result<ExitStatus> {
+    let (ranks, interpreter) = launch::autopsy::ranks_of_launcher(pid);
+    if ranks.is_empty() {
+        return Err(usage(
+            format!("--stacks {pid}: process {pid} is not an accel-launch with running ranks"),
+            "give the PID of accel-launch itself (e.g. from `pgrep -f accel-launch`), not of a rank",
+        ));
+    }
+    let py_spy = launch::autopsy::find_py_spy(env, interpreter.as_deref());
+    if py_spy.is_none() {
+        warn(TOOL, "py-spy not found (on PATH or next to the ranks' interpreter): only process states are known; `pip install py-spy`", env);
+    }
+    let stacks = launch::autopsy::take(py_spy.as_deref(), &ranks);
+    let report = launch::autopsy::report(&format!("{TOOL} {pid}"), &stacks);
+    print!("{report}");
+    Ok(ExitStatus::Success)
+}
+
+/// torchrun's worker argv (`torch/distributed/run.py::config_from_args`: `python -u script`); the plain child of accelerate's simple path has no `-u`.
 fn worker_argv(
     cli: &LaunchCli,
     env: &Environment,
@@ -306,12 +470,36 @@ fn worker_argv(
     Ok(argv)
 }
 
-fn torchrun_args(cli: &LaunchCli, args: &LaunchArgs, script: &OsString) -> Result<Vec<OsString>> {
+/// torchrun's arguments for an elastic rendezvous, with accel's console and log options translated to
+/// torchrun's own (`torch/distributed/run.py`): `--log_dir` writes files there and still shows the
+/// console (`--tee 3`); `--rank_prefix` becomes `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE` (torchrun
+/// prefixes only teed output, so it tees); `--local_ranks_filter` is torchrun's own (likewise on teed
+/// output). What torchrun cannot do is refused rather than dropped.
+fn torchrun_args(
+    cli: &LaunchCli,
+    args: &LaunchArgs,
+    script: &OsString,
+) -> Result<(Vec<OsString>, EnvMap)> {
     let ip = args
         .main_process_ip
         .clone()
         .unwrap_or_else(|| "127.0.0.1".into());
     let port = args.main_process_port.filter(|p| *p != 0).unwrap_or(29400);
+    let mut extra_env = EnvMap::new();
+    let mut tee = cli.tee.clone();
+    if cli.log_template != crate::launch::supervise::DEFAULT_LOG_TEMPLATE {
+        return Err(usage(
+            format!("--log_template cannot be used with --rdzv_backend {}", args.rdzv_backend),
+            "torchrun names its log files itself (<log_dir>/<run id>/attempt_N/<local rank>/stdout.log)",
+        ));
+    }
+    if let Some(p) = &cli.rank_prefix {
+        extra_env.insert(
+            env_vars::TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.into(),
+            torchrun_prefix(p, &args.rdzv_backend)?,
+        );
+        tee = "3".into();
+    }
     let mut a: Vec<String> = vec![
         "--nnodes".into(),
         args.num_machines.to_string(),
@@ -324,18 +512,22 @@ fn torchrun_args(cli: &LaunchCli, args: &LaunchArgs, script: &OsString) -> Resul
         "--max_restarts".into(),
         cli.max_restarts.to_string(),
         "--monitor_interval".into(),
-        cli.monitor_interval.to_string(),
+        cli.monitor_interval.as_secs_f64().to_string(),
         "--role".into(),
         cli.role.clone(),
-        "--tee".into(),
-        cli.tee.clone(),
     ];
     if !cli.rdzv_conf.is_empty() {
         a.extend(["--rdzv_conf".into(), cli.rdzv_conf.clone()]);
     }
     if let Some(d) = &cli.log_dir {
         a.extend(["--log_dir".into(), d.display().to_string()]);
+        tee = "3".into();
     }
+    if let Some(f) = &cli.local_ranks_filter {
+        a.extend(["--local_ranks_filter".into(), f.clone()]);
+        tee = "3".into();
+    }
+    a.extend(["--tee".into(), tee]);
     if cli.module {
         a.push("-m".into());
     }
@@ -345,6 +537,42 @@ fn torchrun_args(cli: &LaunchCli, args: &LaunchArgs, script: &OsString) -> Resul
     let mut out: Vec<OsString> = a.into_iter().map(OsString::from).collect();
     out.push(script.clone());
     out.extend(cli.command[1..].iter().cloned());
+    Ok((out, extra_env))
+}
+
+/// accel's `--rank_prefix` placeholders as torchrun's `string.Template` macros
+/// (`local_elastic_agent.py`: `${role_name}`, `${local_rank}`, `${rank}`).
+fn torchrun_prefix(template: &str, backend: &str) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(i) = rest.find(['{', '$']) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(t) = tail.strip_prefix('$') {
+            out.push_str("$$");
+            rest = t;
+            continue;
+        }
+        let Some(end) = tail.find('}') else {
+            out.push_str(tail);
+            rest = "";
+            break;
+        };
+        let macro_ = match &tail[1..end] {
+            "rank" => "${rank}",
+            "local_rank" => "${local_rank}",
+            "role" => "${role_name}",
+            other => {
+                return Err(usage(
+                    format!("--rank_prefix: `{{{other}}}` has no torchrun equivalent with --rdzv_backend {backend}"),
+                    "torchrun's prefix knows {rank}, {local_rank} and {role}",
+                ))
+            }
+        };
+        out.push_str(macro_);
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
     Ok(out)
 }
 
@@ -407,6 +635,51 @@ fn deepspeed_args(
     out.push(script.clone());
     out.extend(cli.command[1..].iter().cloned());
     Ok(out)
+}
+
+/// mpirun's arguments for a hostfile run, in the dialect of the MPI found first on PATH
+/// (`accelerate/utils/launch.py::_get_mpirun_args`): Open MPI's `--hostfile/--npernode/--bind-to`, or
+/// MPICH/Intel MPI/MVAPICH's `-f/-ppn`.
+fn mpirun_args(
+    env: &Environment,
+    args: &LaunchArgs,
+    hostfile: &str,
+    argv: &[OsString],
+) -> (&'static str, Vec<OsString>) {
+    let path = env.get(env_vars::PATH);
+    let program = ["mpirun", "mpiexec"]
+        .into_iter()
+        .find(|p| path.is_some_and(|path| which::which_in(p, Some(path), "/").is_ok()))
+        .unwrap_or("mpirun");
+    let open_mpi = path
+        .and_then(|path| which::which_in(program, Some(path), "/").ok())
+        .and_then(|p| std::process::Command::new(p).arg("--version").output().ok())
+        .is_none_or(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
+    let nppn = args.num_local_processes().to_string();
+    let n = args.num_processes.to_string();
+    let mut a: Vec<OsString> = if open_mpi {
+        vec![
+            "--hostfile".into(),
+            hostfile.into(),
+            "--npernode".into(),
+            nppn.into(),
+            "-n".into(),
+            n.into(),
+            "--bind-to".into(),
+            "socket".into(),
+        ]
+    } else {
+        vec![
+            "-f".into(),
+            hostfile.into(),
+            "-ppn".into(),
+            nppn.into(),
+            "-n".into(),
+            n.into(),
+        ]
+    };
+    a.extend(argv.iter().cloned());
+    (program, a)
 }
 
 /// Execs another launcher with accelerate's variables (it then owns the job and its signals).
@@ -489,12 +762,13 @@ fn shell_quote(s: &std::ffi::OsStr) -> String {
 
 fn dry_run(
     cli: &LaunchCli,
-    resolved: &config::Resolved,
-    args: &LaunchArgs,
+    run: &Run,
     plan: &Plan,
-    source: Source,
+    requeue_signal: Option<i32>,
 ) -> Result<ExitStatus> {
-    let config: Vec<Value> = resolved
+    let (args, source) = (&run.args, run.source);
+    let config: Vec<Value> = run
+        .resolved
         .entries()
         .into_iter()
         .map(|(k, v, o)| json!({"key": k, "value": v, "origin": o.to_string()}))
@@ -513,6 +787,17 @@ fn dry_run(
         "master_addr": plan.topology.as_ref().map(|t| t.master_addr.clone()),
         "master_port": plan.topology.as_ref().map(|t| t.master_port),
         "port_auto": plan.port_auto,
+        "control_plane": run.control.as_ref().map(|c| json!({
+            "addr": c.addr,
+            "port": c.port,
+            "heartbeat_s": control::HEARTBEAT.as_secs_f64(),
+            "lost_after_s": control::lost_after(control::HEARTBEAT).as_secs_f64(),
+            "join_timeout_s": cli.rdzv_timeout.as_secs_f64(),
+        })),
+        "slurm_requeue": requeue_signal.map(|s| json!({
+            "signal": launch::supervise::signal_name(s),
+            "requeued_by": "node 0",
+        })),
         "defaulted": args.defaulted,
     });
     if cli.json {
@@ -551,6 +836,25 @@ fn dry_run(
             } else {
                 ""
             }
+        ));
+    }
+    if let Some(c) = &run.control {
+        o.push_str(&format!(
+            "control plane = {}:{} (master port + 1; hosted by node 0; heartbeat {} s, a node is lost after {} s of silence; join timeout {} s)\n",
+            c.addr,
+            c.port,
+            control::HEARTBEAT.as_secs(),
+            control::lost_after(control::HEARTBEAT).as_secs(),
+            cli.rdzv_timeout.as_secs_f64()
+        ));
+        if cli.nproc_per_node.is_some() {
+            o.push_str("world = assembled when every node has joined (ranks below assume every node runs this node's count)\n");
+        }
+    }
+    if let Some(s) = requeue_signal {
+        o.push_str(&format!(
+            "slurm_requeue = on {}: the ranks get the grace period, then node 0 runs `scontrol requeue $SLURM_JOB_ID`\n",
+            launch::supervise::signal_name(s)
         ));
     }
     for r in &plan.ranks {

@@ -41,8 +41,12 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         &cli.checkpoint_directory,
         cli.tag.as_deref(),
         cli.include_bytes,
+        !cli.no_verify,
     )?;
     let sel = select::select(&ckpt, &selection(&cli))?;
+    for n in &ckpt.notes {
+        eprintln!("{TOOL}: note: {n}");
+    }
     if cli.inspect {
         return inspect(&cli, &ckpt, &sel);
     }
@@ -58,6 +62,16 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         Format::Safetensors
     };
     let plan = write::plan(format, &sel.tensors, &ckpt.entries, cli.max_shard_size);
+    if cli.remove_checkpoint_dir && !sel.skipped.is_empty() {
+        // The checkpoint would be the only copy of what the output leaves out.
+        return Err(crate::error::Error::msg(
+            ExitStatus::Usage,
+            format!(
+                "--remove_checkpoint_dir would delete items the output leaves out: {} (keep them with --include-bytes, or keep the checkpoint)",
+                sel.skipped.join(", ")
+            ),
+        ));
+    }
     if cli.remove_checkpoint_dir {
         let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
         if canonical_or_parent(&out_dir).starts_with(&c) {
@@ -80,7 +94,33 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     );
     let created = !out_dir.exists();
     if !created && !out_dir.is_dir() {
-        return Err(MergeError::NotADirectory(out_dir).into());
+        return Err(MergeError::OutputNotADirectory(out_dir).into());
+    }
+    // From here on SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) stop the merge between
+    // tensors, so that what was staged is removed instead of left behind.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
+    if !created {
+        for (dir, pid) in write::staging_dirs(&out_dir) {
+            if !write::pid_alive(pid) {
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => eprintln!(
+                        "{TOOL}: removed `{}`, left by a merge (process {pid}) that is gone",
+                        dir.display()
+                    ),
+                    Err(e) => eprintln!(
+                        "{TOOL}: warning: cannot remove `{}`, left by a merge (process {pid}) that is gone: {e}",
+                        dir.display()
+                    ),
+                }
+            }
+        }
     }
     for n in &names {
         let p = out_dir.join(n);
@@ -89,9 +129,18 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         }
     }
     std::fs::create_dir_all(&out_dir).map_err(|e| MergeError::io("create", &out_dir, e))?;
-    let staging = out_dir.join(format!(".accel-merge-{}.tmp", std::process::id()));
+    let staging = write::staging_dir(&out_dir, std::process::id());
     let result = write_staged(
-        &cli, env, &ckpt, &sel, &plan, &out_dir, &staging, &hf, &names,
+        &cli,
+        env,
+        &ckpt,
+        &sel,
+        &plan,
+        &out_dir,
+        &staging,
+        &hf,
+        &names,
+        &interrupted,
     );
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -99,7 +148,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
             let _ = std::fs::remove_dir_all(&out_dir);
         }
     }
-    let (elapsed, bytes) = result?;
+    let (elapsed, bytes) = result.map_err(|e| e.with_leftovers(&out_dir))?;
     if cli.remove_checkpoint_dir {
         std::fs::remove_dir_all(&cli.checkpoint_directory)
             .map_err(|e| MergeError::io("remove", &cli.checkpoint_directory, e))?;
@@ -122,10 +171,17 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         if !sel.skipped.is_empty() {
             line.push_str(&format!("; skipped {} non-tensor items", sel.skipped.len()));
         }
+        line.push_str(&format!("; took {}", sel.layout));
         if !sel.left_out.is_empty() {
             line.push_str(&format!(
                 "; left out top-level keys: {}",
                 sel.left_out.join(", ")
+            ));
+        }
+        if !sel.excluded.is_empty() {
+            line.push_str(&format!(
+                "; --exclude-key left out {} tensors",
+                sel.excluded.len()
             ));
         }
         eprintln!("{line}");
@@ -144,6 +200,7 @@ fn write_staged(
     staging: &Path,
     hf: &[PathBuf],
     names: &[String],
+    interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<(f64, u64), MergeError> {
     std::fs::create_dir(staging).map_err(|e| MergeError::io("create", staging, e))?;
     let start = Instant::now();
@@ -153,11 +210,6 @@ fn write_staged(
             b.inc(n);
         }
     };
-    // From here on, SIGINT/SIGTERM stop the write between tensors so the staging directory is removed.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, interrupted.clone());
-    }
     write::write_files(
         plan,
         staging,
@@ -165,7 +217,7 @@ fn write_staged(
         &ckpt.entries,
         &ckpt.inputs,
         &tick,
-        &interrupted,
+        interrupted,
     )?;
     if let Some(b) = &bar {
         b.finish_and_clear();
@@ -177,15 +229,11 @@ fn write_staged(
             std::fs::copy(src, &dst).map_err(|e| MergeError::io("copy", src, e))?;
         }
     }
-    if cli.force {
-        remove_stale(out_dir, plan.format);
+    if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(MergeError::Interrupted);
     }
-    for n in names {
-        let from = staging.join(n);
-        let to = out_dir.join(n);
-        std::fs::rename(&from, &to).map_err(|e| MergeError::io("rename", &to, e))?;
-    }
-    std::fs::remove_dir(staging).map_err(|e| MergeError::io("remove", staging, e))?;
+    commit(out_dir, staging, names, cli.force)?;
+    std::fs::remove_dir_all(staging).map_err(|e| MergeError::io("remove", staging, e))?;
     Ok((start.elapsed().as_secs_f64(), plan.tensor_bytes))
 }
 
@@ -209,22 +257,60 @@ fn canonical_or_parent(p: &Path) -> PathBuf {
     }
 }
 
-/// With --force, an earlier sharded output of the same format would shadow or mix with the new one.
-fn remove_stale(out_dir: &Path, format: Format) {
-    let single = format.single_name();
-    let (stem, ext) = single.split_once('.').unwrap_or((&single, ""));
-    let Ok(rd) = std::fs::read_dir(out_dir) else {
-        return;
+/// Whether a file name is one a loader takes for weights: `model*.safetensors`, `pytorch_model*.bin`
+/// and their indexes (transformers' `modeling_utils` looks for these names, the single file first).
+fn is_weight_file(name: &str) -> bool {
+    (name.starts_with("model")
+        && (name.ends_with(".safetensors") || name == "model.safetensors.index.json"))
+        || (name.starts_with("pytorch_model")
+            && (name.ends_with(".bin") || name == "pytorch_model.bin.index.json"))
+}
+
+/// Moves the staged files into `out_dir`. With `force`, every weight file already there (whatever its
+/// format or sharding: an old `model.safetensors` next to new shards would be loaded first) is first
+/// moved into the staging directory, and moved back if any step fails, so the directory ends with
+/// exactly the new output's weights or exactly the old ones.
+fn commit(out_dir: &Path, staging: &Path, names: &[String], force: bool) -> Result<(), MergeError> {
+    let old_dir = staging.join(".replaced");
+    let mut moved_out: Vec<String> = Vec::new();
+    let mut moved_in: Vec<&String> = Vec::new();
+    let undo = |moved_out: &[String], moved_in: &[&String]| {
+        for n in moved_in {
+            let _ = std::fs::remove_file(out_dir.join(n));
+        }
+        for n in moved_out {
+            let _ = std::fs::rename(old_dir.join(n), out_dir.join(n));
+        }
     };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let shard = name.starts_with(&format!("{stem}-"))
-            && name.ends_with(&format!(".{ext}"))
-            && name.contains("-of-");
-        if shard || name == format.index_name() {
-            let _ = std::fs::remove_file(e.path());
+    if force {
+        let rd = std::fs::read_dir(out_dir).map_err(|e| MergeError::io("read", out_dir, e))?;
+        let mut old: Vec<String> = rd
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_weight_file(n) || names.contains(n))
+            .collect();
+        old.sort();
+        if !old.is_empty() {
+            std::fs::create_dir(&old_dir).map_err(|e| MergeError::io("create", &old_dir, e))?;
+        }
+        for n in old {
+            if let Err(e) = std::fs::rename(out_dir.join(&n), old_dir.join(&n)) {
+                undo(&moved_out, &moved_in);
+                return Err(MergeError::io("remove", out_dir.join(&n), e));
+            }
+            moved_out.push(n);
         }
     }
+    for n in names {
+        let to = out_dir.join(n);
+        if let Err(e) = std::fs::rename(staging.join(n), &to) {
+            undo(&moved_out, &moved_in);
+            return Err(MergeError::io("rename", &to, e));
+        }
+        moved_in.push(n);
+    }
+    Ok(())
 }
 
 fn hf_files(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
@@ -251,6 +337,7 @@ fn selection(cli: &MergeCli) -> Selection {
         key: cli.key.clone(),
         all_keys: cli.all_keys,
         strip_prefix: cli.strip_prefix.clone(),
+        exclude: cli.exclude_key.clone(),
         dtype: match cli.dtype {
             DtypeArg::Keep => None,
             DtypeArg::Fp32 => Some(DType::F32),
@@ -320,6 +407,9 @@ fn inspect(cli: &MergeCli, ckpt: &Checkpoint, sel: &select::Selected) -> Result<
             "directory": ckpt.dir,
             "unwrapped_key": sel.unwrapped,
             "left_out_keys": sel.left_out,
+            "layout": sel.layout,
+            "excluded": sel.excluded,
+            "notes": ckpt.notes,
             "tensors": tensors,
             "skipped_non_tensor": sel.skipped,
             "files": ckpt.inputs.iter().map(|i| i.path.clone()).collect::<Vec<_>>(),

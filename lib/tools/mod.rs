@@ -20,9 +20,22 @@ pub fn main<C: clap::Parser>(
     tool: &'static str,
     run: fn(C, &Environment) -> Result<ExitStatus>,
 ) -> ExitCode {
+    main_with::<C>(tool, |c| c, run)
+}
+
+/// [`main`], with the command adjusted at run time by the binary (accel-test's `--version` says what its
+/// libtorch build can check, which only the binary knows).
+pub fn main_with<C: clap::Parser>(
+    tool: &'static str,
+    adjust: impl FnOnce(clap::Command) -> clap::Command,
+    run: fn(C, &Environment) -> Result<ExitStatus>,
+) -> ExitCode {
     let env = Environment::capture();
     init_logging(tool, &env);
-    let cli = match C::try_parse() {
+    let parsed = adjust(C::command())
+        .try_get_matches()
+        .and_then(|m| C::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -70,13 +83,4 @@ pub fn print(text: &str) -> Result<()> {
             format!("cannot write to stdout: {e}"),
         )),
     }
-}
-
-/// What an unbuilt tool answers until its issue lands: a clear error, never a silent success.
-pub fn not_built(tool: &str) -> Result<ExitStatus> {
-    Err(Error::msg_hint(
-        ExitStatus::Failure,
-        format!("{tool} is not built yet in this version of accel"),
-        "see the README for the tools that are available",
-    ))
 }

@@ -1,17 +1,19 @@
 //! Runs `accel-test`: the coordinator by default, one rank with the internal `--worker`.
 //!
-//! The rank itself needs libtorch, which only the accel-test binary links (lib/torch, compiled into the
+//! The rank itself needs libtorch, which only the accel-test binary links (bin/accel-test/torch, compiled into the
 //! binary so that no other tool links libtorch even in a `--features torch` build): the binary passes
 //! it in as a [`Ranks`]. Without it — a build without the `torch` feature — accel-test says so.
 
 use std::time::Duration;
 
 use crate::cli::test::TestCli;
+use crate::contract::Paradigm;
 use crate::env_vars::Environment;
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
+use crate::launch::{self, RunInput, Scope};
 use crate::preflight::coordinator::{self, WorkerArgs};
-use crate::preflight::world::{self, Device};
+use crate::preflight::world::{Device, World};
 use crate::preflight::PreflightError;
 
 /// What the libtorch side provides.
@@ -22,28 +24,59 @@ pub struct Ranks {
     pub nccl: bool,
 }
 
+/// This machine's share of the world, resolved exactly as accel-launch resolves its run (the same
+/// [`launch::resolve`]: config file choice, merge, embedded default, SLURM/MPI placement, visible GPUs).
+#[cfg(test)]
+fn world(cli: &TestCli, env: &Environment) -> Result<World> {
+    resolve_world(cli, env).map(|(w, _)| w)
+}
+
+/// This machine's share of the world and the GPUs visible here.
+fn resolve_world(cli: &TestCli, env: &Environment) -> Result<(World, u32)> {
+    let run = launch::resolve(
+        &RunInput {
+            config_file: cli.config_file.as_deref(),
+            paradigm: Paradigm {
+                cpu: cli.cpu,
+                ..Paradigm::default()
+            },
+            cli: cli.config_values(),
+            ..RunInput::new(Scope::Node)
+        },
+        env,
+    )?;
+    for w in &run.warnings {
+        crate::error::warn("accel-test", w, env);
+    }
+    Ok((World::of(&run), run.visible_gpus))
+}
+
 /// The entry of a build without libtorch.
 pub fn run(cli: TestCli, env: &Environment) -> Result<ExitStatus> {
     run_with(cli, env, None)
 }
 
 pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Result<ExitStatus> {
+    let timeout = cli.timeout;
+    // The world is resolved before libtorch is needed, so a topology mistake reads the same in every build.
+    let world = if cli.worker {
+        None
+    } else {
+        Some(resolve_world(&cli, env)?)
+    };
     let Some(ranks) = ranks else {
         return Err(PreflightError::NoTorch.into());
     };
-    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
-        return Err(PreflightError::Timeout(cli.timeout).into());
-    }
-    let timeout = Duration::from_secs_f64(cli.timeout);
-    if cli.worker {
+    let Some((mut world, visible_gpus)) = world else {
         return Ok((ranks.worker)(&cli, timeout, env));
-    }
-    let gpus = if cli.cpu {
-        0
-    } else {
-        crate::devices::detect_gpus(env).gpus.len()
     };
-    let mut world = world::resolve(&cli, env, gpus)?;
+    if ranks.nccl && visible_gpus == 0 && !cli.cpu && world.unmet_devices.is_none() {
+        crate::error::warn(
+            "accel-test",
+            "CUDA is not available here (no GPU visible): checking the world on CPU with gloo; NCCL is built in for GPU machines",
+            env,
+        );
+    }
     if world.device == Device::Cuda && !ranks.nccl {
         crate::error::warn(
             "accel-test",
@@ -54,7 +87,7 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
     }
     let mut args = vec![
         "--timeout".to_string(),
-        cli.timeout.to_string(),
+        timeout.as_secs_f64().to_string(),
         "--device".into(),
         world.device.name().into(),
         "--max_size".into(),
@@ -79,4 +112,125 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
         cli.json,
         &mut out,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cli(args: &[&str]) -> TestCli {
+        TestCli::parse_from(std::iter::once("accel-test").chain(args.iter().copied()))
+    }
+
+    /// What a build without the `torch` feature runs (`bin/accel-test/main.rs` passes no ranks): the
+    /// world resolves, then it says what it lacks (exit 1) — checked here in every build, so the suite
+    /// need not build the tools a second time without libtorch.
+    #[test]
+    fn without_libtorch_it_says_so() {
+        let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
+        let err = run(cli(&["--cpu"]), &env).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::Failure);
+        let text = crate::error::format_error("accel-test", &err, false);
+        assert!(
+            text.contains("accel-test: error: accel-test was built without libtorch support"),
+            "{text}"
+        );
+        assert!(text.contains("--features torch"), "{text}");
+    }
+
+    #[test]
+    fn resolves_like_the_launcher() {
+        let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
+        let w = world(&cli(&["--cpu", "--num_processes", "4"]), &env).unwrap();
+        assert_eq!(
+            (w.nproc_per_node, w.world_size(), w.device),
+            (4, 4, Device::Cpu)
+        );
+        assert_eq!(w.master_port, None);
+        // No config on a machine without GPUs: accel-launch's embedded default (2 CPU ranks, 1 on a
+        // single-core machine).
+        let w = world(&cli(&[]), &env).unwrap();
+        let want = if physical_cores_from_sysfs() >= 2 {
+            2
+        } else {
+            1
+        };
+        assert_eq!((w.world_size(), w.device), (want, Device::Cpu));
+        let w = world(
+            &cli(&[
+                "--num_processes",
+                "8",
+                "--num_machines",
+                "2",
+                "--machine_rank",
+                "1",
+                "--main_process_ip",
+                "n0",
+            ]),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (w.nproc_per_node, w.global_rank(0), w.master_port),
+            (4, 4, Some(29500))
+        );
+        assert!(world(&cli(&["--num_machines", "2"]), &env).is_err());
+        assert!(world(
+            &cli(&[
+                "--num_processes",
+                "3",
+                "--num_machines",
+                "2",
+                "--main_process_ip",
+                "x"
+            ]),
+            &env,
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn slurm_allocation() {
+        let env = Environment::from_pairs([
+            ("HF_HOME", "/nonexistent"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+            ("SLURM_JOB_ID", "1234"),
+        ]);
+        let w = world(&cli(&["--cpu", "--num_processes", "4"]), &env).unwrap();
+        assert_eq!(
+            (w.num_machines, w.machine_rank, w.master_addr.as_str()),
+            (2, 1, "gpu07")
+        );
+        // 15000 + 2 × (job id mod 8500), as accel-launch derives it for SLURM jobs.
+        assert_eq!(w.master_port, Some(17468));
+    }
+
+    /// Physical cores counted from sysfs topology (the code under test reads /proc/cpuinfo).
+    fn physical_cores_from_sysfs() -> usize {
+        let mut cores = std::collections::BTreeSet::new();
+        for e in std::fs::read_dir("/sys/devices/system/cpu")
+            .unwrap()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name
+                .strip_prefix("cpu")
+                .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty())
+            {
+                continue;
+            }
+            let t = e.path().join("topology");
+            let read = |f: &str| {
+                std::fs::read_to_string(t.join(f))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            cores.insert((read("physical_package_id"), read("core_id")));
+        }
+        cores.len().max(1)
+    }
 }

@@ -449,7 +449,7 @@ _accel__config() {
             return 0
             ;;
         accel__subcmd__config__subcmd__validate)
-            opts="-h --config-file --config_file --help"
+            opts="-h --accel-only --accel_only --config-file --config_file --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

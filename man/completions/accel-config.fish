@@ -32,7 +32,7 @@ complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "update" -
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "show" -d 'Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "get" -d 'Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "set" -d 'Set one key in the config file (created if missing), validating the value first'
-complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "validate" -d 'Check a config file; exit 0 when valid, 2 with every problem listed otherwise'
+complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "validate" -d 'Check that accel and accelerate both load a config file with the same values'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c accel-config -n "__fish_accel_config_using_subcommand default" -l mixed_precision -l mixed-precision -d 'Mixed precision to write' -r -f -a "no\t''
 fp16\t''
@@ -42,22 +42,23 @@ complete -c accel-config -n "__fish_accel_config_using_subcommand default" -l co
 complete -c accel-config -n "__fish_accel_config_using_subcommand default" -s f -l force -d 'Overwrite an existing config file'
 complete -c accel-config -n "__fish_accel_config_using_subcommand default" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-config -n "__fish_accel_config_using_subcommand update" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
-complete -c accel-config -n "__fish_accel_config_using_subcommand update" -s h -l help -d 'Print help'
+complete -c accel-config -n "__fish_accel_config_using_subcommand update" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-config -n "__fish_accel_config_using_subcommand show" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
 complete -c accel-config -n "__fish_accel_config_using_subcommand show" -l origin -d 'Show where each value comes from: a flag, an environment variable, file:line, or default'
 complete -c accel-config -n "__fish_accel_config_using_subcommand show" -l json -d 'Print JSON (`{"key": {"value": …, "origin": …}}` with --origin)'
-complete -c accel-config -n "__fish_accel_config_using_subcommand show" -s h -l help -d 'Print help'
+complete -c accel-config -n "__fish_accel_config_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-config -n "__fish_accel_config_using_subcommand get" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
 complete -c accel-config -n "__fish_accel_config_using_subcommand get" -l json -d 'Print the value as JSON (lists and sections always are)'
 complete -c accel-config -n "__fish_accel_config_using_subcommand get" -s h -l help -d 'Print help'
 complete -c accel-config -n "__fish_accel_config_using_subcommand set" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
-complete -c accel-config -n "__fish_accel_config_using_subcommand set" -s h -l help -d 'Print help'
+complete -c accel-config -n "__fish_accel_config_using_subcommand set" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
-complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -s h -l help -d 'Print help'
+complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -l accel_only -l accel-only -d 'Check only that accel loads the file, not that accelerate would load it the same way'
+complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "default" -d 'Write a config for this machine without asking: all detected GPUs, or one CPU process'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "update" -d 'Rewrite a config file with legacy and removed keys migrated, warning about each change'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "show" -d 'Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "get" -d 'Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "set" -d 'Set one key in the config file (created if missing), validating the value first'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "validate" -d 'Check a config file; exit 0 when valid, 2 with every problem listed otherwise'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "validate" -d 'Check that accel and accelerate both load a config file with the same values'
 complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

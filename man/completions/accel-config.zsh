@@ -46,8 +46,8 @@ _arguments "${_arguments_options[@]}" : \
 _arguments "${_arguments_options[@]}" : \
 '--config_file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
 '--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
-'-h[Print help]' \
-'--help[Print help]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
 && ret=0
 ;;
 (show)
@@ -56,8 +56,8 @@ _arguments "${_arguments_options[@]}" : \
 '--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
 '--origin[Show where each value comes from\: a flag, an environment variable, file\:line, or default]' \
 '--json[Print JSON (\`{"key"\: {"value"\: …, "origin"\: …}}\` with --origin)]' \
-'-h[Print help]' \
-'--help[Print help]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
 && ret=0
 ;;
 (get)
@@ -74,8 +74,8 @@ _arguments "${_arguments_options[@]}" : \
 _arguments "${_arguments_options[@]}" : \
 '--config_file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
 '--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
-'-h[Print help]' \
-'--help[Print help]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
 ':key -- Key to set; sections as `fsdp_config.fsdp_version`:_default' \
 ':value -- New value, read as YAML would read it (`true`, `8`, `bf16`, `\[a, b\]`):_default' \
 && ret=0
@@ -84,8 +84,10 @@ _arguments "${_arguments_options[@]}" : \
 _arguments "${_arguments_options[@]}" : \
 '--config_file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
 '--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
-'-h[Print help]' \
-'--help[Print help]' \
+'--accel_only[Check only that accel loads the file, not that accelerate would load it the same way]' \
+'--accel-only[Check only that accel loads the file, not that accelerate would load it the same way]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
 '::file -- File to check (default\: --config_file, ACCEL_CONFIG_FILE or the default path):_files' \
 && ret=0
 ;;
@@ -146,7 +148,7 @@ _accel-config_commands() {
 'show:Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)' \
 'get:Print one resolved value, bare, for scripts\: \`\$(accel-config get num_processes)\`' \
 'set:Set one key in the config file (created if missing), validating the value first' \
-'validate:Check a config file; exit 0 when valid, 2 with every problem listed otherwise' \
+'validate:Check that accel and accelerate both load a config file with the same values' \
 'help:Print this message or the help of the given subcommand(s)' \
     )
     _describe -t commands 'accel-config commands' commands "$@"
@@ -169,7 +171,7 @@ _accel-config__subcmd__help_commands() {
 'show:Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)' \
 'get:Print one resolved value, bare, for scripts\: \`\$(accel-config get num_processes)\`' \
 'set:Set one key in the config file (created if missing), validating the value first' \
-'validate:Check a config file; exit 0 when valid, 2 with every problem listed otherwise' \
+'validate:Check that accel and accelerate both load a config file with the same values' \
 'help:Print this message or the help of the given subcommand(s)' \
     )
     _describe -t commands 'accel-config help commands' commands "$@"

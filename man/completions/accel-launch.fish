@@ -1,8 +1,11 @@
 complete -c accel-launch -l config_file -l config-file -d 'The config file (default: ACCEL_CONFIG_FILE, else accelerate\'s default config path)' -r -F
-complete -c accel-launch -l grace_period -l grace-period -d 'Seconds between the stop signal and SIGKILL when ranks are stopped (default: ACCEL_LAUNCH_GRACE, else 30)' -r
+complete -c accel-launch -l grace_period -l grace-period -d 'Seconds between the stop signal and SIGKILL when ranks are stopped, `inf` for never (default: ACCEL_LAUNCH_GRACE, else 30)' -r
 complete -c accel-launch -l log_template -l log-template -d 'Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}' -r
 complete -c accel-launch -l rank_prefix -l rank-prefix -d 'Prefix each console line of a rank with this template, e.g. \'[{rank}] \' ({rank}, {local_rank}, {node}, {role})' -r
 complete -c accel-launch -l local_ranks_filter -l local-ranks-filter -d 'Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)' -r
+complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1)' -r
+complete -c accel-launch -l nproc_per_node -l nproc-per-node -d 'This node\'s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join' -r
+complete -c accel-launch -l report_json -l report-json -d 'Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)' -r -F
 complete -c accel-launch -l num_cpu_threads_per_process -l num-cpu-threads-per-process -d 'Threads per rank (OMP_NUM_THREADS); default: the environment\'s OMP_NUM_THREADS, else 1 (CPU runs: physical cores / ranks)' -r
 complete -c accel-launch -s t -l tee -d 'Tee rank output torchrun-style: any value but 0 prefixes console lines with `[{role}{local_rank}]:`' -r
 complete -c accel-launch -l log_dir -l log-dir -d 'Write each rank\'s stdout and stderr to files under DIR (see --log_template)' -r -F
@@ -10,12 +13,13 @@ complete -c accel-launch -l role -d 'Worker role (ROLE_NAME)' -r
 complete -c accel-launch -l rdzv_conf -l rdzv-conf -d 'Rendezvous options for --rdzv_backend c10d (passed to torchrun)' -r
 complete -c accel-launch -l max_restarts -l max-restarts -d 'Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)' -r
 complete -c accel-launch -l monitor_interval -l monitor-interval -d 'Seconds between checks of the ranks' -r
+complete -c accel-launch -l hang_timeout -l hang-timeout -d 'Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS: print every rank\'s stack, stop the run, exit 124 (default: ACCEL_LAUNCH_HANG_TIMEOUT; 0: off)' -r
+complete -c accel-launch -l stacks -d 'Print the Python stacks of the ranks of the running accel-launch PID, grouped, and exit; the run goes on' -r
+complete -c accel-launch -l requeue_signal -l requeue-signal -d 'The warning signal for --slurm_requeue, as in `sbatch --signal=USR1@300` (default: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)' -r
 complete -c accel-launch -l vm -d 'TPU pod VMs (not supported)' -r
 complete -c accel-launch -l env -d 'TPU pod environment (not supported)' -r
-complete -c accel-launch -l main_training_function -l main-training-function -d 'TPU: the function to run (config: main_training_function)' -r
 complete -c accel-launch -l aws_access_key_id -l aws-access-key-id -d 'SageMaker (not supported)' -r
 complete -c accel-launch -l aws_secret_access_key -l aws-secret-access-key -d 'SageMaker (not supported)' -r
-complete -c accel-launch -l mpirun_hostfile -l mpirun-hostfile -d 'Hostfile for multi-node CPU runs through mpirun (config: mpirun_config.mpirun_hostfile)' -r
 complete -c accel-launch -l mixed_precision -l mixed-precision -d 'Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision)' -r
 complete -c accel-launch -l num_processes -l num-processes -d 'Total number of processes over all machines (config: num_processes)' -r
 complete -c accel-launch -l num_machines -l num-machines -d 'Number of machines (config: num_machines)' -r
@@ -26,6 +30,8 @@ complete -c accel-launch -l machine_rank -l machine-rank -d 'Rank of this machin
 complete -c accel-launch -l main_process_ip -l main-process-ip -d 'Address of the machine of rank 0 (SLURM: the first node of the job)' -r
 complete -c accel-launch -l main_process_port -l main-process-port -d 'Rendezvous port on the main machine; 0 or unset on one node: a free port (SLURM: derived from SLURM_JOB_ID)' -r
 complete -c accel-launch -l rdzv_backend -l rdzv-backend -d 'Rendezvous backend: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)' -r
+complete -c accel-launch -l main_training_function -l main-training-function -d 'TPU: the function to run (config: main_training_function)' -r
+complete -c accel-launch -l mpirun_hostfile -l mpirun-hostfile -d 'Hostfile for multi-node CPU runs through mpirun (config: mpirun_config.mpirun_hostfile)' -r
 complete -c accel-launch -l deepspeed_config_file -l deepspeed-config-file -d 'DeepSpeed JSON config file' -r
 complete -c accel-launch -l zero_stage -l zero-stage -d 'ZeRO stage (0-3)' -r
 complete -c accel-launch -l offload_optimizer_device -l offload-optimizer-device -d 'Optimizer offload: none, cpu or nvme' -r
@@ -107,7 +113,6 @@ complete -c accel-launch -l parallelism_config_sp_attn_implementation -l paralle
 complete -c accel-launch -s q -l quiet -d 'Print only the failing rank\'s report, no launcher notes'
 complete -c accel-launch -s m -l module -d 'Run the script as a module: `python -m MODULE`'
 complete -c accel-launch -l no_python -l no-python -d 'Run the script directly, without python (any executable)'
-complete -c accel-launch -l debug -d 'Debug mode (ACCELERATE_DEBUG_MODE=true)'
 complete -c accel-launch -l dry-run -l dry_run -d 'Print the resolved config with the origin of each value, and each rank\'s argv and environment; run nothing'
 complete -c accel-launch -l json -d 'With --dry-run: print JSON'
 complete -c accel-launch -l cpu -d 'Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process)'
@@ -117,15 +122,18 @@ complete -c accel-launch -l use_deepspeed -l use-deepspeed -d 'DeepSpeed trainin
 complete -c accel-launch -l use_fsdp -l use-fsdp -d 'Fully Sharded Data Parallel training'
 complete -c accel-launch -l use_parallelism_config -l use-parallelism-config -d 'N-D parallelism through parallelism_config (requires FSDP 2)'
 complete -c accel-launch -l use_megatron_lm -l use-megatron-lm -d 'Megatron-LM training'
+complete -c accel-launch -l stacks_on_failure -l stacks-on-failure -d 'When a rank fails, print the other ranks\' Python stacks before stopping them'
+complete -c accel-launch -l slurm_requeue -l slurm-requeue -d 'On SLURM\'s warning signal (--requeue_signal), give the ranks --grace_period to save and exit, then requeue the job (`scontrol requeue`, once per job) and exit 123 (default: ACCEL_LAUNCH_SLURM_REQUEUE)'
 complete -c accel-launch -l tpu_cluster -l tpu-cluster -d 'TPU pod (not supported)'
 complete -c accel-launch -l no_tpu_cluster -l no-tpu-cluster -d 'TPU: internal (not supported)'
-complete -c accel-launch -l tpu_use_sudo -l tpu-use-sudo -d 'TPU pod: use sudo (config: tpu_use_sudo)'
-complete -c accel-launch -l downcast_bf16 -l downcast-bf16 -d 'TPU: XLA_DOWNCAST_BF16 (config: downcast_bf16)'
+complete -c accel-launch -l debug -d 'Debug mode (ACCELERATE_DEBUG_MODE=true)'
 complete -c accel-launch -l enable_cpu_affinity -l enable-cpu-affinity -d 'Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)'
 complete -c accel-launch -l dynamo_use_fullgraph -l dynamo-use-fullgraph -d 'torch.compile with fullgraph=True'
 complete -c accel-launch -l dynamo_use_dynamic -l dynamo-use-dynamic -d 'torch.compile with dynamic shapes'
 complete -c accel-launch -l dynamo_use_regional_compilation -l dynamo-use-regional-compilation -d 'Compile repeated blocks once (regional compilation)'
 complete -c accel-launch -l same_network -l same-network -d 'All machines are on the same network (accepted; the rendezvous is the same either way)'
+complete -c accel-launch -l tpu_use_sudo -l tpu-use-sudo -d 'TPU pod: use sudo (config: tpu_use_sudo)'
+complete -c accel-launch -l downcast_bf16 -l downcast-bf16 -d 'TPU: XLA_DOWNCAST_BF16 (config: downcast_bf16)'
 complete -c accel-launch -l fp8_use_autocast_during_eval -l fp8-use-autocast-during-eval -d 'TE: autocast during evaluation'
 complete -c accel-launch -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-launch -s V -l version -d 'Print version'

@@ -17,14 +17,20 @@ _accel-launch() {
     _arguments "${_arguments_options[@]}" : \
 '--config_file=[The config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
 '--config-file=[The config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
-'--grace_period=[Seconds between the stop signal and SIGKILL when ranks are stopped (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
-'--grace-period=[Seconds between the stop signal and SIGKILL when ranks are stopped (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
+'--grace_period=[Seconds between the stop signal and SIGKILL when ranks are stopped, \`inf\` for never (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
+'--grace-period=[Seconds between the stop signal and SIGKILL when ranks are stopped, \`inf\` for never (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
 '--log_template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
 '--log-template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
 '--rank_prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
 '--rank-prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
 '--local_ranks_filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:_default' \
 '--local-ranks-filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:_default' \
+'--rdzv_timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1)]:SECONDS:_default' \
+'--rdzv-timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1)]:SECONDS:_default' \
+'--nproc_per_node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:_default' \
+'--nproc-per-node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:_default' \
+'--report_json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)]:PATH:_files' \
+'--report-json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)]:PATH:_files' \
 '--num_cpu_threads_per_process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
 '--num-cpu-threads-per-process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
 '-t+[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:_default' \
@@ -38,16 +44,17 @@ _accel-launch() {
 '--max-restarts=[Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)]:N:_default' \
 '--monitor_interval=[Seconds between checks of the ranks]:SECONDS:_default' \
 '--monitor-interval=[Seconds between checks of the ranks]:SECONDS:_default' \
+'--hang_timeout=[Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS\: print every rank'\''s stack, stop the run, exit 124 (default\: ACCEL_LAUNCH_HANG_TIMEOUT; 0\: off)]:SECONDS:_default' \
+'--hang-timeout=[Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS\: print every rank'\''s stack, stop the run, exit 124 (default\: ACCEL_LAUNCH_HANG_TIMEOUT; 0\: off)]:SECONDS:_default' \
+'--stacks=[Print the Python stacks of the ranks of the running accel-launch PID, grouped, and exit; the run goes on]:PID:_default' \
+'--requeue_signal=[The warning signal for --slurm_requeue, as in \`sbatch --signal=USR1@300\` (default\: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)]:SIGNAL:_default' \
+'--requeue-signal=[The warning signal for --slurm_requeue, as in \`sbatch --signal=USR1@300\` (default\: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)]:SIGNAL:_default' \
 '*--vm=[TPU pod VMs (not supported)]:VM:_default' \
 '*--env=[TPU pod environment (not supported)]:KEY=VALUE:_default' \
-'--main_training_function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
-'--main-training-function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
 '--aws_access_key_id=[SageMaker (not supported)]:ID:_default' \
 '--aws-access-key-id=[SageMaker (not supported)]:ID:_default' \
 '--aws_secret_access_key=[SageMaker (not supported)]:KEY:_default' \
 '--aws-secret-access-key=[SageMaker (not supported)]:KEY:_default' \
-'--mpirun_hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
-'--mpirun-hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
 '--mixed_precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:_default' \
 '--mixed-precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:_default' \
 '--num_processes=[Total number of processes over all machines (config\: num_processes)]:VALUE:_default' \
@@ -68,6 +75,10 @@ _accel-launch() {
 '--main-process-port=[Rendezvous port on the main machine; 0 or unset on one node\: a free port (SLURM\: derived from SLURM_JOB_ID)]:VALUE:_default' \
 '--rdzv_backend=[Rendezvous backend\: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)]:VALUE:_default' \
 '--rdzv-backend=[Rendezvous backend\: static (default; accel-launch itself) or c10d/etcd (elastic; runs torchrun)]:VALUE:_default' \
+'--main_training_function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
+'--main-training-function=[TPU\: the function to run (config\: main_training_function)]:NAME:_default' \
+'--mpirun_hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
+'--mpirun-hostfile=[Hostfile for multi-node CPU runs through mpirun (config\: mpirun_config.mpirun_hostfile)]:PATH:_default' \
 '--deepspeed_config_file=[DeepSpeed JSON config file]:VALUE:_default' \
 '--deepspeed-config-file=[DeepSpeed JSON config file]:VALUE:_default' \
 '--zero_stage=[ZeRO stage (0-3)]:VALUE:_default' \
@@ -230,7 +241,6 @@ _accel-launch() {
 '--module[Run the script as a module\: \`python -m MODULE\`]' \
 '--no_python[Run the script directly, without python (any executable)]' \
 '--no-python[Run the script directly, without python (any executable)]' \
-'--debug[Debug mode (ACCELERATE_DEBUG_MODE=true)]' \
 '--dry-run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
 '--dry_run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
 '--json[With --dry-run\: print JSON]' \
@@ -246,14 +256,15 @@ _accel-launch() {
 '--use-parallelism-config[N-D parallelism through parallelism_config (requires FSDP 2)]' \
 '--use_megatron_lm[Megatron-LM training]' \
 '--use-megatron-lm[Megatron-LM training]' \
+'--stacks_on_failure[When a rank fails, print the other ranks'\'' Python stacks before stopping them]' \
+'--stacks-on-failure[When a rank fails, print the other ranks'\'' Python stacks before stopping them]' \
+'--slurm_requeue[On SLURM'\''s warning signal (--requeue_signal), give the ranks --grace_period to save and exit, then requeue the job (\`scontrol requeue\`, once per job) and exit 123 (default\: ACCEL_LAUNCH_SLURM_REQUEUE)]' \
+'--slurm-requeue[On SLURM'\''s warning signal (--requeue_signal), give the ranks --grace_period to save and exit, then requeue the job (\`scontrol requeue\`, once per job) and exit 123 (default\: ACCEL_LAUNCH_SLURM_REQUEUE)]' \
 '--tpu_cluster[TPU pod (not supported)]' \
 '--tpu-cluster[TPU pod (not supported)]' \
 '--no_tpu_cluster[TPU\: internal (not supported)]' \
 '--no-tpu-cluster[TPU\: internal (not supported)]' \
-'--tpu_use_sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
-'--tpu-use-sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
-'--downcast_bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
-'--downcast-bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
+'--debug[Debug mode (ACCELERATE_DEBUG_MODE=true)]' \
 '--enable_cpu_affinity[Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)]' \
 '--enable-cpu-affinity[Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)]' \
 '--dynamo_use_fullgraph[torch.compile with fullgraph=True]' \
@@ -264,6 +275,10 @@ _accel-launch() {
 '--dynamo-use-regional-compilation[Compile repeated blocks once (regional compilation)]' \
 '--same_network[All machines are on the same network (accepted; the rendezvous is the same either way)]' \
 '--same-network[All machines are on the same network (accepted; the rendezvous is the same either way)]' \
+'--tpu_use_sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
+'--tpu-use-sudo[TPU pod\: use sudo (config\: tpu_use_sudo)]' \
+'--downcast_bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
+'--downcast-bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
 '--fp8_use_autocast_during_eval[TE\: autocast during evaluation]' \
 '--fp8-use-autocast-during-eval[TE\: autocast during evaluation]' \
 '-h[Print help (see more with '\''--help'\'')]' \

@@ -23,7 +23,7 @@ _accel__merge__weights() {
 
     case "${cmd}" in
         accel__merge__weights)
-            opts="-f -q -h -V --unsafe-serialization --unsafe_serialization --remove-checkpoint-dir --remove_checkpoint_dir --max-shard-size --max_shard_size --dtype --key --all-keys --all_keys --strip-prefix --strip_prefix --hf-reference --hf_reference --tag --force --inspect --json --quiet --include_bytes --include-bytes --help --version"
+            opts="-f -q -h -V --unsafe-serialization --unsafe_serialization --remove-checkpoint-dir --remove_checkpoint_dir --max-shard-size --max_shard_size --dtype --key --exclude_key --exclude-key --no_verify --no-verify --all-keys --all_keys --strip-prefix --strip_prefix --hf-reference --hf_reference --tag --force --inspect --json --quiet --include_bytes --include-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -42,6 +42,14 @@ _accel__merge__weights() {
                     return 0
                     ;;
                 --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --exclude-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --exclude_key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -3,12 +3,14 @@ complete -c accel-merge-weights -l dtype -d 'Dtype of floating-point tensors in 
 fp32\t''
 bf16\t''
 fp16\t''"
-complete -c accel-merge-weights -l key -d 'Write this top-level key\'s subtree, without the key in the names (default: the only key, or `model` when there are several)' -r
+complete -c accel-merge-weights -l key -d 'Write this top-level key\'s subtree, without the key in the names. By default: the only key; else `model` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but `optimizer`, `lr_scheduler`, `dataloader`, `train_state` and the like. The summary line says which' -r
+complete -c accel-merge-weights -l exclude-key -l exclude_key -d 'Leave out tensors whose full dotted name (e.g. `optimizer.state.0.exp_avg`) or output name matches GLOB (`*` any run of characters, `?` one). Repeatable' -r
 complete -c accel-merge-weights -l strip_prefix -l strip-prefix -d 'Remove PREFIX from tensor names that start with it (e.g. `_orig_mod.` or `module.`). Repeatable' -r
 complete -c accel-merge-weights -l hf_reference -l hf-reference -d 'Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with `from_pretrained`' -r -F
 complete -c accel-merge-weights -l tag -d 'DeepSpeed: the tag (subdirectory) to read, instead of the one named in `latest`' -r
 complete -c accel-merge-weights -l unsafe_serialization -l unsafe-serialization -d 'Write `pytorch_model.bin` (torch.save format, loadable by `torch.load`) instead of safetensors'
 complete -c accel-merge-weights -l remove_checkpoint_dir -l remove-checkpoint-dir -d 'Delete the checkpoint directory after the merged weights were written and read back'
+complete -c accel-merge-weights -l no-verify -l no_verify -d 'Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)'
 complete -c accel-merge-weights -l all_keys -l all-keys -d 'Write every tensor under every top-level key, with full dotted names'
 complete -c accel-merge-weights -s f -l force -d 'Replace existing output files'
 complete -c accel-merge-weights -l inspect -d 'List the checkpoint\'s tensors (name, dtype, shape, chunks, bytes) and totals; write nothing'

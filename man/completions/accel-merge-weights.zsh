@@ -21,7 +21,9 @@ _accel-merge-weights() {
 fp32\:""
 bf16\:""
 fp16\:""))' \
-'(--all_keys)--key=[Write this top-level key'\''s subtree, without the key in the names (default\: the only key, or \`model\` when there are several)]:KEY:_default' \
+'(--all_keys)--key=[Write this top-level key'\''s subtree, without the key in the names. By default\: the only key; else \`model\` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but \`optimizer\`, \`lr_scheduler\`, \`dataloader\`, \`train_state\` and the like. The summary line says which]:KEY:_default' \
+'*--exclude-key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:_default' \
+'*--exclude_key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:_default' \
 '*--strip_prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
 '*--strip-prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
 '--hf_reference=[Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with \`from_pretrained\`]:DIR:_files' \
@@ -31,6 +33,8 @@ fp16\:""))' \
 '--unsafe-serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
 '--remove_checkpoint_dir[Delete the checkpoint directory after the merged weights were written and read back]' \
 '--remove-checkpoint-dir[Delete the checkpoint directory after the merged weights were written and read back]' \
+'--no-verify[Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)]' \
+'--no_verify[Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)]' \
 '--all_keys[Write every tensor under every top-level key, with full dotted names]' \
 '--all-keys[Write every tensor under every top-level key, with full dotted names]' \
 '-f[Replace existing output files]' \

@@ -1,7 +1,9 @@
 """Compares accel-merge-weights' output with torch's own dcp_to_torch_save of the same checkpoint, bit for bit.
 
 Usage: check.py DCP_DIR OUT_DIR [--key K | --all] [--dtype keep|fp32|bf16|fp16] [--strip P]... [--bin]
-                [--reference FILE.pt]
+                [--reference FILE.pt] [--extra-from FILE.pt --extra-key K...] [--drop TOP_KEY]...
+--extra-from/--extra-key add tensors of another saved state dict to the reference (e.g. what
+zero_to_fp32 leaves out); --drop removes top-level keys before the comparison.
 Prints "ok N" on success; raises on any difference.
 """
 import argparse
@@ -34,6 +36,13 @@ def reference(args):
             path = os.path.join(tmp, "ref.pt")
             dcp_to_torch_save(args.dcp, path)
             sd = torch.load(path, weights_only=False)
+    for k in args.drop:
+        sd.pop(k)
+    if args.extra_from:
+        extra = torch.load(args.extra_from, weights_only=False)
+        sd = dict(sd)
+        for k in args.extra_key:
+            sd[k] = extra[k]
     if args.all:
         pass
     elif args.key:
@@ -120,6 +129,9 @@ def main():
     ap.add_argument("--strip", action="append", default=[])
     ap.add_argument("--bin", action="store_true")
     ap.add_argument("--reference")
+    ap.add_argument("--extra-from")
+    ap.add_argument("--extra-key", action="append", default=[])
+    ap.add_argument("--drop", action="append", default=[])
     args = ap.parse_args()
     ref = reference(args)
     got = load_output(args)

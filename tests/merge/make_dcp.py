@@ -7,6 +7,9 @@ Usage: make_dcp.py KIND OUT_DIR
   plain   1 process, no PG: nested dict with mixed dtypes, a transposed view, 0-d, empty and bytes items
   stformat 1 process: FileSystemWriter(serialization_format=SAFETENSORS); writes reference.pt
   complex 1 process: a complex64 tensor (a dtype safetensors lacks)
+  titan   1 process: torchtitan's layout, model keys flattened at the top level beside optimizer,
+          lr_scheduler, dataloader and train_state
+  nans    1 process: f64/f32/f16/bf16 tensors of 1024 elements full of NaNs with assorted signs and payloads
   big     1 process: a ~N MiB checkpoint for benchmarks (size from env BIG_MIB), 2 files
 """
 import os
@@ -143,6 +146,41 @@ def _big_worker(rank, world, out, port, mib):
     dist.destroy_process_group()
 
 
+def titan(out):
+    # torchtitan/components/checkpoint.py flattens the model's state dict into the saved dict.
+    torch.manual_seed(4)
+    sd = {
+        "tok_embeddings.weight": torch.randn(6, 4),
+        "layers.0.attention.wq.weight": torch.randn(4, 4),
+        "norm.weight": torch.ones(4),
+        "optimizer": {"state": {"tok_embeddings.weight": {"exp_avg": torch.randn(6, 4), "step": torch.tensor(3.0)}}},
+        "lr_scheduler": {"last_epoch": 3},
+        "dataloader": {"world_size": 1},
+        "train_state": {"step": 3},
+    }
+    dcp.save(sd, checkpoint_id=out, no_dist=True)
+
+
+def nans(out):
+    # Signalling and quiet NaNs of both signs with payloads in the high and low bits, plus numbers, each
+    # tensor long enough that torch's `.to()` takes its vectorised kernel, as it does for real weights.
+    def pattern(bits, int_dtype, dtype):
+        nbits = 8 * torch.empty(0, dtype=int_dtype).element_size()
+        t = torch.tensor([b - (1 << nbits) if b >> (nbits - 1) else b for b in bits], dtype=int_dtype).view(dtype)
+        t = torch.cat([t, torch.linspace(-3, 3, 8, dtype=torch.float64).to(dtype)])
+        return t.repeat(1024 // len(t) + 1)[:1024]
+
+    sd = {
+        "model": {
+            "f32": pattern([0x7FC00000, 0x7F800001, 0xFFC12345, 0x7FA00000, 0x7FFFFFFF, 0xFF800001, 0x7F81FFFF, 0x7F802000], torch.int32, torch.float32),
+            "f16": pattern([0x7E00, 0x7C01, 0xFE01, 0x7D00, 0x7FFF, 0x7E55, 0xFC01], torch.int16, torch.float16),
+            "bf16": pattern([0x7FC0, 0x7F81, 0xFFC1, 0x7FA0, 0x7FFF, 0xFF81], torch.int16, torch.bfloat16),
+            "f64": pattern([0x7FF8000000000000, 0x7FF0000000000001, 0x7FF4000020000000, 0xFFF8000012345678], torch.int64, torch.float64),
+        }
+    }
+    dcp.save(sd, checkpoint_id=out, no_dist=True)
+
+
 def complex_(out):
     dcp.save({"model": {"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex64)}}, checkpoint_id=out, no_dist=True)
 
@@ -165,6 +203,10 @@ def main():
         plain(out)
     elif kind == "stformat":
         stformat(out)
+    elif kind == "titan":
+        titan(out)
+    elif kind == "nans":
+        nans(out)
     elif kind == "complex":
         complex_(out)
     elif kind == "big":

@@ -4,6 +4,9 @@ Usage: mutate.py MODE DIR   (DIR is modified in place)
   offset_oob    move one chunk's storage offset past the end of its file
   drop_chunk    forget one chunk of a sharded tensor (a gap)
   overlap       make one chunk's box overlap its neighbour
+  planner_bytes make one planner_data path element a bytes object (as a flipped opcode bit can)
+  repeat_chunks list one chunk 3,000,000 times (the pickle memoizes it: a few MB of .metadata)
+  crc_flip      flip one bit inside a tensor's data record in its .distcp file (the zip CRC-32 no longer matches)
   evil          replace .metadata with a pickle that would run a shell command (it must never run)
 """
 import dataclasses
@@ -42,6 +45,28 @@ elif mode == "overlap":
             info = md.storage_data.pop(idx)
             md.storage_data[dataclasses.replace(idx, offset=tmd.chunks[1].offsets)] = info
             break
+elif mode == "planner_bytes":
+    first, *rest = md.planner_data[fqn]
+    md.planner_data[fqn] = (first.encode(), *rest)
+elif mode == "repeat_chunks":
+    tmd.chunks = [tmd.chunks[0]] * 3_000_000
+elif mode == "crc_flip":
+    import io
+    import zipfile
+    info = next(v for k, v in md.storage_data.items() if k.fqn == fqn)
+    data_file = os.path.join(d, info.relative_path)
+    with open(data_file, "rb") as f:
+        raw = bytearray(f.read())
+    blob = bytes(raw[info.offset:info.offset + info.length])
+    zi = next(z for z in zipfile.ZipFile(io.BytesIO(blob)).infolist() if "/data/" in z.filename and z.file_size > 0)
+    name_len = int.from_bytes(blob[zi.header_offset + 26:zi.header_offset + 28], "little")
+    extra_len = int.from_bytes(blob[zi.header_offset + 28:zi.header_offset + 30], "little")
+    at = info.offset + zi.header_offset + 30 + name_len + extra_len
+    raw[at] ^= 0x04
+    with open(data_file, "wb") as f:
+        f.write(raw)
+    print(fqn)
+    sys.exit(0)
 else:
     raise SystemExit(f"unknown mode {mode}")
 with open(path, "wb") as f:

@@ -139,6 +139,26 @@ pub fn has_nccl() -> bool {
     unsafe { accel_has_nccl() != 0 }
 }
 
+/// `accel-test --version`: what this build can check, and whether CUDA is usable on this machine.
+pub fn describe() -> &'static str {
+    let cuda = if tch::Cuda::is_available() {
+        format!("{} CUDA device(s) visible", tch::Cuda::device_count())
+    } else {
+        "CUDA not available on this machine: worlds are checked on CPU with gloo".into()
+    };
+    let text = format!(
+        "{}\ncollectives: gloo{}\n{cuda}",
+        env!("CARGO_PKG_VERSION"),
+        if has_nccl() {
+            ", NCCL"
+        } else {
+            " (built without NCCL)"
+        }
+    );
+    // Asked once per process, for --version.
+    Box::leak(text.into_boxed_str())
+}
+
 /// A c10d `TCPStore`: the server on rank 0, a client everywhere else.
 pub struct Store {
     raw: *mut RawStore,

@@ -457,11 +457,43 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
         TchDevice::Cpu
     };
     let t = Instant::now();
+    // Nodes launched with different world sizes would otherwise only show as ranks that never arrive:
+    // rank 0 publishes the world it was told, and every other rank compares before joining.
+    let this_host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mine = format!(
+        "WORLD_SIZE={} ({} machine(s) × {} rank(s)) on host {this_host}",
+        c.world_size, c.num_nodes, c.local_world_size
+    );
+    if c.rank == 0 {
+        let _ = store.set(&format!("{KEY}/world"), mine.as_bytes());
+    } else if let Ok(theirs) = store.get(&format!("{KEY}/world"), timeout) {
+        let theirs = String::from_utf8_lossy(&theirs).into_owned();
+        if !theirs.starts_with(&format!("WORLD_SIZE={} ", c.world_size)) {
+            let msg = format!(
+                "world size mismatch: rank {} was told {mine}, rank 0 was told {theirs}: every node must be started with the same --num_processes and --num_machines",
+                c.rank
+            );
+            let _ = store.set(&format!("{KEY}/mismatch"), msg.as_bytes());
+            r.emit("rendezvous", Err(msg), since_ms(t));
+            return false;
+        }
+    }
     let _ = store.set(&format!("{KEY}/arrived/{}", c.rank), b"1");
     let ifnames = env.get(env_vars::GLOO_SOCKET_IFNAME).unwrap_or("");
     let pg = match ProcessGroup::new(backend, &store, c.rank, c.world_size, timeout, ifnames) {
         Ok(pg) => pg,
         Err(e) => {
+            if let Ok(true) = store.check(&format!("{KEY}/mismatch")) {
+                let msg = store
+                    .get(&format!("{KEY}/mismatch"), timeout)
+                    .map(|m| String::from_utf8_lossy(&m).into_owned())
+                    .unwrap_or_default();
+                r.emit("rendezvous", Err(msg), since_ms(t));
+                finish(r, &store, &[]);
+                return false;
+            }
             let missing = silent(&store, c.world_size, c.rank, |q| {
                 vec![format!("{KEY}/arrived/{q}")]
             })

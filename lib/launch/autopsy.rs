@@ -1,0 +1,644 @@
+//! The autopsy of a stuck run: every rank's Python stack, taken from outside with py-spy (no code in
+//! the training script), ranks grouped by identical stacks, and one verdict line that names the rank
+//! that is somewhere else than the others and the line of the user's code it is at.
+//!
+//! The grouping and the verdict are pure functions of the stacks (unit-tested below); only
+//! [`find_py_spy`] and [`dump`] touch the system.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::env_vars::{self, Environment};
+
+/// One Python frame, as `py-spy dump --json` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+pub struct Frame {
+    pub name: String,
+    pub filename: String,
+    #[serde(default)]
+    pub short_filename: Option<String>,
+    pub line: i64,
+}
+
+impl Frame {
+    /// The name shown in the verdict: py-spy's short name (the package-relative path, or the script's
+    /// base name).
+    pub fn short(&self) -> &str {
+        self.short_filename.as_deref().unwrap_or(&self.filename)
+    }
+    /// Code of the Python installation (stdlib, site-packages) rather than the user's.
+    pub fn is_library(&self) -> bool {
+        let f = &self.filename;
+        f.contains("/site-packages/")
+            || f.contains("/dist-packages/")
+            || f.contains("/lib/python3")
+            || f.starts_with('<')
+    }
+    /// A frame of torch.distributed's collective API (`distributed_c10d.py::all_reduce`, `barrier`, …).
+    fn is_collective(&self) -> bool {
+        self.filename
+            .ends_with("torch/distributed/distributed_c10d.py")
+    }
+}
+
+/// One thread of a rank, innermost frame first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Thread {
+    #[serde(default)]
+    pub thread_name: Option<String>,
+    #[serde(default)]
+    pub os_thread_id: Option<i64>,
+    #[serde(default)]
+    pub pid: Option<i64>,
+    pub frames: Vec<Frame>,
+}
+
+impl Thread {
+    fn is_main(&self) -> bool {
+        self.thread_name.as_deref() == Some("MainThread")
+            || (self.os_thread_id.is_some() && self.os_thread_id == self.pid)
+    }
+}
+
+/// What is known of one rank at the moment of the autopsy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankStack {
+    pub rank: u32,
+    pub node: u32,
+    pub pid: i32,
+    /// The process state from /proc/<pid>/stat (`S` sleeping, `R` running, `T` stopped, `D` disk wait).
+    pub state: char,
+    /// The Python stacks, or why they could not be taken.
+    pub threads: Result<Vec<Thread>, String>,
+}
+
+impl RankStack {
+    pub fn main_frames(&self) -> Option<&[Frame]> {
+        let threads = self.threads.as_ref().ok()?;
+        threads
+            .iter()
+            .find(|t| t.is_main())
+            .or(threads.first())
+            .map(|t| t.frames.as_slice())
+    }
+
+    /// What identifies "the same place": the main thread's frames and whether the process is stopped.
+    fn signature(&self) -> (bool, Option<Vec<Frame>>) {
+        (self.state == 'T', self.main_frames().map(<[Frame]>::to_vec))
+    }
+}
+
+/// Parses `py-spy dump --json`.
+pub fn parse_py_spy_json(text: &str) -> Result<Vec<Thread>, String> {
+    serde_json::from_str(text).map_err(|e| format!("unreadable py-spy output: {e}"))
+}
+
+/// Where a group of ranks is, for the verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Waiting in this torch.distributed collective (`all_reduce`, `barrier`, …).
+    pub collective: Option<String>,
+    /// The innermost frame of the user's code: function, file, line.
+    pub user: Option<(String, String, i64)>,
+    pub stopped: bool,
+}
+
+impl Place {
+    fn of(r: &RankStack) -> Place {
+        let frames = r.main_frames().unwrap_or(&[]);
+        // The outermost distributed_c10d frame is the API the user called.
+        let collective = frames
+            .iter()
+            .rev()
+            .find(|f| f.is_collective())
+            .map(|f| f.name.clone());
+        let user = frames
+            .iter()
+            .find(|f| !f.is_library())
+            .or(frames.first())
+            .map(|f| (f.name.clone(), f.short().to_string(), f.line));
+        Place {
+            collective,
+            user,
+            stopped: r.state == 'T',
+        }
+    }
+
+    fn at(&self) -> String {
+        match &self.user {
+            Some((_, file, line)) => format!(" ({file}:{line})"),
+            None => String::new(),
+        }
+    }
+}
+
+/// Ranks with identical stacks.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub ranks: Vec<u32>,
+    pub nodes: Vec<u32>,
+    pub place: Place,
+    /// One member's stacks (the same for all), or why they are unknown.
+    pub sample: RankStack,
+}
+
+/// Groups ranks by identical main-thread stacks; suspects first (stopped ranks, then those not
+/// waiting in a collective), then by first rank.
+pub fn group(stacks: &[RankStack]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for r in stacks {
+        let sig = r.signature();
+        match groups
+            .iter_mut()
+            .find(|g| g.sample.signature() == sig && sig.1.is_some())
+        {
+            Some(g) => {
+                g.ranks.push(r.rank);
+                if !g.nodes.contains(&r.node) {
+                    g.nodes.push(r.node);
+                }
+            }
+            None => groups.push(Group {
+                ranks: vec![r.rank],
+                nodes: vec![r.node],
+                place: Place::of(r),
+                sample: r.clone(),
+            }),
+        }
+    }
+    groups.sort_by_key(|g| {
+        let waits = g.place.collective.is_some() && !g.place.stopped;
+        (waits, !g.place.stopped, g.ranks.first().copied())
+    });
+    groups
+}
+
+fn ranks_label(g: &Group) -> String {
+    let list: Vec<String> = g.ranks.iter().map(u32::to_string).collect();
+    let nodes: Vec<String> = g.nodes.iter().map(u32::to_string).collect();
+    let node = if g.nodes.len() == 1 { "node" } else { "nodes" };
+    let rank = if g.ranks.len() == 1 { "rank" } else { "ranks" };
+    format!("{rank} {} ({node} {})", list.join(","), nodes.join(","))
+}
+
+/// The one-line verdict (without the `tool: hang: ` prefix).
+pub fn verdict(groups: &[Group]) -> String {
+    let mut parts = Vec::new();
+    for g in groups {
+        let one = g.ranks.len() == 1;
+        let who = ranks_label(g);
+        let p = &g.place;
+        let what = match (&g.sample.threads, &p.collective) {
+            (Err(why), _) => format!(
+                "{} {} (no Python stack: {why})",
+                if one { "is" } else { "are" },
+                state_word(g.sample.state)
+            ),
+            (Ok(_), Some(c)) if !p.stopped => {
+                format!("{} in {c}{}", if one { "waits" } else { "wait" }, p.at())
+            }
+            (Ok(_), _) => {
+                let func = p.user.as_ref().map_or("?", |u| u.0.as_str());
+                let stopped = if p.stopped { "stopped (SIGSTOP) " } else { "" };
+                format!(
+                    "{} {stopped}in {func}{}",
+                    if one { "is" } else { "are" },
+                    p.at()
+                )
+            }
+        };
+        parts.push(format!("{who} {what}"));
+    }
+    let all_wait = groups.len() > 1
+        && groups
+            .iter()
+            .all(|g| g.place.collective.is_some() && !g.place.stopped);
+    let line = parts.join("; ");
+    if all_wait {
+        format!("collectives do not match: {line}")
+    } else {
+        line
+    }
+}
+
+fn state_word(state: char) -> &'static str {
+    match state {
+        'T' | 't' => "stopped",
+        'D' => "in uninterruptible sleep",
+        'R' => "running",
+        'Z' => "a zombie",
+        _ => "sleeping",
+    }
+}
+
+/// The grouped stacks, as printed after the verdict: each group once, every thread.
+pub fn render_groups(groups: &[Group]) -> String {
+    let mut out = String::new();
+    for g in groups {
+        let _ = writeln!(
+            out,
+            "  {} (pid {}, state {}):",
+            ranks_label(g),
+            g.sample.pid,
+            g.sample.state
+        );
+        match &g.sample.threads {
+            Err(why) => {
+                let _ = writeln!(out, "    no Python stack: {why}");
+            }
+            Ok(threads) => {
+                for t in threads {
+                    let _ = writeln!(
+                        out,
+                        "    thread {} ({}):",
+                        t.os_thread_id.unwrap_or_default(),
+                        t.thread_name.as_deref().unwrap_or("?")
+                    );
+                    for f in &t.frames {
+                        let _ = writeln!(out, "      {} ({}:{})", f.name, f.short(), f.line);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One rank's full dump, for the file under --log_dir.
+pub fn render_rank(r: &RankStack) -> String {
+    let mut out = format!(
+        "rank {} (node {}), pid {}, state {}\n",
+        r.rank, r.node, r.pid, r.state
+    );
+    match &r.threads {
+        Err(why) => {
+            let _ = writeln!(out, "no Python stack: {why}");
+        }
+        Ok(threads) => {
+            for t in threads {
+                let _ = writeln!(
+                    out,
+                    "thread {} ({}):",
+                    t.os_thread_id.unwrap_or_default(),
+                    t.thread_name.as_deref().unwrap_or("?")
+                );
+                for f in &t.frames {
+                    let _ = writeln!(out, "  {} ({}:{})", f.name, f.filename, f.line);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// py-spy on PATH, else next to the interpreter the ranks run (`.venv/bin/py-spy` beside
+/// `.venv/bin/python`).
+pub fn find_py_spy(env: &Environment, interpreter: Option<&Path>) -> Option<PathBuf> {
+    let path = env.get(env_vars::PATH).unwrap_or_default();
+    if let Ok(p) = which::which_in("py-spy", Some(path), "/") {
+        return Some(p);
+    }
+    let dir = interpreter?.parent()?;
+    let p = dir.join("py-spy");
+    p.is_file().then_some(p)
+}
+
+/// The state letter of /proc/<pid>/stat.
+pub fn proc_state(pid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let i = s.rfind(')')?;
+            s[i + 1..].trim_start().chars().next()
+        })
+        .unwrap_or('?')
+}
+
+/// Takes one process's Python stacks. `--nonblocking`: the rank is not paused (ptrace-stopping a
+/// SIGSTOPped process fails), which is exact for a process that does not move.
+pub fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> Result<Vec<Thread>, String> {
+    let mut child = Command::new(py_spy)
+        .args(["dump", "--json", "--nonblocking", "--pid", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", py_spy.display()))?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut o = String::new();
+        let mut e = String::new();
+        if let Some(s) = out.as_mut() {
+            let _ = s.read_to_string(&mut o);
+        }
+        if let Some(s) = err.as_mut() {
+            let _ = s.read_to_string(&mut e);
+        }
+        (o, e)
+    });
+    let until = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let (o, e) = reader.join().unwrap_or_default();
+    match status {
+        None => Err(format!("py-spy took more than {}s", timeout.as_secs())),
+        Some(s) if s.success() => parse_py_spy_json(&o),
+        Some(_) => {
+            let first = e
+                .lines()
+                .find(|l| l.starts_with("Error") || l.contains("ermission"))
+                .or(e.lines().next())
+                .unwrap_or("failed")
+                .trim()
+                .to_string();
+            Err(format!("py-spy: {first}"))
+        }
+    }
+}
+
+/// Takes every rank's stacks. `ranks`: (rank, node, pid).
+pub fn take(py_spy: Option<&Path>, ranks: &[(u32, u32, i32)]) -> Vec<RankStack> {
+    ranks
+        .iter()
+        .map(|&(rank, node, pid)| {
+            let state = proc_state(pid);
+            let threads = match py_spy {
+                None => Err("py-spy not found".to_string()),
+                Some(p) => {
+                    // A dump can race a rank changing its stack; one retry.
+                    dump(p, pid, Duration::from_secs(10))
+                        .or_else(|_| dump(p, pid, Duration::from_secs(10)))
+                }
+            };
+            RankStack {
+                rank,
+                node,
+                pid,
+                state,
+                threads,
+            }
+        })
+        .collect()
+}
+
+/// The report: the verdict line, then the grouped stacks. `head` is e.g. `accel-launch: hang`.
+pub fn report(head: &str, stacks: &[RankStack]) -> String {
+    let groups = group(stacks);
+    format!("{head}: {}\n{}", verdict(&groups), render_groups(&groups))
+}
+
+/// Writes each rank's full dump and the report under `dir`.
+pub fn write_dumps(dir: &Path, report: &str, stacks: &[RankStack]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.txt"), report)?;
+    let by_rank: BTreeMap<u32, &RankStack> = stacks.iter().map(|s| (s.rank, s)).collect();
+    for (rank, s) in by_rank {
+        std::fs::write(dir.join(format!("rank_{rank}.txt")), render_rank(s))?;
+    }
+    Ok(())
+}
+
+/// NCCL's Flight Recorder, where the ranks run NCCL: the launcher set `TORCH_NCCL_DEBUG_INFO_PIPE_FILE`
+/// to `dir/fr_pipe_` (see [`flight_recorder_env`]), so each NCCL rank listens on `fr_pipe_<rank>.pipe`;
+/// writing to it makes the rank dump its record to `TORCH_FR_DUMP_TEMP_FILE<rank>`
+/// (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the debug-info pipe). gloo has no outside
+/// trigger, so gloo runs get stacks only.
+pub fn flight_recorder_dump(dir: &Path, stacks: &[RankStack]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut asked = Vec::new();
+    for s in stacks {
+        let pipe = dir.join(format!("fr_pipe_{}.pipe", s.rank));
+        if !pipe.exists() {
+            continue;
+        }
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&pipe)
+        {
+            use std::io::Write;
+            let _ = f.write_all(b"1\n");
+            asked.push(dir.join(format!("flight_recorder_{}", s.rank)));
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while !asked.iter().all(|p| p.exists()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The variables that turn the Flight Recorder on for a watched run: a record of the last collectives
+/// (`TORCH_FR_BUFFER_SIZE`), and, with a dump directory, NCCL's dump-on-timeout and debug-info pipe
+/// pointed there. Variables the user set are left alone by the caller.
+pub fn flight_recorder_env(dump_dir: Option<&Path>) -> Vec<(&'static str, String)> {
+    let mut v = vec![(env_vars::TORCH_FR_BUFFER_SIZE, "2000".to_string())];
+    if let Some(d) = dump_dir {
+        v.push((env_vars::TORCH_NCCL_DUMP_ON_TIMEOUT, "1".into()));
+        v.push((
+            env_vars::TORCH_FR_DUMP_TEMP_FILE,
+            d.join("flight_recorder_").to_string_lossy().into_owned(),
+        ));
+        v.push((
+            env_vars::TORCH_NCCL_DEBUG_INFO_PIPE_FILE,
+            d.join("fr_pipe_").to_string_lossy().into_owned(),
+        ));
+    }
+    v
+}
+
+/// The ranks of a running accel-launch, for `accel-launch --stacks PID`: its children that lead their
+/// own session (the supervisor `setsid`s each rank; its guards do not), with RANK and GROUP_RANK from
+/// their environment. (rank, node, pid), and the first rank's interpreter.
+pub fn ranks_of_launcher(launcher: i32) -> (Vec<(u32, u32, i32)>, Option<PathBuf>) {
+    let mut children = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
+                children.extend(c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+            }
+        }
+    }
+    let mut ranks = Vec::new();
+    let mut interpreter = None;
+    for pid in children {
+        if session_of(pid) != Some(pid) {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let var = |name: &str| {
+            environ
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse::<u32>().ok())
+        };
+        let rank = var("RANK").unwrap_or(ranks.len() as u32);
+        let node = var("GROUP_RANK").unwrap_or(0);
+        if interpreter.is_none() {
+            interpreter = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .ok()
+                .and_then(|c| {
+                    let first = c.split(|b| *b == 0).next()?.to_vec();
+                    String::from_utf8(first).ok()
+                })
+                .filter(|a| a.contains('/'))
+                .map(PathBuf::from);
+        }
+        ranks.push((rank, node, pid));
+    }
+    ranks.sort();
+    (ranks, interpreter)
+}
+
+fn session_of(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
+    // state ppid pgrp session
+    f.get(3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, file: &str, line: i64) -> Frame {
+        let short = file.rsplit("site-packages/").next().map(|s| {
+            if s.starts_with('/') {
+                s.rsplit('/').next().unwrap_or(s).to_string()
+            } else {
+                s.to_string()
+            }
+        });
+        Frame {
+            name: name.into(),
+            filename: file.into(),
+            short_filename: short,
+            line,
+        }
+    }
+
+    fn rank(rank: u32, state: char, frames: Vec<Frame>) -> RankStack {
+        RankStack {
+            rank,
+            node: 0,
+            pid: 100 + rank as i32,
+            state,
+            threads: Ok(vec![Thread {
+                thread_name: Some("MainThread".into()),
+                os_thread_id: Some(100 + rank as i64),
+                pid: Some(100 + rank as i64),
+                frames,
+            }]),
+        }
+    }
+
+    const C10D: &str = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py";
+    const LOGGER: &str = "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py";
+
+    fn waiting(r: u32, coll: &str, line: i64) -> RankStack {
+        rank(
+            r,
+            'S',
+            vec![
+                f(coll, C10D, 3252),
+                f("wrapper", LOGGER, 83),
+                f("main", "/w/train.py", line),
+                f("<module>", "/w/train.py", 99),
+            ],
+        )
+    }
+
+    #[test]
+    fn names_the_rank_that_is_elsewhere_first() {
+        let stuck = rank(
+            1,
+            'S',
+            vec![
+                f("stuck_in_data_loading", "/w/train.py", 42),
+                f("main", "/w/train.py", 50),
+            ],
+        );
+        let stacks = vec![
+            waiting(0, "all_reduce", 57),
+            stuck,
+            waiting(2, "all_reduce", 57),
+            waiting(3, "all_reduce", 57),
+        ];
+        let groups = group(&stacks);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(
+            verdict(&groups),
+            "rank 1 (node 0) is in stuck_in_data_loading (train.py:42); ranks 0,2,3 (node 0) wait in all_reduce (train.py:57)"
+        );
+    }
+
+    #[test]
+    fn mismatched_collectives() {
+        let stacks = vec![waiting(0, "all_reduce", 10), waiting(1, "broadcast", 12)];
+        assert_eq!(
+            verdict(&group(&stacks)),
+            "collectives do not match: rank 0 (node 0) waits in all_reduce (train.py:10); rank 1 (node 0) waits in broadcast (train.py:12)"
+        );
+    }
+
+    #[test]
+    fn library_frames_point_at_the_users_line_and_stopped_ranks_are_said() {
+        let r = rank(
+            1,
+            'T',
+            vec![
+                f("_wait", "/usr/lib/python3.11/subprocess.py", 2000),
+                f("run", "/usr/lib/python3.11/subprocess.py", 550),
+                f("in_subprocess", "/w/train.py", 20),
+            ],
+        );
+        let stacks = vec![waiting(0, "barrier", 5), r];
+        assert_eq!(
+            verdict(&group(&stacks)),
+            "rank 1 (node 0) is stopped (SIGSTOP) in in_subprocess (train.py:20); rank 0 (node 0) waits in barrier (train.py:5)"
+        );
+    }
+
+    #[test]
+    fn without_stacks_the_state_is_reported() {
+        let mut a = waiting(0, "all_reduce", 1);
+        a.threads = Err("py-spy not found".into());
+        a.state = 'T';
+        let mut b = waiting(1, "all_reduce", 1);
+        b.threads = Err("py-spy not found".into());
+        let v = verdict(&group(&[a, b]));
+        assert_eq!(
+            v,
+            "rank 0 (node 0) is stopped (no Python stack: py-spy not found); rank 1 (node 0) is sleeping (no Python stack: py-spy not found)"
+        );
+    }
+
+    #[test]
+    fn parses_py_spy_json() {
+        let text = r#"[{"pid": 7, "thread_id": 1, "thread_name": "MainThread", "os_thread_id": 7,
+            "active": false, "owns_gil": false, "frames": [{"name": "all_reduce",
+            "filename": "/x/torch/distributed/distributed_c10d.py", "module": null,
+            "short_filename": "torch/distributed/distributed_c10d.py", "line": 3252, "locals": null,
+            "is_entry": true, "is_shim_entry": false}], "process_info": null}]"#;
+        let t = parse_py_spy_json(text).unwrap();
+        assert_eq!(t[0].frames[0].name, "all_reduce");
+        assert!(t[0].is_main());
+        assert!(parse_py_spy_json("nope").is_err());
+    }
+}

@@ -1,0 +1,1424 @@
+//! Runs a [`Plan`] and stays with it until every process of the run is gone. Each rank leads its own
+//! process group and session (so a terminal's Ctrl-C reaches only the launcher, which forwards it once) and gets
+//! `PR_SET_PDEATHSIG`; the [`guard`] module makes sure nothing outlives the run, even daemons a rank
+//! double-forks, and even when the launcher itself is SIGKILLed.
+//!
+//! Stopping is always a [`Stop`]: a signal (SIGTERM, or the one the launcher received) to every rank's
+//! group, a grace period to checkpoint, then SIGKILL; a second Ctrl-C (or SIGTERM, …) kills at once.
+//! The first rank to fail decides the exit status: its code, or 128+N for signal N. Ctrl-Z stops the
+//! ranks with the launcher, and `fg`/`bg` resumes them (the ranks are not in the terminal's group).
+//!
+//! A tool that reads its ranks' output itself (accel-test reads its ranks' JSON events) runs them through
+//! the same supervisor with a [`Capture`]: stdout lines and rank ends come to it over a channel, the
+//! survivors of a failure are left running ([`OnFailure::Continue`]) so they can report it, and the
+//! caller decides when to stop through [`Capture::stop`]. What the ranks write goes through [`output`].
+
+mod guard;
+mod output;
+
+pub use output::{render_template, DEFAULT_LOG_TEMPLATE};
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use self::guard::Strays;
+use self::output::{LogFiles, Sink, Tail};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+
+use super::autopsy;
+use super::control::{self, Decision, FailureReport};
+use super::hang;
+use super::plan::{Plan, RankSpec};
+use super::ports;
+use crate::env_vars::{self, Environment};
+use crate::error::{Diagnostic, Result};
+use crate::exit_status::ExitStatus;
+
+/// Signals forwarded to every rank's group.
+pub const FORWARDED: &[i32] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Of the forwarded signals, those that also stop the run (torchrun's `SignalException` set).
+pub const STOPPING: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Job control: SIGTSTP stops the ranks (as SIGSTOP) and then the launcher, SIGCONT resumes them, as
+/// if they were in the terminal's group (torchrun's workers share it).
+pub const JOB_CONTROL: &[i32] = &[libc::SIGTSTP, libc::SIGCONT];
+
+/// How ranks are stopped: `signal` to every rank's group, then SIGKILL after `grace` (after
+/// watchexec's `Stop { signal, grace }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stop {
+    pub signal: i32,
+    pub grace: Duration,
+}
+
+impl Stop {
+    /// SIGTERM, then SIGKILL after `grace`: how a failure or the caller stops the others.
+    pub fn term(grace: Duration) -> Stop {
+        Stop {
+            signal: libc::SIGTERM,
+            grace,
+        }
+    }
+    /// SIGKILL at once: a second Ctrl-C, a rank that could not be spawned.
+    pub fn kill() -> Stop {
+        Stop {
+            signal: libc::SIGKILL,
+            grace: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("cannot run `{program}`: not found")]
+    NotFound { program: String },
+    #[error("cannot run `{program}`")]
+    CannotExecute {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--log_template `{template}` gives {first} and {second} the same file {path}")]
+    LogCollision {
+        template: String,
+        path: String,
+        first: String,
+        second: String,
+        missing: &'static str,
+    },
+    #[error("{path} is left from an earlier run: accel-launch does not overwrite logs")]
+    LogExists { path: String },
+    #[error("cannot {what}")]
+    Launcher {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Diagnostic for SuperviseError {
+    fn hints(&self) -> Vec<String> {
+        match self {
+            SuperviseError::NotFound { program } => {
+                let path = Path::new(program);
+                let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                if !program.contains('/') && path.is_file() {
+                    // execvp looks a bare name up on PATH only, never in the current directory.
+                    vec![format!("`{program}` is in the current directory, but a name without a `/` is looked up on PATH: run it as ./{program}")]
+                } else if name.starts_with("python") {
+                    vec!["set ACCEL_PYTHON to the interpreter of your training environment".into()]
+                } else {
+                    vec!["check the program's path (with --no_python the script itself is run)".into()]
+                }
+            }
+            SuperviseError::LogCollision { missing, .. } => {
+                vec![format!("add {missing} to the template")]
+            }
+            SuperviseError::LogExists { .. } => vec![
+                "give each run its own --log_dir (e.g. --log_dir logs/$(date +%Y%m%d-%H%M%S)), or move the old logs away".into(),
+            ],
+            _ => Vec::new(),
+        }
+    }
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            SuperviseError::NotFound { .. } => ExitStatus::NotFound,
+            SuperviseError::CannotExecute { .. } => ExitStatus::CannotExecute,
+            SuperviseError::LogCollision { .. } => ExitStatus::Usage,
+            SuperviseError::LogExists { .. } => ExitStatus::Output,
+            SuperviseError::Launcher { .. } => ExitStatus::LauncherFailed,
+        }
+    }
+}
+
+/// How to print a rank's console lines.
+#[derive(Debug, Clone, Default)]
+pub struct Console {
+    /// Line prefix template (`{rank}`, `{local_rank}`, `{role}`, `{node}`); `None` passes output through.
+    pub prefix: Option<String>,
+    /// Only these local ranks reach the console (all reach their log files).
+    pub local_ranks: Option<Vec<u32>>,
+}
+
+/// What a run that reads its ranks' output itself receives, in order per rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Captured {
+    /// One line of a rank's stdout, without its newline.
+    Line { rank: u32, line: String },
+    /// The rank's stdout is closed: every line it wrote has been sent.
+    Eof { rank: u32 },
+    /// The rank's process ended (its last lines may still be on their way: wait for its `Eof`).
+    Ended { rank: u32, end: RankEnd },
+}
+
+/// Hands the ranks' stdout to the caller instead of the console (stderr still goes to the console).
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub sink: Sender<Captured>,
+    /// Set by the caller to stop the run: the stop signal to every rank, the grace period, SIGKILL.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What happens to the other ranks when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Stop them at once (torchrun's behaviour): the stop signal, the grace period, SIGKILL.
+    #[default]
+    StopAll,
+    /// Let them run on: they end on their own, or when the caller sets [`Capture::stop`].
+    Continue,
+}
+
+/// How one rank's process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankEnd {
+    pub status: std::process::ExitStatus,
+    /// It ended by a signal after the supervisor had begun stopping the run (it was stopped, it did
+    /// not die on its own).
+    pub stopped: bool,
+}
+
+/// One rank of a finished run.
+#[derive(Debug, Clone)]
+pub struct RankResult {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub end: RankEnd,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// What the launcher exits with.
+    pub status: ExitStatus,
+    /// The launcher was told to stop by this signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
+    pub signal: Option<i32>,
+    /// Every rank of the last attempt.
+    pub ranks: Vec<RankResult>,
+    /// What ended the run: the first rank to fail here, or (multi-node) the failure or lost node the
+    /// control plane reported.
+    pub failure: Option<FailureReport>,
+}
+
+/// Supervision settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Name for messages (`accel-launch`).
+    pub tool: &'static str,
+    /// Time between the stop signal and SIGKILL.
+    pub grace: Duration,
+    /// How often ranks are polled when nothing else wakes the supervisor.
+    pub monitor_interval: Duration,
+    /// Whole-group restarts after a failure (`TORCHELASTIC_RESTART_COUNT` counts them).
+    pub max_restarts: u32,
+    /// Per-rank log files under this directory.
+    pub log_dir: Option<PathBuf>,
+    /// File name template under `log_dir`: `{rank}`, `{local_rank}`, `{node}`, `{attempt}`, `{stream}`.
+    pub log_template: String,
+    pub console: Console,
+    /// Lines of the failing rank's stderr to print.
+    pub tail_lines: usize,
+    /// Suppress the launcher's own progress notes (restarts).
+    pub quiet: bool,
+    pub on_failure: OnFailure,
+    /// Send stdout and rank ends to the caller; it also prints failures itself.
+    pub capture: Option<Capture>,
+    /// `--hang_timeout`: stop the run (exit 124) once no rank made progress for this long ([`hang`]).
+    pub hang_timeout: Option<Duration>,
+    /// `--stacks_on_failure`: take the survivors' stacks before stopping them after a failure.
+    pub stacks_on_failure: bool,
+    /// py-spy, for the stacks ([`autopsy`]); `None`: the verdicts say what /proc knows.
+    pub py_spy: Option<PathBuf>,
+    /// The control plane of a multi-node run: failures go to and come from the other nodes, and the
+    /// world restarts together.
+    pub control: Option<Arc<control::Link>>,
+    /// `--slurm_requeue`: this signal (SLURM's warning) is forwarded, the ranks get `grace` to save
+    /// and exit, and the run ends [`ExitStatus::Requeued`]; the caller then asks SLURM for the requeue.
+    pub requeue_signal: Option<i32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tool: "accel-launch",
+            grace: Duration::from_secs(30),
+            monitor_interval: Duration::from_millis(100),
+            max_restarts: 0,
+            log_dir: None,
+            log_template: DEFAULT_LOG_TEMPLATE.into(),
+            console: Console::default(),
+            tail_lines: 20,
+            quiet: false,
+            on_failure: OnFailure::StopAll,
+            capture: None,
+            hang_timeout: None,
+            stacks_on_failure: false,
+            py_spy: None,
+            control: None,
+            requeue_signal: None,
+        }
+    }
+}
+
+enum Event {
+    /// A signal to the launcher; `delivered`: its sender also signals every process of the run (the
+    /// SLURM step daemon, for `scancel --signal`, `srun --signal` and its own SIGTERM), so the ranks
+    /// already have it and forwarding it would deliver it twice.
+    Signal { sig: i32, delivered: bool },
+}
+
+struct Running {
+    rank: u32,
+    local_rank: u32,
+    child: Child,
+    pgid: Pid,
+    guard: Option<Pid>,
+    status: Option<std::process::ExitStatus>,
+    /// Ended by a signal after the run began stopping.
+    stopped: bool,
+    tail: Arc<Mutex<Tail>>,
+    readers: Vec<JoinHandle<()>>,
+    error_file: Option<PathBuf>,
+}
+
+/// A rank's end, as the summary reports it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub host: String,
+    pub status: std::process::ExitStatus,
+    pub stderr_tail: String,
+    pub error_message: Option<String>,
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        exit_code_of(&self.status)
+    }
+    /// The failure as the control plane and `--report_json` carry it.
+    pub fn to_report(&self, node: u32) -> FailureReport {
+        FailureReport {
+            node,
+            host: self.host.clone(),
+            rank: Some(self.rank),
+            local_rank: Some(self.local_rank),
+            code: self.status.code(),
+            signal: self.status.signal(),
+            what: self.describe(),
+            stderr_tail: last_lines(&self.stderr_tail, 50),
+            error_message: self.error_message.clone(),
+            requeue: false,
+        }
+    }
+    pub fn describe(&self) -> String {
+        match (self.status.code(), self.status.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+            _ => "ended".into(),
+        }
+    }
+}
+
+/// A process's exit as a shell reports it: its code, or 128+N for signal N.
+pub fn exit_code_of(s: &std::process::ExitStatus) -> u8 {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => (c & 0xff) as u8,
+        (None, Some(sig)) => (128 + sig).min(255) as u8,
+        _ => 1,
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown")
+}
+
+/// Starts every rank of `plan`, supervises them and returns the run's exit status.
+///
+/// Must be called from a thread that outlives the ranks (the main thread): `PR_SET_PDEATHSIG` fires
+/// when the spawning thread exits. One run at a time per process: the run adopts and, at its end,
+/// kills every orphan of its ranks.
+pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitStatus> {
+    run(plan, opts, env).map(|o| o.status)
+}
+
+/// [`supervise`], returning how every rank ended.
+pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
+    let logs = match &opts.log_dir {
+        Some(dir) => {
+            let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
+            let template = node_log_template(plan, &opts.log_template)?;
+            let logs = LogFiles::new(dir, &template, node);
+            logs.check(&plan.ranks, opts.max_restarts)?;
+            Some(logs)
+        }
+        None => None,
+    };
+    let (tx, rx) = mpsc::channel();
+    let mut sigs = FORWARDED.to_vec();
+    sigs.extend_from_slice(JOB_CONTROL);
+    sigs.push(libc::SIGCHLD);
+    if let Some(s) = opts.requeue_signal.filter(|s| !sigs.contains(s)) {
+        sigs.push(s);
+    }
+    let mut signals =
+        signal_hook::iterator::SignalsInfo::<WithOrigin>::new(&sigs).map_err(|e| {
+            SuperviseError::Launcher {
+                what: "install signal handlers".into(),
+                source: e,
+            }
+        })?;
+    let handle = signals.handle();
+    // In a SLURM step the launcher's parent is slurmstepd, which signals every process of the step
+    // (proctrack walks the ranks too): what it sends, the ranks already received.
+    let in_step = env.non_empty(env_vars::SLURM_STEP_ID).is_some();
+    let parent = nix::unistd::getppid().as_raw();
+    std::thread::spawn(move || {
+        for info in signals.forever() {
+            let delivered = in_step && info.process.is_some_and(|p| p.pid == parent);
+            if tx
+                .send(Event::Signal {
+                    sig: info.signal,
+                    delivered,
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let tmp_root = match &opts.log_dir {
+        Some(_) => None,
+        None => {
+            let base = env
+                .non_empty(env_vars::TMPDIR)
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir);
+            Some(base.join(format!("accel_launch_{}", std::process::id())))
+        }
+    };
+    guard::set_subreaper(true);
+    let mut session = Session {
+        opts,
+        rx: &rx,
+        tmp_root,
+        logs,
+        strays: Strays::new(),
+    };
+    let result = session.run_attempts(plan.clone());
+    guard::set_subreaper(false);
+    handle.close();
+    if let Some(t) = &session.tmp_root {
+        let _ = std::fs::remove_dir_all(t);
+    }
+    result
+}
+
+/// What the attempts of one run share.
+struct Session<'a> {
+    opts: &'a Options,
+    rx: &'a Receiver<Event>,
+    /// Where torchelastic error files go without `--log_dir`.
+    tmp_root: Option<PathBuf>,
+    logs: Option<LogFiles>,
+    /// The run's processes outside the ranks' groups, for the guards.
+    strays: Option<Strays>,
+}
+
+enum Outcome {
+    Success,
+    Hung,
+    Failed(Failure),
+    Signalled(i32),
+    /// Stopped because another node failed or was lost.
+    Remote(FailureReport),
+    /// SLURM's warning signal came (`--slurm_requeue`): the ranks were given the grace period to save.
+    Requeue,
+}
+
+impl Session<'_> {
+    fn run_attempts(&mut self, mut plan: Plan) -> Result<RunOutcome> {
+        let opts = self.opts;
+        let mut attempt = 0u32;
+        let mut port_retries = 0u32;
+        loop {
+            let (outcome, ranks) = self.run_once(&plan, attempt)?;
+            let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
+            let done = |status, signal, failure| RunOutcome {
+                status,
+                signal,
+                ranks: ranks.clone(),
+                failure,
+            };
+            // Multi-node: the world decides together whether to restart.
+            if let Some(link) = &opts.control {
+                let ok = matches!(outcome, Outcome::Success);
+                match link.attempt_ended(attempt, ok) {
+                    Decision::Restart(a) => {
+                        attempt = a;
+                        note(
+                            opts,
+                            &format!(
+                                "restarting the ranks of every node (restart {attempt} of {})",
+                                opts.max_restarts
+                            ),
+                        );
+                        continue;
+                    }
+                    Decision::Finish(global) => {
+                        link.close();
+                        return Ok(match (outcome, global) {
+                            (Outcome::Signalled(sig), g) => {
+                                done(ExitStatus::Worker((128 + sig).min(255) as u8), Some(sig), g)
+                            }
+                            (Outcome::Failed(f), _) => {
+                                report(opts, &f);
+                                done(
+                                    ExitStatus::Worker(f.exit_code()),
+                                    None,
+                                    Some(f.to_report(node)),
+                                )
+                            }
+                            (Outcome::Hung, g) => done(ExitStatus::Hang, None, g),
+                            (_, Some(g)) if g.requeue => {
+                                note(opts, &format!("{}: the job is requeued", g.headline()));
+                                done(ExitStatus::Requeued, None, Some(g))
+                            }
+                            (_, None) => done(ExitStatus::Success, None, None),
+                            (_, Some(g)) => {
+                                // The stderr tail was printed when the stop came.
+                                note(opts, &format!("the run failed: {}", g.headline()));
+                                done(g.exit_status(), None, Some(g))
+                            }
+                        });
+                    }
+                }
+            }
+            match outcome {
+                Outcome::Success => return Ok(done(ExitStatus::Success, None, None)),
+                // A hang is not restarted: the same run would most likely hang again.
+                Outcome::Hung => return Ok(done(ExitStatus::Hang, None, None)),
+                // Nor a requeue: the job itself runs again, resuming from the ranks' checkpoint.
+                Outcome::Requeue => return Ok(done(ExitStatus::Requeued, None, None)),
+                Outcome::Remote(g) => return Ok(done(g.exit_status(), None, Some(g))),
+                Outcome::Signalled(sig) => {
+                    return Ok(done(
+                        ExitStatus::Worker((128 + sig).min(255) as u8),
+                        Some(sig),
+                        None,
+                    ))
+                }
+                Outcome::Failed(f) => {
+                    let race = plan.port_auto
+                        && f.local_rank == 0
+                        && ports::is_addr_in_use(&f.stderr_tail);
+                    if race && port_retries < 3 {
+                        port_retries += 1;
+                        let port = ports::free_port()?;
+                        note(
+                            opts,
+                            &format!(
+                            "rendezvous port was taken by another process; retrying on port {port}"
+                        ),
+                        );
+                        plan.set_port(port);
+                        continue;
+                    }
+                    if attempt < opts.max_restarts {
+                        attempt += 1;
+                        note(
+                            opts,
+                            &format!(
+                                "rank {} {}; restarting all local ranks (restart {attempt} of {})",
+                                f.rank,
+                                f.describe(),
+                                opts.max_restarts
+                            ),
+                        );
+                        continue;
+                    }
+                    if opts.capture.is_none() {
+                        report(opts, &f);
+                    }
+                    return Ok(done(
+                        ExitStatus::Worker(f.exit_code()),
+                        None,
+                        Some(f.to_report(node)),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// One attempt: spawn every rank, watch them to the end, clean up everything they left.
+    fn run_once(&mut self, plan: &Plan, attempt: u32) -> Result<(Outcome, Vec<RankResult>)> {
+        let mut running: Vec<Running> = Vec::new();
+        for spec in &plan.ranks {
+            match self.spawn(plan, spec, attempt) {
+                Ok(r) => running.push(r),
+                Err(e) => {
+                    stop_and_wait(&mut running, Stop::kill());
+                    guard::reap_strays(STRAY_LIMIT);
+                    finish(&mut running);
+                    return Err(e);
+                }
+            }
+        }
+        let watched = Monitor::new(self.opts, &mut running, plan, attempt)
+            .watch(self.rx, self.strays.as_mut());
+        // Leaders are gone; whatever is left in their groups (grandchildren) goes too, and so does
+        // every other process of the run the launcher adopted (double-forked daemons).
+        signal_groups_all(&running, libc::SIGKILL);
+        guard::reap_strays(STRAY_LIMIT);
+        finish(&mut running);
+        let results = running
+            .iter()
+            .map(|r| RankResult {
+                rank: r.rank,
+                local_rank: r.local_rank,
+                end: RankEnd {
+                    status: r
+                        .status
+                        .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
+                    stopped: r.stopped,
+                },
+            })
+            .collect();
+        let outcome = match watched.remote {
+            _ if watched.requeue && watched.stop_signal.is_none() => Outcome::Requeue,
+            Some(g) if watched.stop_signal.is_none() && watched.first_failure.is_none() => {
+                Outcome::Remote(g)
+            }
+            _ if watched.hung && watched.stop_signal.is_none() => Outcome::Hung,
+            _ => outcome_of(plan, &running, watched.stop_signal, watched.first_failure),
+        };
+        Ok((outcome, results))
+    }
+
+    /// Starts one rank in its own session, with its guard and the readers of its pipes.
+    fn spawn(&mut self, plan: &Plan, spec: &RankSpec, attempt: u32) -> Result<Running> {
+        let Some(program) = spec.argv.first() else {
+            return Err(SuperviseError::NotFound {
+                program: String::new(),
+            }
+            .into());
+        };
+        let (mut cmd, error_file) = self.command(plan, spec, attempt);
+        // Log files first: a rank that could not log is not started.
+        let mut files = [None, None];
+        if let Some(logs) = self.logs.as_mut() {
+            for (file, stream) in files.iter_mut().zip(["stdout", "stderr"]) {
+                let path = logs.path(spec.rank, spec.local_rank, attempt, stream);
+                *file = Some(logs.create(&path)?);
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
+        let pid = Pid::from_raw(child.id() as i32);
+        let guard = guard::spawn_guard(pid, self.opts.grace, self.strays.as_ref());
+        let (stdout, stderr) = self.sinks(plan, spec, attempt);
+        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files);
+        Ok(Running {
+            rank: spec.rank,
+            local_rank: spec.local_rank,
+            child,
+            pgid: pid,
+            guard,
+            status: None,
+            stopped: false,
+            tail,
+            readers,
+            error_file,
+        })
+    }
+
+    /// A rank's command: its argv and variables, torchelastic's restart count and error file, pipes
+    /// for its output, and its own session.
+    fn command(&self, plan: &Plan, spec: &RankSpec, attempt: u32) -> (Command, Option<PathBuf>) {
+        let mut cmd = Command::new(&spec.argv[0]);
+        cmd.args(&spec.argv[1..]);
+        cmd.envs(&spec.env);
+        let error_file = plan.topology.as_ref().map(|_| {
+            let root = self
+                .opts
+                .log_dir
+                .as_deref()
+                .or(self.tmp_root.as_deref())
+                .unwrap_or(Path::new("."));
+            let root = match (&self.opts.log_dir, plan.topology.as_ref()) {
+                // Nodes may share --log_dir (NFS, Lustre): each writes under its own directory.
+                (Some(_), Some(t)) if t.num_nodes > 1 => root.join(format!("node_{}", t.node_rank)),
+                _ => root.to_path_buf(),
+            };
+            root.join(format!("attempt_{attempt}"))
+                .join(spec.local_rank.to_string())
+                .join("error.json")
+        });
+        if plan.topology.is_some() {
+            cmd.env(env_vars::TORCHELASTIC_RESTART_COUNT, attempt.to_string());
+            if let Some(ef) = &error_file {
+                if let Some(dir) = ef.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::remove_file(ef);
+                cmd.env(env_vars::TORCHELASTIC_ERROR_FILE, ef);
+            }
+        }
+        cmd.stdin(Stdio::inherit())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let parent = nix::unistd::getpid().as_raw();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Its own session and group, as torchrun's workers: the terminal's signals reach only
+                // the launcher, and a rank reading stdin is not stopped as a background job.
+                libc::setsid();
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGTERM as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                if libc::getppid() != parent {
+                    libc::_exit(128 + libc::SIGTERM);
+                }
+                // Under kernel.yama.ptrace_scope=1 only the launcher and its children (py-spy, for
+                // --hang_timeout's stacks) may read the rank; a kernel without Yama says EINVAL.
+                libc::prctl(libc::PR_SET_PTRACER, parent as libc::c_ulong, 0, 0, 0);
+                Ok(())
+            });
+        }
+        (cmd, error_file)
+    }
+
+    /// Where a rank's stdout and stderr go: the capturing caller takes stdout; the console gets what
+    /// the local-rank filter lets through, prefixed as asked.
+    fn sinks(&self, plan: &Plan, spec: &RankSpec, attempt: u32) -> (Sink, Sink) {
+        let opts = self.opts;
+        let show = opts
+            .console
+            .local_ranks
+            .as_ref()
+            .is_none_or(|l| l.contains(&spec.local_rank));
+        let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
+        let role = plan
+            .topology
+            .as_ref()
+            .map_or("default", |t| t.role.as_str());
+        let prefix = opts.console.prefix.as_ref().map(|p| {
+            render_template(
+                p,
+                spec.rank,
+                spec.local_rank,
+                node,
+                attempt,
+                &[("role", role)],
+            )
+        });
+        let console = |is_err| {
+            if show {
+                Sink::Console {
+                    is_err,
+                    prefix: prefix.clone(),
+                }
+            } else {
+                Sink::Nowhere
+            }
+        };
+        let stdout = match &opts.capture {
+            Some(c) => Sink::Capture(spec.rank, c.sink.clone()),
+            None => console(false),
+        };
+        (stdout, console(true))
+    }
+}
+
+/// The log file template for this node. Nodes of one run often share `--log_dir` (a network file
+/// system), so on many nodes the default layout goes under `node_N/`, and a template of one's own must
+/// name `{node}` — else the nodes would write each other's files.
+fn node_log_template(plan: &Plan, template: &str) -> Result<String> {
+    let Some(t) = plan.topology.as_ref().filter(|t| t.num_nodes > 1) else {
+        return Ok(template.to_string());
+    };
+    if template == DEFAULT_LOG_TEMPLATE {
+        return Ok(format!("node_{{node}}/{template}"));
+    }
+    if !template.contains("{node}") {
+        return Err(SuperviseError::LogCollision {
+            template: template.to_string(),
+            path: format!("(the same path on each of the {} nodes)", t.num_nodes),
+            first: "node 0".into(),
+            second: "the other nodes".into(),
+            missing: "{node}",
+        }
+        .into());
+    }
+    Ok(template.to_string())
+}
+
+/// How long the end of a run keeps killing what its ranks left before giving up on the unkillable.
+const STRAY_LIMIT: Duration = Duration::from_secs(2);
+
+/// How often the run's processes outside the ranks' groups are recorded for the guards.
+const STRAY_SCAN: Duration = Duration::from_millis(100);
+
+fn note(opts: &Options, msg: &str) {
+    if !opts.quiet {
+        let _ = writeln!(std::io::stderr(), "{}: {msg}", opts.tool);
+    }
+}
+
+fn report(opts: &Options, f: &Failure) {
+    let mut out = format!(
+        "{}: rank {} (local rank {}) on {} {}\n",
+        opts.tool,
+        f.rank,
+        f.local_rank,
+        f.host,
+        f.describe()
+    );
+    if let Some(m) = &f.error_message {
+        out.push_str(&format!("  error: {m}\n"));
+    }
+    let lines: Vec<&str> = f.stderr_tail.lines().collect();
+    let start = lines.len().saturating_sub(opts.tail_lines);
+    if start < lines.len() {
+        out.push_str(&format!("  last lines of rank {}'s stderr:\n", f.rank));
+        for l in &lines[start..] {
+            out.push_str(&format!("  | {l}\n"));
+        }
+    }
+    let _ = std::io::stderr().write_all(out.as_bytes());
+}
+
+fn spawn_error(program: &OsString, e: std::io::Error) -> SuperviseError {
+    let program = program.to_string_lossy().into_owned();
+    match e.kind() {
+        std::io::ErrorKind::NotFound => SuperviseError::NotFound { program },
+        _ => SuperviseError::CannotExecute { program, source: e },
+    }
+}
+
+/// What watching an attempt found.
+struct Watched {
+    first_failure: Option<usize>,
+    /// The hang watch declared a hang and stopped the run.
+    hung: bool,
+    /// Another node failed or was lost (multi-node), and this node's ranks were stopped for it.
+    remote: Option<FailureReport>,
+    /// The launcher was told to stop by this signal.
+    stop_signal: Option<i32>,
+    /// SLURM's requeue warning came, here or on another node.
+    requeue: bool,
+}
+
+/// Watches the ranks of one attempt until every one has ended: reaps them, stops the others on a
+/// failure or the caller's request, forwards signals, escalates to SIGKILL.
+struct Monitor<'a> {
+    opts: &'a Options,
+    ranks: &'a mut [Running],
+    first_failure: Option<usize>,
+    stop_signal: Option<i32>,
+    /// Set once the run is being stopped: when SIGKILL follows.
+    deadline: Option<Instant>,
+    killed: bool,
+    /// This node's rank in the job, for the hang and failure reports.
+    node: u32,
+    plan: &'a Plan,
+    attempt: u32,
+    /// Another node failed or was lost: this node's ranks are being stopped for it.
+    remote: Option<FailureReport>,
+    /// SLURM's requeue warning came (here or on another node): the ranks are saving and exiting, and
+    /// how they end is not a failure.
+    requeue: bool,
+}
+
+impl<'a> Monitor<'a> {
+    fn new(opts: &'a Options, ranks: &'a mut [Running], plan: &'a Plan, attempt: u32) -> Self {
+        Monitor {
+            opts,
+            ranks,
+            first_failure: None,
+            stop_signal: None,
+            deadline: None,
+            killed: false,
+            node: plan.topology.as_ref().map_or(0, |t| t.node_rank),
+            plan,
+            attempt,
+            remote: None,
+            requeue: false,
+        }
+    }
+
+    fn watch(mut self, rx: &Receiver<Event>, mut strays: Option<&mut Strays>) -> Watched {
+        let opts = self.opts;
+        let mut scanned: Option<Instant> = None;
+        let mut watch = opts
+            .hang_timeout
+            .map(|t| hang::Watch::new(t, opts.py_spy.clone(), Instant::now()));
+        let mut hung = false;
+        loop {
+            self.reap();
+            if self.first_failure.is_none()
+                && self.stop_signal.is_none()
+                && self.remote.is_none()
+                && !self.requeue
+            {
+                if let Some(i) = self
+                    .ranks
+                    .iter()
+                    .position(|r| r.status.is_some_and(|s| !s.success()))
+                {
+                    self.first_failure = Some(i);
+                    if opts.stacks_on_failure && self.deadline.is_none() {
+                        stacks_on_failure(opts, self.ranks, i, self.node);
+                    }
+                    if opts.on_failure == OnFailure::StopAll && self.deadline.is_none() {
+                        self.stop(Stop::term(opts.grace));
+                    }
+                    // Multi-node: tell the other nodes, with the rank's stderr tail.
+                    if let Some(link) = &opts.control {
+                        link.local_failure(self.attempt, failure_report(self.plan, &self.ranks[i]));
+                    }
+                }
+            }
+            // Another node failed or was lost: stop as for a local failure.
+            if let (Some(link), None, None, None, false) = (
+                &opts.control,
+                &self.remote,
+                self.first_failure,
+                self.stop_signal,
+                self.requeue,
+            ) {
+                if let Some(g) = link.poll_stop() {
+                    match g.signal.filter(|_| g.requeue) {
+                        // SLURM's warning reached another node: the ranks here get it too.
+                        Some(sig) if self.deadline.is_none() => {
+                            note(
+                                opts,
+                                &format!(
+                                    "{}: forwarding {} to {}, then the job is requeued",
+                                    g.headline(),
+                                    signal_name(sig),
+                                    ranks(self.live())
+                                ),
+                            );
+                            self.requeue = true;
+                            self.stop(Stop {
+                                signal: sig,
+                                grace: opts.grace,
+                            });
+                        }
+                        _ => {
+                            report_remote(opts, "stopping this node's ranks", &g);
+                            if self.deadline.is_none() {
+                                self.stop(Stop::term(opts.grace));
+                            }
+                        }
+                    }
+                    self.remote = Some(g);
+                }
+            }
+            let stop_asked = opts
+                .capture
+                .as_ref()
+                .is_some_and(|c| c.stop.load(Ordering::Relaxed));
+            if stop_asked && self.deadline.is_none() {
+                self.stop(Stop::term(opts.grace));
+            }
+            // The hang watch, ticked with the live ranks: a hang is reported, then the run stopped.
+            if let (Some(w), None) = (watch.as_mut(), self.deadline) {
+                let live = live_ranks(self.ranks, self.node);
+                if let Some(hang::Decision::Hang { quiet, stacks }) = w.tick(Instant::now(), &live)
+                {
+                    hang_report(opts, quiet, &stacks);
+                    hung = true;
+                    self.stop(Stop::term(opts.grace));
+                }
+            }
+            if self.ranks.iter().all(|r| r.status.is_some()) {
+                break;
+            }
+            if self
+                .deadline
+                .is_some_and(|d| !self.killed && Instant::now() >= d)
+            {
+                self.stop(Stop::kill());
+            }
+            if let Some(s) = strays.as_deref_mut() {
+                if scanned.is_none_or(|t| t.elapsed() >= STRAY_SCAN) {
+                    let groups: Vec<i32> = self.ranks.iter().map(|r| r.pgid.as_raw()).collect();
+                    s.record(&guard::descendants(), &groups);
+                    scanned = Some(Instant::now());
+                }
+            }
+            let wait = match self.deadline {
+                Some(d) if !self.killed => d
+                    .saturating_duration_since(Instant::now())
+                    .min(opts.monitor_interval),
+                _ => opts.monitor_interval,
+            };
+            match rx.recv_timeout(wait) {
+                Ok(Event::Signal { sig, delivered }) => self.on_signal(sig, delivered),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+            }
+        }
+        Watched {
+            first_failure: self.first_failure,
+            hung,
+            remote: self.remote.take(),
+            stop_signal: self.stop_signal,
+            requeue: self.requeue,
+        }
+    }
+
+    /// Collects the ranks that ended.
+    fn reap(&mut self) {
+        let stopping = self.deadline.is_some();
+        for r in self.ranks.iter_mut().filter(|r| r.status.is_none()) {
+            if let Ok(Some(st)) = r.child.try_wait() {
+                r.status = Some(st);
+                r.stopped = stopping && st.signal().is_some();
+                if let Some(c) = &self.opts.capture {
+                    let end = RankEnd {
+                        status: st,
+                        stopped: r.stopped,
+                    };
+                    let _ = c.sink.send(Captured::Ended { rank: r.rank, end });
+                }
+            }
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.ranks.iter().filter(|r| r.status.is_none()).count()
+    }
+
+    /// Sends the stop signal to the live ranks' groups and sets when SIGKILL follows (never later
+    /// than an earlier stop's).
+    fn stop(&mut self, stop: Stop) {
+        signal_groups(self.ranks, stop.signal);
+        if stop.signal == libc::SIGKILL {
+            self.killed = true;
+        } else {
+            // A rank stopped by Ctrl-Z would keep the signal pending until it runs again.
+            signal_groups(self.ranks, libc::SIGCONT);
+        }
+        let at = Instant::now() + stop.grace;
+        self.deadline = Some(self.deadline.map_or(at, |d| d.min(at)));
+    }
+
+    fn on_signal(&mut self, s: i32, delivered: bool) {
+        match s {
+            libc::SIGCHLD => {}
+            libc::SIGTSTP => {
+                // Ctrl-Z: the ranks stop, then the launcher, as the terminal's group would; the
+                // shell's `fg`/`bg` sends the launcher SIGCONT, which comes back here. SIGSTOP, not
+                // SIGTSTP: each rank leads a group with no parent in its session, an orphaned group,
+                // where the kernel discards SIGTSTP (POSIX job control).
+                signal_groups(self.ranks, libc::SIGSTOP);
+                let _ = signal_hook::low_level::emulate_default_handler(libc::SIGTSTP);
+            }
+            _ if Some(s) == self.opts.requeue_signal => self.on_requeue_signal(s, delivered),
+            _ if STOPPING.contains(&s) && self.stop_signal.is_some() && !self.killed => {
+                note(self.opts, &format!("killing {}", ranks(self.live())));
+                self.stop(Stop::kill());
+            }
+            _ if STOPPING.contains(&s)
+                && self.deadline.is_some()
+                && (self.first_failure.is_some() || self.remote.is_some() || self.requeue) =>
+            {
+                // Already stopping for a failure (here or on another node): the run ends with that
+                // failure's status, not as if this signal had stopped it (srun --kill-on-bad-exit
+                // SIGTERMs the other nodes' launchers when the failing one exits). A user's own stop
+                // signal then means "now", as a second Ctrl-C does.
+                if delivered || self.killed {
+                    note(
+                        self.opts,
+                        &format!("{} while stopping for a failure", signal_name(s)),
+                    );
+                } else {
+                    note(self.opts, &format!("killing {}", ranks(self.live())));
+                    self.stop(Stop::kill());
+                }
+            }
+            _ if STOPPING.contains(&s) && self.stop_signal.is_none() => {
+                self.stop_signal = Some(s);
+                // Multi-node: a stopped launcher stops the whole world.
+                if let (Some(link), None, None) =
+                    (&self.opts.control, &self.remote, self.first_failure)
+                {
+                    link.local_failure(
+                        self.attempt,
+                        FailureReport {
+                            what: format!("was stopped: its launcher received {}", signal_name(s)),
+                            signal: Some(s),
+                            ..FailureReport::lost(self.node, &self.plan.host, "")
+                        },
+                    );
+                }
+                let how = if s == libc::SIGINT {
+                    "(Ctrl-C again to kill)".to_string()
+                } else {
+                    format!("on {} (send it again to kill)", signal_name(s))
+                };
+                note(self.opts, &format!("stopping {} {how}", ranks(self.live())));
+                self.stop(Stop {
+                    // Sent already by the step daemon: only the grace period and SIGKILL remain.
+                    signal: if delivered { 0 } else { s },
+                    grace: self.opts.grace,
+                });
+            }
+            _ if delivered => {}
+            _ => signal_groups(self.ranks, s),
+        }
+    }
+}
+
+impl Monitor<'_> {
+    /// `--slurm_requeue`'s warning: forwarded (unless the step daemon delivered it to every process
+    /// already), the grace period to save and exit, then SIGKILL; the other nodes are told, so the
+    /// warning reaching any one node requeues the whole job. A warning while the run is already
+    /// stopping, or a second one, changes nothing.
+    fn on_requeue_signal(&mut self, s: i32, delivered: bool) {
+        if self.requeue || self.deadline.is_some() {
+            if !delivered {
+                note(
+                    self.opts,
+                    &format!(
+                        "{} while the run is stopping: not forwarded again",
+                        signal_name(s)
+                    ),
+                );
+            }
+            return;
+        }
+        self.requeue = true;
+        if let Some(link) = &self.opts.control {
+            link.local_failure(
+                self.attempt,
+                FailureReport {
+                    what: format!("received {} (SLURM's warning)", signal_name(s)),
+                    signal: Some(s),
+                    requeue: true,
+                    ..FailureReport::lost(self.node, &self.plan.host, "")
+                },
+            );
+        }
+        note(
+            self.opts,
+            &format!(
+                "{}: {} {} get {} to save and exit, then the job is requeued",
+                signal_name(s),
+                if delivered {
+                    "SLURM delivered it to every process;"
+                } else {
+                    "forwarded;"
+                },
+                ranks(self.live()),
+                match self.opts.grace {
+                    g if g.as_secs() >= crate::duration::MAX_SECONDS => {
+                        "all the time they need".to_string()
+                    }
+                    g => format!("{} s", g.as_secs_f64()),
+                },
+            ),
+        );
+        self.stop(Stop {
+            signal: if delivered { 0 } else { s },
+            grace: self.opts.grace,
+        });
+    }
+}
+
+fn ranks(n: usize) -> String {
+    match n {
+        1 => "1 rank".into(),
+        n => format!("{n} ranks"),
+    }
+}
+
+/// Another node's failure, as this node prints it: the headline first, then the failing rank's stderr.
+fn report_remote(opts: &Options, lead: &str, g: &FailureReport) {
+    let mut out = format!("{}: {lead}: {}\n", opts.tool, g.headline());
+    if let Some(m) = &g.error_message {
+        out.push_str(&format!("  error: {m}\n"));
+    }
+    let lines: Vec<&str> = g.stderr_tail.lines().collect();
+    let start = lines.len().saturating_sub(opts.tail_lines);
+    if let (Some(r), true) = (g.rank, start < lines.len()) {
+        out.push_str(&format!(
+            "  last lines of rank {r}'s stderr (node {}):\n",
+            g.node
+        ));
+        for l in &lines[start..] {
+            out.push_str(&format!("  | {l}\n"));
+        }
+    }
+    let _ = std::io::stderr().write_all(out.as_bytes());
+}
+
+/// A failed rank as the other nodes are told of it. Its stderr reader gets a moment to drain the
+/// pipe, so the tail holds the rank's last words.
+fn failure_report(plan: &Plan, r: &Running) -> FailureReport {
+    let until = Instant::now() + Duration::from_millis(300);
+    while !r.readers.iter().all(|h| h.is_finished()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = r
+        .status
+        .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8));
+    let f = Failure {
+        rank: r.rank,
+        local_rank: r.local_rank,
+        host: plan.host.clone(),
+        status,
+        stderr_tail: r.tail.lock().map(|t| t.text()).unwrap_or_default(),
+        error_message: r.error_file.as_ref().and_then(|p| read_error_file(p)),
+    };
+    f.to_report(plan.topology.as_ref().map_or(0, |t| t.node_rank))
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    let mut s = lines[start..].join("\n");
+    if !s.is_empty() {
+        s.push('\n');
+    }
+    s
+}
+
+/// The ranks still running, for the hang watch and the autopsy.
+fn live_ranks(running: &[Running], node: u32) -> Vec<hang::Live> {
+    running
+        .iter()
+        .filter(|r| r.status.is_none())
+        .map(|r| hang::Live {
+            rank: r.rank,
+            node,
+            pid: r.pgid.as_raw(),
+        })
+        .collect()
+}
+
+/// Prints the hang's verdict and grouped stacks, and writes the dumps under --log_dir/hang.
+fn hang_report(opts: &Options, quiet: Duration, stacks: &[autopsy::RankStack]) {
+    let head = format!("{}: hang", opts.tool);
+    let report = autopsy::report(&head, stacks);
+    let mut out = report.clone();
+    out.push_str(&format!(
+        "{}: no rank made progress for {:.0}s (--hang_timeout); stopping the run\n",
+        opts.tool,
+        quiet.as_secs_f64()
+    ));
+    if let Some(dir) = &opts.log_dir {
+        let dir = dir.join("hang");
+        autopsy::flight_recorder_dump(&dir, stacks);
+        match autopsy::write_dumps(&dir, &report, stacks) {
+            Ok(()) => out.push_str(&format!(
+                "{}: stacks written to {}\n",
+                opts.tool,
+                dir.display()
+            )),
+            Err(e) => out.push_str(&format!(
+                "{}: cannot write {}: {e}\n",
+                opts.tool,
+                dir.display()
+            )),
+        }
+    }
+    let _ = std::io::stderr().write_all(out.as_bytes());
+}
+
+/// `--stacks_on_failure`: the survivors' stacks, before they are stopped.
+fn stacks_on_failure(opts: &Options, running: &[Running], failed: usize, node: u32) {
+    let live = live_ranks(running, node);
+    if live.is_empty() {
+        return;
+    }
+    let stacks = autopsy::take(opts.py_spy.as_deref(), &hang::triples(&live));
+    let head = format!(
+        "{}: rank {} failed; the others",
+        opts.tool, running[failed].rank
+    );
+    let report = autopsy::report(&head, &stacks);
+    if let Some(dir) = &opts.log_dir {
+        let _ = autopsy::write_dumps(&dir.join("failure"), &report, &stacks);
+    }
+    let _ = std::io::stderr().write_all(report.as_bytes());
+}
+
+fn outcome_of(
+    plan: &Plan,
+    running: &[Running],
+    stop_signal: Option<i32>,
+    first_failure: Option<usize>,
+) -> Outcome {
+    if let Some(s) = stop_signal {
+        return Outcome::Signalled(s);
+    }
+    match first_failure {
+        None => Outcome::Success,
+        Some(i) => {
+            let r = &running[i];
+            let error_message = r.error_file.as_ref().and_then(|p| read_error_file(p));
+            Outcome::Failed(Failure {
+                rank: r.rank,
+                local_rank: r.local_rank,
+                host: plan.host.clone(),
+                status: r
+                    .status
+                    .unwrap_or_else(|| std::process::ExitStatus::from_raw(1 << 8)),
+                stderr_tail: r.tail.lock().map(|t| t.text()).unwrap_or_default(),
+                error_message,
+            })
+        }
+    }
+}
+
+/// The message of a torchelastic error file (`@record`), if the rank wrote one.
+fn read_error_file(p: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(p).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    match &v["message"] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        m => m["message"].as_str().map(str::to_string),
+    }
+}
+
+/// `sig` to the group of every rank still running.
+fn signal_groups(running: &[Running], sig: i32) {
+    for r in running.iter().filter(|r| r.status.is_none()) {
+        let _ = killpg(r.pgid, Signal::try_from(sig).ok());
+    }
+}
+
+/// `sig` to the group of every rank, ended or not (what its children left behind).
+fn signal_groups_all(running: &[Running], sig: i32) {
+    for r in running {
+        let _ = killpg(r.pgid, Signal::try_from(sig).ok());
+    }
+}
+
+/// Stops the ranks started so far without a grace period to watch (a later rank failed to spawn).
+fn stop_and_wait(running: &mut [Running], stop: Stop) {
+    signal_groups_all(running, stop.signal);
+    for r in running.iter_mut() {
+        if r.status.is_none() {
+            r.status = r.child.wait().ok();
+        }
+    }
+}
+
+fn finish(running: &mut [Running]) {
+    for r in running.iter_mut() {
+        if let Some(g) = r.guard.take() {
+            let _ = nix::sys::signal::kill(g, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(g, None);
+        }
+        // Readers end at EOF, which a grandchild that left the group could hold off: wait briefly.
+        let until = Instant::now() + Duration::from_millis(500);
+        for h in r.readers.drain(..) {
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::EnvMap;
+
+    /// The capturing mode accel-test relies on: lines come over the channel tagged with the rank, a
+    /// failure leaves the others running, and the caller's stop ends them.
+    #[test]
+    fn capture_continue_and_stop() {
+        let script = "echo hello $RANK; echo -n tail$RANK; [ $RANK = 1 ] && exit 3; exec sleep 30";
+        let argv: Vec<OsString> = ["sh", "-c", script].iter().map(OsString::from).collect();
+        let env = Environment::default();
+        let mut plan = Plan::local(2, &argv, &EnvMap::new(), &env).unwrap();
+        plan.port_auto = false;
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = Options {
+            tool: "test",
+            grace: Duration::from_secs(5),
+            quiet: true,
+            on_failure: OnFailure::Continue,
+            capture: Some(Capture {
+                sink: tx,
+                stop: Arc::clone(&stop),
+            }),
+            ..Options::default()
+        };
+        let stopper = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for c in rx.iter() {
+                if let Captured::Ended { rank: 1, end } = &c {
+                    assert_eq!(end.status.code(), Some(3));
+                    // Rank 0 is still running, as asked; now stop it.
+                    std::thread::sleep(Duration::from_millis(300));
+                    stop.store(true, Ordering::Relaxed);
+                }
+                seen.push(c);
+                let ends = seen
+                    .iter()
+                    .filter(|c| matches!(c, Captured::Ended { .. } | Captured::Eof { .. }))
+                    .count();
+                if ends == 4 {
+                    break;
+                }
+            }
+            seen
+        });
+        let started = Instant::now();
+        let outcome = run(&plan, &opts, &env).unwrap();
+        let seen = stopper.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(outcome.status, ExitStatus::Worker(3));
+        assert_eq!(outcome.signal, None);
+        for r in 0..2u32 {
+            let lines: Vec<&str> = seen
+                .iter()
+                .filter_map(|c| match c {
+                    Captured::Line { rank, line } if *rank == r => Some(line.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(lines, [format!("hello {r}"), format!("tail{r}")]);
+        }
+        let r0 = &outcome.ranks[0];
+        assert_eq!(r0.end.status.signal(), Some(libc::SIGTERM));
+        assert!(r0.end.stopped, "rank 0 was stopped by the caller");
+        assert!(!outcome.ranks[1].end.stopped);
+    }
+}

@@ -1,0 +1,485 @@
+//! What the ranks write and where it goes: per-rank log files (named by a template, never over a
+//! previous run's), the stderr tail a failure report quotes, and the relay of each rank's pipes to the
+//! console or to a capturing caller.
+//!
+//! The console gets whole lines: ranks print concurrently, and a line relayed in pieces would be cut
+//! by another rank's (torchrun's `tail_log` reads whole lines too). A line that stays unfinished is
+//! flushed after [`PARTIAL_DELAY`] or at [`MAX_PARTIAL`] bytes, so prompts and `\r` progress bars still
+//! show and a rank writing one endless line neither blocks on its pipe nor grows the launcher's memory.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{Captured, SuperviseError};
+use crate::error::{IoError, Result};
+use crate::launch::plan::RankSpec;
+
+pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
+
+/// How long an unfinished line waits for its end before the console gets it anyway.
+pub(super) const PARTIAL_DELAY: Duration = Duration::from_millis(200);
+/// The most of an unfinished line the relay holds.
+pub(super) const MAX_PARTIAL: usize = 64 * 1024;
+/// Bytes of a rank's stderr kept for the failure report.
+const TAIL_BYTES: usize = 16 * 1024;
+
+/// Renders a template's `{name}` placeholders.
+pub fn render_template(
+    t: &str,
+    rank: u32,
+    local_rank: u32,
+    node: u32,
+    attempt: u32,
+    extra: &[(&str, &str)],
+) -> String {
+    let mut s = t
+        .replace("{rank}", &rank.to_string())
+        .replace("{local_rank}", &local_rank.to_string())
+        .replace("{node}", &node.to_string())
+        .replace("{attempt}", &attempt.to_string());
+    for (k, v) in extra {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+/// The per-rank log files of one run under `--log_dir`.
+pub(super) struct LogFiles {
+    dir: PathBuf,
+    template: String,
+    node: u32,
+    /// Files this run made: a retry of the same attempt (a lost port race) may write them again.
+    created: HashSet<PathBuf>,
+}
+
+impl LogFiles {
+    pub(super) fn new(dir: &Path, template: &str, node: u32) -> Self {
+        LogFiles {
+            dir: dir.to_path_buf(),
+            template: template.to_string(),
+            node,
+            created: HashSet::new(),
+        }
+    }
+
+    pub(super) fn path(&self, rank: u32, local_rank: u32, attempt: u32, stream: &str) -> PathBuf {
+        self.dir.join(render_template(
+            &self.template,
+            rank,
+            local_rank,
+            self.node,
+            attempt,
+            &[("stream", stream)],
+        ))
+    }
+
+    /// Before anything is spawned: every file of every attempt is distinct (else a usage error naming
+    /// the placeholder the template lacks), and none is left from an earlier run (torchrun makes a
+    /// directory per run; accel-launch refuses rather than truncate it).
+    pub(super) fn check(&self, ranks: &[RankSpec], max_restarts: u32) -> Result<()> {
+        let mut seen: BTreeMap<PathBuf, (u32, u32, &str)> = BTreeMap::new();
+        for attempt in 0..=max_restarts {
+            for spec in ranks {
+                for stream in ["stdout", "stderr"] {
+                    let path = self.path(spec.rank, spec.local_rank, attempt, stream);
+                    if let Some((rank, a, s)) =
+                        seen.insert(path.clone(), (spec.rank, attempt, stream))
+                    {
+                        let missing = if s != stream {
+                            "{stream}"
+                        } else if rank != spec.rank {
+                            "{rank} or {local_rank}"
+                        } else {
+                            "{attempt}"
+                        };
+                        return Err(SuperviseError::LogCollision {
+                            template: self.template.clone(),
+                            path: path.display().to_string(),
+                            first: format!("rank {rank} {s} (attempt {a})"),
+                            second: format!("rank {} {stream} (attempt {attempt})", spec.rank),
+                            missing,
+                        }
+                        .into());
+                    }
+                    if path.exists() {
+                        return Err(SuperviseError::LogExists {
+                            path: path.display().to_string(),
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a log file; one that appeared since [`LogFiles::check`] is not overwritten.
+    pub(super) fn create(&mut self, path: &Path) -> Result<File> {
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(|e| IoError::new("create", d, e))?;
+        }
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true);
+        if self.created.contains(path) {
+            o.create(true).truncate(true);
+        } else {
+            o.create_new(true);
+        }
+        let f = o.open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                SuperviseError::LogExists {
+                    path: path.display().to_string(),
+                }
+                .into()
+            } else {
+                crate::error::Error::from(IoError::new("create", path, e))
+            }
+        })?;
+        self.created.insert(path.to_path_buf());
+        Ok(f)
+    }
+}
+
+/// The last bytes a rank wrote to stderr.
+#[derive(Default)]
+pub(super) struct Tail {
+    buf: VecDeque<u8>,
+}
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        let data = &data[data.len().saturating_sub(TAIL_BYTES)..];
+        let over = (self.buf.len() + data.len()).saturating_sub(TAIL_BYTES);
+        self.buf.drain(..over.min(self.buf.len()));
+        self.buf.extend(data);
+    }
+    pub(super) fn text(&self) -> String {
+        let v: Vec<u8> = self.buf.iter().copied().collect();
+        String::from_utf8_lossy(&v).into_owned()
+    }
+}
+
+/// Where a reader sends what a rank writes.
+pub(super) enum Sink {
+    Nowhere,
+    Console {
+        is_err: bool,
+        prefix: Option<String>,
+    },
+    /// Lines to the capturing caller, tagged with the rank.
+    Capture(u32, Sender<Captured>),
+}
+
+/// One rank's stream cut into the pieces the console gets whole: lines ended by `\n`, or by `\r` (a
+/// progress bar's redraw), each with the prefix where a line begins.
+struct ConsoleLines {
+    prefix: Option<Vec<u8>>,
+    /// The unfinished line.
+    pending: Vec<u8>,
+    /// When `pending` got its first byte.
+    since: Option<Instant>,
+    /// The console is at the start of one of this rank's lines (after `\n`, or before anything).
+    at_start: bool,
+    /// The last byte relayed was `\r`: a new line begins unless `\n` follows (a `\r\n` ending).
+    after_cr: bool,
+}
+
+impl ConsoleLines {
+    fn new(prefix: Option<String>) -> Self {
+        ConsoleLines {
+            prefix: prefix.map(String::into_bytes),
+            pending: Vec::new(),
+            since: None,
+            at_start: true,
+            after_cr: false,
+        }
+    }
+
+    /// Appends to `out` every line `data` finishes, keeping the unfinished rest.
+    fn push(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        match data.iter().rposition(|b| *b == b'\n' || *b == b'\r') {
+            None => {
+                if self.pending.is_empty() {
+                    self.since = Some(Instant::now());
+                }
+                self.pending.extend_from_slice(data);
+                if self.pending.len() >= MAX_PARTIAL {
+                    self.flush(out);
+                }
+            }
+            Some(i) => {
+                let held = std::mem::take(&mut self.pending);
+                self.emit(&held, out);
+                self.emit(&data[..=i], out);
+                self.since = None;
+                if i + 1 < data.len() {
+                    self.push(&data[i + 1..], out);
+                }
+            }
+        }
+    }
+
+    /// The unfinished line goes out as it is.
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        let held = std::mem::take(&mut self.pending);
+        self.emit(&held, out);
+        self.since = None;
+    }
+
+    /// At the end of the stream: the rest, and a newline that ends a prefixed rank's last line so the
+    /// next rank's prefix starts a line of its own.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        self.flush(out);
+        if self.prefix.is_some() && !self.at_start {
+            out.push(b'\n');
+            self.at_start = true;
+        }
+    }
+
+    /// When the unfinished line is due to go out.
+    fn due(&self) -> Option<Instant> {
+        self.since.map(|t| t + PARTIAL_DELAY)
+    }
+
+    fn emit(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        let Some(prefix) = self.prefix.take() else {
+            out.extend_from_slice(bytes);
+            return;
+        };
+        let mut rest = bytes;
+        while let Some(&first) = rest.first() {
+            let end = rest
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r')
+                .map_or(rest.len(), |i| i + 1);
+            let (seg, tail) = rest.split_at(end);
+            rest = tail;
+            if seg == b"\r" && (self.at_start || self.after_cr) {
+                // A redraw of a line not begun: the prefix waits for its text.
+                out.push(b'\r');
+                continue;
+            }
+            if self.at_start || (self.after_cr && first != b'\n') {
+                out.extend_from_slice(&prefix);
+            }
+            out.extend_from_slice(seg);
+            let last = seg[seg.len() - 1];
+            self.at_start = last == b'\n';
+            self.after_cr = last == b'\r';
+        }
+        self.prefix = Some(prefix);
+    }
+}
+
+/// A rank's stdout cut into `\n`-ended lines for the capturing caller.
+struct CaptureLines {
+    rank: u32,
+    pending: Vec<u8>,
+}
+
+impl CaptureLines {
+    fn push(&mut self, data: &[u8], tx: &Sender<Captured>) {
+        let mut rest = data;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            self.pending.extend_from_slice(&rest[..i]);
+            let line = String::from_utf8_lossy(&self.pending).into_owned();
+            self.pending.clear();
+            let _ = tx.send(Captured::Line {
+                rank: self.rank,
+                line,
+            });
+            rest = &rest[i + 1..];
+        }
+        self.pending.extend_from_slice(rest);
+    }
+    fn finish(&mut self, tx: &Sender<Captured>) {
+        if !self.pending.is_empty() {
+            let line = String::from_utf8_lossy(&self.pending).into_owned();
+            let _ = tx.send(Captured::Line {
+                rank: self.rank,
+                line,
+            });
+        }
+        let _ = tx.send(Captured::Eof { rank: self.rank });
+    }
+}
+
+fn console_write(is_err: bool, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    // One locked write per batch of whole lines: the relays of other ranks wait for the lock.
+    if is_err {
+        let _ = std::io::stderr().lock().write_all(data);
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(data);
+        let _ = o.flush();
+    }
+}
+
+/// Whether `fd` has data (or EOF) within `wait`.
+fn readable_within(fd: i32, wait: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: one pollfd on the stack.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    // An error (EINTR) counts as readable: the read that follows tells.
+    n != 0
+}
+
+/// Starts the readers of a rank's stdout and stderr, each to its sink and log file; the stderr
+/// reader keeps the tail a failure report quotes.
+pub(super) fn relay(
+    child: &mut Child,
+    sinks: [Sink; 2],
+    files: [Option<File>; 2],
+) -> (Arc<Mutex<Tail>>, Vec<JoinHandle<()>>) {
+    let tail = Arc::new(Mutex::new(Tail::default()));
+    let pipes = [
+        child.stdout.take().map(|p| File::from(OwnedFd::from(p))),
+        child.stderr.take().map(|p| File::from(OwnedFd::from(p))),
+    ];
+    let mut readers = Vec::new();
+    for (((pipe, to), file), is_err) in pipes.into_iter().zip(sinks).zip(files).zip([false, true]) {
+        let Some(pipe) = pipe else { continue };
+        let tail = is_err.then(|| tail.clone());
+        readers.push(std::thread::spawn(move || forward(pipe, to, file, tail)));
+    }
+    (tail, readers)
+}
+
+/// Relays one pipe of a rank until EOF: to its log file, to the stderr tail, and to the sink.
+fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mutex<Tail>>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let (is_err, mut console) = match &to {
+        Sink::Console { is_err, prefix } => (*is_err, Some(ConsoleLines::new(prefix.clone()))),
+        _ => (false, None),
+    };
+    let mut capture = match &to {
+        Sink::Capture(rank, _) => Some(CaptureLines {
+            rank: *rank,
+            pending: Vec::new(),
+        }),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    loop {
+        if let Some(c) = console.as_mut() {
+            if let Some(due) = c.due() {
+                let wait = due.saturating_duration_since(Instant::now());
+                if wait.is_zero() || !readable_within(pipe.as_raw_fd(), wait) {
+                    c.flush(&mut out);
+                    console_write(is_err, &out);
+                    out.clear();
+                    continue;
+                }
+            }
+        }
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let data = &buf[..n];
+        if let Some(f) = file.as_mut() {
+            let _ = f.write_all(data);
+        }
+        if let Some(t) = &tail {
+            if let Ok(mut t) = t.lock() {
+                t.push(data);
+            }
+        }
+        if let Some(c) = console.as_mut() {
+            c.push(data, &mut out);
+            console_write(is_err, &out);
+            out.clear();
+        }
+        if let (Some(c), Sink::Capture(_, tx)) = (capture.as_mut(), &to) {
+            c.push(data, tx);
+        }
+    }
+    if let Some(c) = console.as_mut() {
+        c.finish(&mut out);
+        console_write(is_err, &out);
+    }
+    if let (Some(c), Sink::Capture(_, tx)) = (capture.as_mut(), &to) {
+        c.finish(tx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay(prefix: Option<&str>, chunks: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let mut l = ConsoleLines::new(prefix.map(str::to_string));
+        let mut writes = Vec::new();
+        for c in chunks {
+            let mut out = Vec::new();
+            l.push(c, &mut out);
+            writes.push(out);
+        }
+        let mut end = Vec::new();
+        l.finish(&mut end);
+        (writes, end)
+    }
+
+    #[test]
+    fn console_gets_whole_lines_only() {
+        let (w, end) = relay(None, &[b"rank", b" 1 step", b" 0\nrank 1", b" step 1\n"]);
+        assert_eq!(w, [&b""[..], b"", b"rank 1 step 0\n", b"rank 1 step 1\n"]);
+        assert!(end.is_empty());
+    }
+
+    #[test]
+    fn prefix_at_each_line_start_and_after_a_carriage_return() {
+        let (w, end) = relay(Some("[0] "), &[b"a\nb", b"\r 50%\r 100%", b"\r\n", b"x"]);
+        assert_eq!(
+            w,
+            [&b"[0] a\n"[..], b"[0] b\r[0]  50%\r", b"[0]  100%\r\n", b""]
+        );
+        assert_eq!(end, b"[0] x\n");
+    }
+
+    #[test]
+    fn a_redraw_before_any_text_waits_for_the_text_to_get_the_prefix() {
+        let (w, end) = relay(Some("[0] "), &[b"\rprogress 50%", b"\rprogress 100%\n"]);
+        assert_eq!(w, [&b"\r"[..], b"[0] progress 50%\r[0] progress 100%\n"]);
+        assert!(end.is_empty());
+    }
+
+    #[test]
+    fn an_endless_line_is_flushed_at_the_bound_without_a_second_prefix() {
+        let chunk = vec![b'x'; MAX_PARTIAL / 2];
+        let (w, end) = relay(Some("> "), &[&chunk, &chunk, &chunk, b"\n"]);
+        assert!(w[0].is_empty());
+        assert_eq!(w[1].len(), 2 + MAX_PARTIAL);
+        assert!(w[2].is_empty());
+        assert_eq!(w[3].len(), MAX_PARTIAL / 2 + 1);
+        assert!(end.is_empty());
+    }
+
+    #[test]
+    fn tail_keeps_the_last_bytes() {
+        let mut t = Tail::default();
+        t.push(&vec![b'a'; TAIL_BYTES * 3]);
+        t.push(b"end");
+        let s = t.text();
+        assert_eq!(s.len(), TAIL_BYTES);
+        assert!(s.ends_with("aend"));
+    }
+}

@@ -1,0 +1,238 @@
+"""One rank of scripts/bench/estimate-vs-measured: build a model from a config.json with transformers
+(random weights, nothing downloaded), wrap it as the strategy says, run real training steps with
+Adam, and write what this rank holds to OUT_DIR/rank<N>.json:
+
+- params, grads, optimizer, master: bytes of the distinct storages of those tensors (exact);
+- activations: the peak of memory allocated during one forward+backward above what was allocated
+  when it began, from torch.profiler's memory events (CPU) or torch.cuda.max_memory_allocated (GPU).
+
+Two steps run before the measured one, so gradients and optimizer state already exist (zero_grad
+keeps the gradient tensors; DDP has rebuilt its buckets) and the peak is what forward and backward
+add on top of them. bf16 is torch.autocast, as accelerate's mixed precision runs the forward, with
+FSDP2's MixedPrecisionPolicy(param_dtype=bfloat16) under fsdp.
+
+Usage (under accel-launch, which sets RANK/WORLD_SIZE/MASTER_*):
+  estimate-measure-rank.py CONFIG[,CONFIG...] STRATEGY PRECISION BxS[,BxS...] OUT_DIR [cpu|cuda]
+Each config is built once per run; each (batch, seq) point gets its own warm-up step and peak.
+STRATEGY: single, ddp, fsdp (FSDP2 fully_shard per decoder layer, then the root), zero2, zero3
+(DeepSpeed). PRECISION: fp32 or bf16.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def storages(tensors):
+    """Bytes of the distinct storages behind `tensors` (DTensors by their local shard)."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None:
+            continue
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        s = t.untyped_storage()
+        if s.data_ptr() in seen and s.nbytes() > 0:
+            continue
+        seen.add(s.data_ptr())
+        total += s.nbytes()
+    return total
+
+
+def optimizer_tensors(opt):
+    for state in opt.state.values():
+        for v in state.values():
+            if torch.is_tensor(v):
+                yield v
+
+
+def layers_of(model):
+    """The decoder layers FSDP2 wraps one by one (transformers' _no_split_modules)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+class CpuPeak:
+    """Peak allocated bytes above the start, from the profiler's memory events in time order."""
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.prof.__exit__(*exc)
+        # Every allocation and free is one "[memory]" event with a signed byte count; the
+        # function-level view folds those inside operators into the operators, so read them raw.
+        events = [
+            (e.start_ns(), e.nbytes())
+            for e in self.prof.profiler.kineto_results.events()
+            if e.name() == "[memory]"
+        ]
+        events.sort(key=lambda x: x[0])
+        cur = peak = 0
+        for _, n in events:
+            cur += n
+            peak = max(peak, cur)
+        self.peak = peak
+        return False
+
+
+class CudaPeak:
+    def __enter__(self):
+        torch.cuda.synchronize()
+        self.base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.synchronize()
+        self.peak = torch.cuda.max_memory_allocated() - self.base
+        return False
+
+
+def measure(config_path, strategy, precision, points, dev, rank):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(config_path) as f:
+        raw = json.load(f)
+    config = AutoConfig.for_model(**raw)
+    bf16 = precision == "bf16"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.to(dev)
+    model.train()
+    autocast = bf16
+    engine = None
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+    elif strategy == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if bf16 else MixedPrecisionPolicy()
+        for layer in layers_of(model):
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    elif strategy in ("zero2", "zero3"):
+        import deepspeed
+
+        ds = {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": int(strategy[-1])},
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "torch_adam": True}},
+            "bf16": {"enabled": bf16},
+        }
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+        autocast = False
+    if engine is None:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    vocab = config.get_text_config().vocab_size
+
+    def forward_backward(ids):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            if engine is not None:
+                loss = engine(input_ids=ids, labels=ids).loss
+            else:
+                loss = model(input_ids=ids, labels=ids).loss
+        if engine is not None:
+            engine.backward(loss)
+        else:
+            loss.backward()
+
+    def step():
+        if engine is not None:
+            engine.step()
+        else:
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+
+    peaks = []
+    peak_of = CudaPeak if dev.type == "cuda" else CpuPeak
+    for batch, seq in points:
+        gen = torch.Generator().manual_seed(rank)
+        ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(dev)
+        # Two warm-up steps: DDP rebuilds its gradient buckets in the second iteration's forward.
+        for _ in range(2):
+            forward_backward(ids)
+            step()
+        with peak_of() as peak:
+            forward_backward(ids)
+        step()
+        peaks.append({"batch_size": batch, "seq_len": seq, "activations": int(peak.peak)})
+
+    if engine is not None:
+        module = engine.module
+        params = list(module.parameters())
+        opt = engine.optimizer
+        if strategy == "zero3":
+            master = list(opt.fp32_partitioned_groups_flat)
+            flat = getattr(opt, "grad_partitions_flat_buffer", None)
+            grads = [flat] if flat is not None else []
+            param_bytes = storages(p.ds_tensor for p in params)
+        else:
+            master = list(opt.single_partition_of_fp32_groups)
+            grads = [g for group in getattr(opt, "averaged_gradients", {}).values() for g in group]
+            param_bytes = storages(params)
+        # DeepSpeed's fp32 partitions are master weights only when the model trains in 16 bits.
+        master_bytes = storages(master) if bf16 else 0
+        opt_bytes = storages(optimizer_tensors(opt.optimizer))
+        grad_bytes = storages(grads)
+    else:
+        params = list(model.parameters())
+        param_bytes = storages(params)
+        grad_bytes = storages(p.grad for p in params)
+        opt_bytes = storages(optimizer_tensors(opt))
+        master_bytes = 0
+    return {
+        "config": config_path,
+        "params": param_bytes,
+        "grads": grad_bytes,
+        "optimizer": opt_bytes,
+        "master": master_bytes,
+        "numel": sum(p.numel() for p in params),
+        "points": peaks,
+    }
+
+
+def main():
+    configs, strategy, precision, points, out_dir = sys.argv[1:6]
+    device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+    points = [tuple(int(x) for x in p.split("x")) for p in points.split(",")]
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if strategy != "single":
+        if strategy.startswith("zero"):
+            import deepspeed
+            import deepspeed.comm.torch as ds_torch
+
+            # On the CPU accelerator DeepSpeed JIT-compiles a shared-memory all-reduce op at
+            # init (deepspeed/comm/torch.py::build_shm_op); gloo does the same job without it.
+            ds_torch.build_shm_op = lambda: None
+            deepspeed.init_distributed("nccl" if device == "cuda" else "gloo")
+        else:
+            dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    results = [measure(c, strategy, precision, points, dev, rank) for c in configs.split(",")]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "world_size": world, "results": results}, f)
+    if strategy != "single":
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

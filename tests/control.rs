@@ -1,0 +1,353 @@
+//! The multi-node control plane with real launchers: two nodes are two accel-launch processes on
+//! loopback (`--num_machines 2 --machine_rank 0/1 --main_process_ip 127.0.0.1`), with real gloo ranks,
+//! real failures and real SIGKILLs. Each drill asserts the documented exit statuses, what every node
+//! says, and that no process of the run (ranks and their grandchildren) outlives grace + 3 s.
+
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+use crate::util::alive;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+const GRACE: u64 = 3;
+
+fn python() -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python"));
+    assert!(p.exists(), "the test venv is missing: {}", p.display());
+    p
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/control.py")
+}
+
+fn free_port() -> String {
+    // Two consecutive free ports: the master port and the control plane's (master port + 1).
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && std::net::TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
+            return p.to_string();
+        }
+    }
+}
+
+/// One node's launcher: `ranks` local ranks (`--nproc_per_node` when given), 2 + 2 by default.
+fn node(dir: &Path, port: &str, node: u32, mode: &str, extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("HF_HOME", dir)
+        .env("ACCEL_PYTHON", python())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
+        .args([
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            port,
+        ])
+        .args(["--machine_rank", &node.to_string()])
+        .args([
+            "--grace_period",
+            &GRACE.to_string(),
+            "--rdzv_timeout",
+            "120",
+        ])
+        .args(extra)
+        .arg(script())
+        .arg(dir)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child) -> (i32, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn wait_for(dir: &Path, names: &[String], limit: Duration) {
+    let t = Instant::now();
+    while !names.iter().all(|n| dir.join(n).exists()) {
+        assert!(t.elapsed() < limit, "ranks never became ready: {names:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ready(dir: &Path, attempt: u32) {
+    let names: Vec<String> = (0..4).map(|r| format!("ready.{r}.{attempt}")).collect();
+    wait_for(dir, &names, Duration::from_secs(120));
+}
+
+/// Every rank and grandchild pid of the run, both nodes.
+fn pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("pid.") || name.starts_with("gc."))
+                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Waits until every recorded process of the run is gone; returns when (UNIX seconds) it saw that.
+fn all_gone(dir: &Path, limit: Duration) -> f64 {
+    let pids = pids(dir);
+    assert!(
+        pids.len() >= 8,
+        "expected 4 ranks and 4 grandchildren, got {pids:?}"
+    );
+    let t = Instant::now();
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return now();
+        }
+        if t.elapsed() > limit {
+            for p in &left {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+            panic!("processes of the run survived: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Node 1's last rank exits 7 after the rendezvous while every other rank sleeps outside any
+/// collective: node 1 exits 7, node 0 exits 7 too and names node 1 and rank 3 with its stderr, and
+/// every process of the run on both nodes is gone within grace + 3 s of the failure.
+#[test]
+fn a_rank_failing_on_node_1_stops_every_node() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let report = d.path().join("report0.json");
+    let n0 = node(
+        d.path(),
+        &port,
+        0,
+        "fail",
+        &["--report_json", report.to_str().unwrap()],
+    );
+    let n1 = node(d.path(), &port, 1, "fail", &[]);
+    ready(d.path(), 0);
+    let watcher = {
+        let dir = d.path().to_path_buf();
+        std::thread::spawn(move || {
+            wait_for(&dir, &["fail.time".to_string()], Duration::from_secs(60));
+            all_gone(&dir, Duration::from_secs(GRACE + 30))
+        })
+    };
+    // Bounded first: a node 0 that never stops would keep the launchers waiting for its ranks.
+    let gone_at = watcher.join().unwrap();
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = finish(n0);
+    let failed_at: f64 = std::fs::read_to_string(d.path().join("fail.time"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(c1, 7, "node 1: {e1}");
+    assert_eq!(c0, 7, "node 0: {e0}");
+    let first = e0
+        .lines()
+        .find(|l| l.starts_with("accel-launch:"))
+        .unwrap_or_default();
+    assert!(
+        first.contains("rank 3 (local rank 1) on node 1") && first.contains("exited with status 7"),
+        "node 0's first word must say what happened: {e0}"
+    );
+    assert!(e0.contains("| rank 3 failing on purpose"), "{e0}");
+    let took = gone_at - failed_at;
+    assert!(
+        took < (GRACE + 3) as f64,
+        "every process gone {took:.2} s after the failure (grace {GRACE} s)"
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["status"], 7, "{r}");
+    assert_eq!(r["failure"]["node"], 1, "{r}");
+    assert_eq!(r["failure"]["rank"], 3, "{r}");
+    assert_eq!(r["failure"]["code"], 7, "{r}");
+    assert!(r["failure"]["stderr_tail"]
+        .as_str()
+        .unwrap()
+        .contains("rank 3 failing on purpose"));
+}
+
+/// A SIGKILLed launcher (node 1's, then node 0's, which hosts the control plane): its connection
+/// drops, the surviving node stops its ranks and exits 122 naming the lost node, and nothing of the
+/// run survives on either node.
+#[test]
+fn a_sigkilled_launcher_on_either_node_stops_the_other() {
+    for victim in [1u32, 0] {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut kids = vec![
+            Some(node(d.path(), &port, 0, "sleep", &[])),
+            Some(node(d.path(), &port, 1, "sleep", &[])),
+        ];
+        ready(d.path(), 0);
+        let killed = kids[victim as usize].take().unwrap();
+        let t = now();
+        Command::new("kill")
+            .args(["-9", &killed.id().to_string()])
+            .status()
+            .unwrap();
+        let (code, _) = finish(killed);
+        assert_eq!(code, -1, "SIGKILLed");
+        let survivor = kids.into_iter().flatten().next().unwrap();
+        let (c, e) = finish(survivor);
+        let gone_at = all_gone(d.path(), Duration::from_secs(GRACE + 30));
+        assert_eq!(c, 122, "the survivor of node {victim}'s death: {e}");
+        assert!(
+            e.contains(&format!("node {victim} (")) && e.contains("was lost"),
+            "{e}"
+        );
+        let took = gone_at - t;
+        assert!(
+            took < (GRACE + 3) as f64,
+            "node {victim} killed: every process gone after {took:.2} s"
+        );
+    }
+}
+
+/// `--max_restarts 1` and a rank that fails only in attempt 0: both nodes restart together, and
+/// attempt 1 all-reduces across all 4 ranks with TORCHELASTIC_RESTART_COUNT=1 on every rank.
+#[test]
+fn max_restarts_restarts_the_whole_world_together() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let n0 = node(d.path(), &port, 0, "restart", &["--max_restarts", "1"]);
+    let n1 = node(d.path(), &port, 1, "restart", &["--max_restarts", "1"]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = finish(n0);
+    assert_eq!((c0, c1), (0, 0), "node 0: {e0}\nnode 1: {e1}");
+    assert!(
+        e0.contains("restarting the ranks of every node (restart 1 of 1)"),
+        "{e0}"
+    );
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["TORCHELASTIC_RESTART_COUNT"], "1", "rank {r}: {v}");
+    }
+    // Attempt 0 ran on both nodes before the restart.
+    assert!(d.path().join("pid.0.0").exists() && d.path().join("pid.3.0").exists());
+}
+
+/// Uneven nodes, 3 + 1 ranks: the world is assembled when the nodes join, so every rank gets the
+/// right RANK/WORLD_SIZE/GROUP_RANK and the all_reduce sums over all four.
+#[test]
+fn uneven_nodes_get_their_rank_offsets_from_the_rendezvous() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let n0 = node(d.path(), &port, 0, "allreduce", &["--nproc_per_node", "3"]);
+    let n1 = node(d.path(), &port, 1, "allreduce", &["--nproc_per_node", "1"]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = finish(n0);
+    assert_eq!((c0, c1), (0, 0), "node 0: {e0}\nnode 1: {e1}");
+    for (r, (group, local, local_world)) in [(0, 0, 3), (0, 1, 3), (0, 2, 3), (1, 0, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        let env = &v["env"];
+        assert_eq!(env["RANK"], r.to_string(), "{v}");
+        assert_eq!(env["WORLD_SIZE"], "4", "{v}");
+        assert_eq!(env["ROLE_WORLD_SIZE"], "4", "{v}");
+        assert_eq!(env["GROUP_RANK"], group.to_string(), "{v}");
+        assert_eq!(env["LOCAL_RANK"], local.to_string(), "{v}");
+        assert_eq!(env["LOCAL_WORLD_SIZE"], local_world.to_string(), "{v}");
+    }
+}
+
+/// `--dry-run` shows where the launchers meet; a node that never comes is a bounded wait.
+#[test]
+fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "1",
+        ])
+        .args([
+            "--main_process_ip",
+            "10.1.2.3",
+            "--main_process_port",
+            "29500",
+            "--dry-run",
+        ])
+        .args(["--no_python", "true"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("control plane = 10.1.2.3:29501 (master port + 1"),
+        "{text}"
+    );
+    let port = free_port();
+    let t = Instant::now();
+    let n1 = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", d.path())
+        .args([
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "0",
+        ])
+        .args([
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            &port,
+        ])
+        .args(["--rdzv_timeout", "3", "--no_python", "true"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&n1.stderr);
+    assert_eq!(n1.status.code(), Some(125), "{e}");
+    assert!(e.contains("could not join the control plane"), "{e}");
+    assert!(e.contains("still waiting for node rank(s) [1]"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+}

@@ -1,0 +1,418 @@
+//! accel-launch --hang_timeout with real gloo ranks (tests/fixtures/launch/hang_cases.py): injected
+//! hangs are declared within the timeout + 20 s, the verdict names the rank and the line, the run is
+//! stopped (exit 124, no process left); slow but healthy runs are not declared hung. Cases run in
+//! parallel threads to keep the wall time near that of the slowest.
+
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+use crate::util::alive;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+const TIMEOUT: u64 = 10;
+
+fn venv_bin() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin"))
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/hang_cases.py")
+}
+
+/// `hang_cases.py:N` of the line marked `# at:NAME`.
+fn at(name: &str) -> String {
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let marker = format!("# at:{name}");
+    let n = text
+        .lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no line marked {marker}"));
+    format!("hang_cases.py:{}", n + 1)
+}
+
+struct Ran {
+    code: i32,
+    stderr: String,
+    /// From the moment the rank entered its hang (DIR/hung) to the verdict line.
+    to_verdict: Option<Duration>,
+    to_exit: Option<Duration>,
+}
+
+/// The launcher's environment: `PATH` with or without py-spy, and the interpreter to run.
+struct Setup {
+    path: String,
+    python: PathBuf,
+}
+
+fn with_py_spy() -> Setup {
+    Setup {
+        path: format!(
+            "{}:{}",
+            venv_bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+        python: venv_bin().join("python"),
+    }
+}
+
+/// py-spy neither on PATH nor next to the interpreter: a wrapper script in `dir` runs the venv's Python.
+fn without_py_spy(dir: &Path) -> Setup {
+    let path: Vec<String> = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|d| !Path::new(d).join("py-spy").exists())
+        .map(str::to_string)
+        .collect();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = bin.join("python");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\nexec {} \"$@\"\n",
+            venv_bin().join("python").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Setup {
+        path: path.join(":"),
+        python,
+    }
+}
+
+fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_clear()
+        .env("PATH", &setup.path)
+        .env("HOME", dir)
+        .env("HF_HOME", dir)
+        .env("ACCEL_PYTHON", &setup.python)
+        .args(["--cpu", "--num_processes", "2", "--grace_period", "3"])
+        .args(extra)
+        .arg(fixture())
+        .arg(dir)
+        .arg(mode)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn hung_at(dir: &Path) -> Option<SystemTime> {
+    let s = std::fs::read_to_string(dir.join("hung")).ok()?;
+    let secs: f64 = s.trim().parse().ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs_f64(secs))
+}
+
+fn run(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Ran {
+    let mut child = command(dir, mode, extra, setup).spawn().unwrap();
+    let verdict_time: Arc<Mutex<Option<SystemTime>>> = Arc::default();
+    let vt = Arc::clone(&verdict_time);
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.starts_with("accel-launch: hang:") {
+                *vt.lock().unwrap() = Some(SystemTime::now());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(240) {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let exited = SystemTime::now();
+    let stderr = reader.join().unwrap();
+    let hung = hung_at(dir);
+    let since = |t: SystemTime| hung.and_then(|h| t.duration_since(h).ok());
+    let verdict = *verdict_time.lock().unwrap();
+    Ran {
+        code: status.code().unwrap_or(-1),
+        stderr,
+        to_verdict: verdict.and_then(since),
+        to_exit: since(exited),
+    }
+}
+
+/// Every pid the run recorded (ranks and their grandchildren) is gone.
+fn assert_no_survivors(dir: &Path, what: &str) {
+    let pids: Vec<i32> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("pid.") || name.starts_with("gc."))
+                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())?
+        })
+        .collect();
+    assert!(
+        pids.len() >= 4,
+        "{what}: expected rank and child pids, got {pids:?}"
+    );
+    let t = Instant::now();
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            for p in &left {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+            panic!("{what}: processes of the run survived: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Hang {
+    mode: &'static str,
+    verdict: String,
+    no_py_spy: bool,
+}
+
+#[test]
+fn injected_hangs_are_declared_named_and_stopped() {
+    let timeout = TIMEOUT.to_string();
+    let cases = vec![
+        Hang {
+            mode: "skip_allreduce",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in stuck_in_data_loading ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("sleep"),
+                at("allreduce.skip_allreduce")
+            ),
+            no_py_spy: false,
+        },
+        Hang {
+            mode: "order",
+            verdict: format!(
+                "accel-launch: hang: collectives do not match: rank 0 (node 0) waits in recv ({}); rank 1 (node 0) waits in all_reduce ({})",
+                at("recv"),
+                at("allreduce.order")
+            ),
+            no_py_spy: false,
+        },
+        Hang {
+            mode: "sigstop",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is stopped (SIGSTOP) in freeze ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("sigstop"),
+                at("allreduce.sigstop")
+            ),
+            no_py_spy: false,
+        },
+        Hang {
+            mode: "lock",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in deadlocked_on_lock ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("lock"),
+                at("allreduce.lock")
+            ),
+            no_py_spy: false,
+        },
+        Hang {
+            mode: "subprocess",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in waits_for_child ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("subprocess"),
+                at("allreduce.subprocess")
+            ),
+            no_py_spy: false,
+        },
+        // Without py-spy: a warning at start, and the verdict says what /proc knows.
+        Hang {
+            mode: "sigstop",
+            verdict: "accel-launch: hang: rank 1 (node 0) is stopped (no Python stack: py-spy not found); rank 0 (node 0) is sleeping (no Python stack: py-spy not found)".into(),
+            no_py_spy: true,
+        },
+    ];
+    let handles: Vec<_> = cases
+        .into_iter()
+        .map(|case| {
+            let timeout = timeout.clone();
+            std::thread::spawn(move || {
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = tmp.path().join("run");
+                std::fs::create_dir_all(&dir).unwrap();
+                let setup = if case.no_py_spy {
+                    without_py_spy(tmp.path())
+                } else {
+                    with_py_spy()
+                };
+                let logs = tmp.path().join("logs");
+                let logs_arg = logs.to_string_lossy().into_owned();
+                let ran = run(
+                    &dir,
+                    case.mode,
+                    &["--hang_timeout", &timeout, "--log_dir", &logs_arg],
+                    &setup,
+                );
+                let what = format!(
+                    "{}{}",
+                    case.mode,
+                    if case.no_py_spy { " (no py-spy)" } else { "" }
+                );
+                assert_eq!(ran.code, 124, "{what}: {}", ran.stderr);
+                let first = ran
+                    .stderr
+                    .lines()
+                    .find(|l| l.starts_with("accel-launch: hang:"))
+                    .unwrap_or_else(|| panic!("{what}: no verdict in {}", ran.stderr));
+                assert_eq!(first, case.verdict, "{what}: {}", ran.stderr);
+                let to_verdict = ran.to_verdict.unwrap();
+                assert!(
+                    to_verdict <= Duration::from_secs(TIMEOUT + 20),
+                    "{what}: verdict {to_verdict:?} after the hang began"
+                );
+                if case.no_py_spy {
+                    let warning = ran
+                        .stderr
+                        .lines()
+                        .position(|l| l.contains("warning: py-spy not found"))
+                        .unwrap_or_else(|| panic!("{what}: no warning: {}", ran.stderr));
+                    assert_eq!(
+                        warning, 0,
+                        "{what}: the warning comes first: {}",
+                        ran.stderr
+                    );
+                } else {
+                    let report = std::fs::read_to_string(logs.join("hang/report.txt")).unwrap();
+                    assert!(report.starts_with(&case.verdict), "{what}: {report}");
+                    assert!(logs.join("hang/rank_1.txt").exists(), "{what}");
+                }
+                assert_no_survivors(&dir, &what);
+                (what, to_verdict, ran.to_exit)
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok((what, v, e)) => eprintln!("{what}: verdict after {v:?}, exit after {e:?}"),
+            Err(p) => failures.push(
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| "panic".into()),
+            ),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Slow but healthy runs under the same timeout, a failure with --stacks_on_failure, and
+/// `--stacks PID` on a running launcher.
+#[test]
+fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
+    let mut handles = Vec::new();
+    for mode in ["compute", "checkpoint", "sleep_print"] {
+        handles.push(std::thread::spawn(move || {
+            let tmp = tempfile::tempdir().unwrap();
+            let ran = run(
+                tmp.path(),
+                mode,
+                &["--hang_timeout", &TIMEOUT.to_string()],
+                &with_py_spy(),
+            );
+            assert_eq!(ran.code, 0, "{mode}: {}", ran.stderr);
+            assert!(!ran.stderr.contains("hang:"), "{mode}: {}", ran.stderr);
+            for r in 0..2 {
+                assert!(tmp.path().join(format!("done.{r}")).exists(), "{mode}");
+            }
+        }));
+    }
+    handles.push(std::thread::spawn(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let ran = run(tmp.path(), "fail", &["--stacks_on_failure"], &with_py_spy());
+        assert_eq!(ran.code, 3, "{}", ran.stderr);
+        let want = format!(
+            "accel-launch: rank 1 failed; the others: rank 0 (node 0) waits in all_reduce ({})",
+            at("allreduce.fail")
+        );
+        assert!(ran.stderr.contains(&want), "{want}\n{}", ran.stderr);
+        assert_no_survivors(tmp.path(), "fail");
+    }));
+    handles.push(std::thread::spawn(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut child = command(dir, "sleep_quiet", &[], &with_py_spy())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !(dir.join("pid.0").exists() && dir.join("pid.1").exists()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "ranks never started"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let want0 = format!("rank 0 (node 0) is in main ({})", at("quiet"));
+        let want1 = "rank 1 (node 0) waits in barrier (hang_cases.py:";
+        // The ranks may still be on their way into the sleep and the barrier.
+        let mut last = String::new();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(60) {
+            let out = Command::new(BIN)
+                .env_clear()
+                .env("PATH", with_py_spy().path)
+                .args(["--stacks", &child.id().to_string()])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0));
+            last = String::from_utf8_lossy(&out.stdout).into_owned();
+            if last.contains(&want0) && last.contains(want1) {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        assert!(
+            last.starts_with(&format!("accel-launch {}: ", child.id()))
+                && last.contains(&want0)
+                && last.contains(want1),
+            "{last}"
+        );
+        // The run goes on.
+        assert!(child.try_wait().unwrap().is_none());
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(143));
+        assert_no_survivors(dir, "--stacks");
+        // Not a launcher: a usage error naming the PID.
+        let out = Command::new(BIN)
+            .args(["--stacks", &std::process::id().to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not an accel-launch"));
+    }));
+    let mut failures = Vec::new();
+    for h in handles {
+        if let Err(p) = h.join() {
+            failures.push(
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| "panic".into()),
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

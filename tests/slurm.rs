@@ -1,0 +1,728 @@
+//! Real SLURM: a two-node cluster (scripts/cluster: slurmctld, one slurmd per node in its own network
+//! namespace with its own address and host name) started once per test process and shared by these
+//! tests. Jobs are 2 nodes × 2 CPU ranks; each node announces 2 CPUs, so jobs queue instead of
+//! oversubscribing the machine. Everything here needs root and the SLURM packages (scripts/setup): the
+//! tests fail, not skip, without them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::util::{alive, bin, repo, venv_python};
+
+pub struct Cluster {
+    pub conf: PathBuf,
+}
+
+/// The cluster of this test process, started on first use and taken down by its watcher when the
+/// process exits.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("accel-cluster-{}", std::process::id()));
+        let out = Command::new(repo().join("scripts/cluster"))
+            .args(["up", "--owner", &std::process::id().to_string()])
+            .env("ACCEL_CLUSTER_DIR", &dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/cluster");
+        assert!(
+            out.status.success(),
+            "scripts/cluster up failed (scripts/setup installs SLURM and munge; root is needed):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Cluster {
+            conf: dir.join("slurm.conf"),
+        }
+    })
+}
+
+/// A SLURM client command (srun, sbatch, scontrol, scancel) against the test cluster, run in `cwd`
+/// with the built tools and the venv's python first on PATH (SLURM hands this environment to the tasks).
+pub fn slurm(program: &str, cwd: &Path) -> Command {
+    let c = cluster();
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    let tools = bin("accel-launch").parent().unwrap().to_path_buf();
+    let venv = repo().join(".venv/bin");
+    let path = std::env::var("PATH").unwrap_or_default();
+    cmd.env(
+        "PATH",
+        format!("{}:{}:{path}", tools.display(), venv.display()),
+    )
+    .env("SLURM_CONF", &c.conf)
+    .env("HOME", cwd)
+    .env("ACCEL_NO_PROGRESS", "1")
+    .env("TORCH_CPP_LOG_LEVEL", "ERROR")
+    .current_dir(cwd)
+    .stdin(Stdio::null());
+    cmd
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every rank's record of its contract and of a gloo all_reduce: `key=value` lines in rank<R>.txt.
+pub const PROBE: &str = r#"
+import os, socket, sys
+import torch
+import torch.distributed as dist
+out = sys.argv[1]
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+rec = {k: os.environ.get(k, "") for k in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+       "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID"]}
+rec.update(host=socket.gethostname(), dist_rank=dist.get_rank(), dist_world=dist.get_world_size(),
+           sum=int(t.item()))
+with open(os.path.join(out, "rank%d.txt" % dist.get_rank()), "w") as f:
+    f.write("".join("%s=%s\n" % kv for kv in rec.items()))
+dist.barrier()
+dist.destroy_process_group()
+"#;
+
+pub fn record(dir: &Path, rank: u32) -> std::collections::BTreeMap<String, String> {
+    let p = dir.join(format!("rank{rank}.txt"));
+    let s = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("rank {rank} left no record at {}: {e}", p.display()));
+    s.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Checks the 4-rank world of a 2-node job: ranks fill n1 then n2, rendezvous on n1 at the port
+/// derived from the job id, and the all_reduce of rank+1 is 10 everywhere.
+fn check_world(out: &Path) {
+    let mut job = None;
+    for rank in 0..4u32 {
+        let r = record(out, rank);
+        let node = rank / 2;
+        let want = [
+            ("RANK", rank.to_string()),
+            ("LOCAL_RANK", (rank % 2).to_string()),
+            ("WORLD_SIZE", "4".into()),
+            ("LOCAL_WORLD_SIZE", "2".into()),
+            ("GROUP_RANK", node.to_string()),
+            ("GROUP_WORLD_SIZE", "2".into()),
+            ("MASTER_ADDR", "n1".into()),
+            ("host", format!("n{}", node + 1)),
+            ("dist_rank", rank.to_string()),
+            ("dist_world", "4".into()),
+            ("sum", "10".into()),
+        ];
+        for (k, v) in want {
+            assert_eq!(r[k], v, "rank {rank}: {k} in {r:?}");
+        }
+        let id: u32 = r["SLURM_JOB_ID"].parse().unwrap();
+        assert_eq!(
+            r["MASTER_PORT"],
+            (15000 + 2 * (id % 8500)).to_string(),
+            "rank {rank}: the port derived from the job id"
+        );
+        assert_eq!(*job.get_or_insert(id), id, "one job");
+    }
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn srun_one_accel_launch_per_node_forms_the_world_from_slurm_alone() {
+    let d = crate::util::tempdir();
+    let probe = write(d.path(), "probe.py", PROBE);
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = slurm("srun", d.path())
+        .args(["-N2", "--ntasks-per-node=1", "--time=5", "accel-launch"])
+        .arg(&probe)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    check_world(&out);
+}
+
+#[test]
+fn srun_accel_env_per_task_forms_the_world_from_slurm_alone() {
+    let d = crate::util::tempdir();
+    let probe = write(d.path(), "probe.py", PROBE);
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = slurm("srun", d.path())
+        .args(["-N2", "-n4", "--time=5", "accel-env", "--", "python"])
+        .arg(&probe)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    check_world(&out);
+}
+
+#[test]
+fn srun_accel_test_passes_on_two_nodes() {
+    let d = crate::util::tempdir();
+    let o = slurm("srun", d.path())
+        .args(["-N2", "--ntasks-per-node=1", "--time=5", "accel-test"])
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    for m in ["machine 0 of 2", "machine 1 of 2"] {
+        assert!(
+            all.lines()
+                .any(|l| l.starts_with("verdict: PASS") && l.contains(m) && l.contains("n1:")),
+            "no PASS verdict for {m}: {all}"
+        );
+    }
+}
+
+/// A task layout accel cannot turn into a world is refused by every task before Python starts.
+#[test]
+fn srun_layouts_accel_refuses_fail_before_python() {
+    let d = crate::util::tempdir();
+    let marker = d.path().join("started");
+    let script = write(
+        d.path(),
+        "mark.py",
+        &format!("open({:?}, 'w').close()\n", marker.display().to_string()),
+    );
+    let script = script.display().to_string();
+    let o = slurm("srun", d.path())
+        .args([
+            "-N2",
+            "--ntasks-per-node=2",
+            "--time=2",
+            "accel-launch",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(125), "{all}");
+    assert!(all.contains("srun started 2 tasks per node"), "{all}");
+    assert!(!marker.exists(), "a rank started");
+}
+
+/// An uneven step (`-N2 -n3`: 2 + 1 tasks) is a valid world for one task per rank: RANK is SLURM's,
+/// LOCAL_WORLD_SIZE is each node's own count.
+#[test]
+fn srun_uneven_tasks_form_one_world() {
+    let d = crate::util::tempdir();
+    let script = write(
+        d.path(),
+        "world.py",
+        "import os, torch.distributed as dist\n\
+         dist.init_process_group('gloo')\n\
+         import torch\n\
+         t = torch.ones(1)\n\
+         dist.all_reduce(t)\n\
+         print('RANK', os.environ['RANK'], 'WORLD', os.environ['WORLD_SIZE'], 'LOCAL_WORLD', os.environ['LOCAL_WORLD_SIZE'], 'SUM', int(t.item()), flush=True)\n\
+         dist.destroy_process_group()\n",
+    );
+    let o = slurm("srun", d.path())
+        .args([
+            "-N2",
+            "-n3",
+            "--time=2",
+            "accel-env",
+            "--",
+            "python",
+            &script.display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let mut lines: Vec<&str> = all.lines().filter(|l| l.starts_with("RANK ")).collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{all}");
+    for l in &lines {
+        assert!(l.contains("WORLD 3") && l.ends_with("SUM 3"), "{all}");
+    }
+    let local: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').nth(5).unwrap_or(""))
+        .collect();
+    let mut sorted = local.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["1", "2", "2"], "{all}");
+}
+
+// ---- sbatch: the two example files, as users submit them ----
+
+fn sbatch_example(cwd: &Path, file: &str, overrides: &[&str], command: &[&str]) -> (u32, Output) {
+    let o = slurm("sbatch", cwd)
+        .args(["--parsable", "--wait", "--time=10", "--output=job-%j.out"])
+        .args(overrides)
+        .arg(repo().join("scripts/sbatch").join(file))
+        .args(command)
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no job id from sbatch: {}", text(&o)));
+    (id, o)
+}
+
+/// `scontrol show job`'s field, e.g. ExitCode=7:0 or JobState=COMPLETED.
+pub fn job_field(cwd: &Path, id: u32, field: &str) -> String {
+    let o = slurm("scontrol", cwd)
+        .args(["show", "job", &id.to_string()])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&o.stdout).into_owned();
+    s.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{field}=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} for job {id}: {}", text(&o)))
+}
+
+fn job_log(cwd: &Path, id: u32) -> String {
+    std::fs::read_to_string(cwd.join(format!("job-{id}.out"))).unwrap_or_default()
+}
+
+const PER_NODE: &[&str] = &["--gpus-per-node=0", "--cpus-per-task=2"];
+const PER_TASK: &[&str] = &[
+    "--ntasks-per-node=2",
+    "--gpus-per-node=0",
+    "--cpus-per-task=1",
+];
+
+fn train() -> String {
+    repo().join("examples/train.py").display().to_string()
+}
+
+/// The final loss line of train.py.
+fn final_loss(log: &str) -> String {
+    log.lines()
+        .find_map(|l| l.strip_prefix("final_loss=").map(str::to_string))
+        .unwrap_or_else(|| panic!("no final_loss in:\n{log}"))
+}
+
+#[test]
+fn sbatch_examples_train_on_two_nodes() {
+    let d = crate::util::tempdir();
+    let t = train();
+    let (a, o) = sbatch_example(
+        d.path(),
+        "one-task-per-node.sbatch",
+        PER_NODE,
+        &[&t, "--epochs", "2"],
+    );
+    let log_a = job_log(d.path(), a);
+    assert!(o.status.success(), "{}\n{log_a}", text(&o));
+    assert_eq!(job_field(d.path(), a, "ExitCode"), "0:0");
+    assert!(log_a.contains("4 processes"), "{log_a}");
+    assert!(
+        d.path().join(format!("logs/{a}/run0")).is_dir(),
+        "--log_dir logs/$SLURM_JOB_ID/run$SLURM_RESTART_COUNT"
+    );
+    let py = venv_python().display().to_string();
+    let (b, o) = sbatch_example(
+        d.path(),
+        "one-task-per-gpu.sbatch",
+        PER_TASK,
+        &[&py, &t, "--epochs", "2"],
+    );
+    let log_b = job_log(d.path(), b);
+    assert!(o.status.success(), "{}\n{log_b}", text(&o));
+    assert_eq!(job_field(d.path(), b, "ExitCode"), "0:0");
+    assert!(log_b.contains("4 processes"), "{log_b}");
+    // Same world, same split batches: the same trajectory either way.
+    assert_eq!(final_loss(&log_a), final_loss(&log_b));
+}
+
+const FAIL: &str = r#"
+import os, sys, time
+if os.environ["RANK"] == "3":
+    time.sleep(1)
+    sys.exit(7)
+time.sleep(120)
+"#;
+
+/// A rank that exits 7 on n2: SLURM's own record of that task (srun's line) names 7, and the job fails.
+#[test]
+fn sbatch_examples_record_the_failing_task() {
+    let d = crate::util::tempdir();
+    let fail = write(d.path(), "fail.py", FAIL).display().to_string();
+    let (a, o) = sbatch_example(d.path(), "one-task-per-node.sbatch", PER_NODE, &[&fail]);
+    let log = job_log(d.path(), a);
+    assert!(!o.status.success(), "{log}");
+    assert!(
+        log.contains("rank 3 (local rank 1) on n2 exited with status 7"),
+        "{log}"
+    );
+    assert!(log.contains("n2: task 1: Exited with exit code 7"), "{log}");
+    assert_eq!(job_field(d.path(), a, "JobState"), "FAILED");
+    let py = venv_python().display().to_string();
+    let (b, o) = sbatch_example(d.path(), "one-task-per-gpu.sbatch", PER_TASK, &[&py, &fail]);
+    let log = job_log(d.path(), b);
+    assert!(!o.status.success(), "{log}");
+    assert!(log.contains("n2: task 3: Exited with exit code 7"), "{log}");
+    assert_eq!(job_field(d.path(), b, "JobState"), "FAILED");
+}
+
+/// The job's exit code as SLURM records it is the failing rank's: the other node learns of the failure
+/// over the control plane and exits with its code, and the SIGTERM `srun --kill-on-bad-exit` (both
+/// examples) then sends it does not turn that into 143 (srun exits with the highest task code).
+#[test]
+fn sbatch_job_exit_code_is_the_failing_ranks() {
+    let d = crate::util::tempdir();
+    let fail = write(d.path(), "fail.py", FAIL).display().to_string();
+    let (a, o) = sbatch_example(d.path(), "one-task-per-node.sbatch", PER_NODE, &[&fail]);
+    assert_eq!(o.status.code(), Some(7), "{}", job_log(d.path(), a));
+    assert_eq!(job_field(d.path(), a, "ExitCode"), "7:0");
+}
+
+// ---- stopping: scancel and SLURM's signals ----
+
+fn wait_for_files(dir: &Path, names: &[String], limit: Duration) {
+    let t = Instant::now();
+    while !names.iter().all(|n| dir.join(n).exists()) {
+        assert!(
+            t.elapsed() < limit,
+            "never appeared in {}: {names:?}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Each rank records its pid, its launcher's and a grandchild's in a session of its own, then waits.
+const HANG: &str = r#"
+import os, subprocess, sys, time
+out = sys.argv[1]
+gc = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+with open(os.path.join(out, "pids%s" % os.environ["RANK"]), "w") as f:
+    f.write("%d %d %d\n" % (os.getpid(), os.getppid(), gc.pid))
+time.sleep(1000)
+"#;
+
+#[test]
+fn scancel_leaves_no_process_on_any_node() {
+    let d = crate::util::tempdir();
+    let hang = write(d.path(), "hang.py", HANG).display().to_string();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = slurm("sbatch", d.path())
+        .args(["--parsable", "--time=10", "--output=job-%j.out"])
+        .args(PER_NODE)
+        .arg(repo().join("scripts/sbatch/one-task-per-node.sbatch"))
+        .arg(&hang)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let id: u32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let names: Vec<String> = (0..4).map(|r| format!("pids{r}")).collect();
+    wait_for_files(&out, &names, Duration::from_secs(180));
+    let pids: Vec<i32> = names
+        .iter()
+        .flat_map(|n| {
+            std::fs::read_to_string(out.join(n))
+                .unwrap()
+                .split_whitespace()
+                .map(|p| p.parse::<i32>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(pids.iter().all(|p| alive(*p)), "{pids:?}");
+    let o = slurm("scancel", d.path())
+        .arg(id.to_string())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // KillWait is 10 s: SIGTERM, then SIGKILL for whatever is left; generous on a loaded machine.
+    let t = Instant::now();
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            for p in &left {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+            panic!(
+                "survived scancel: {left:?} of {pids:?}\n{}",
+                job_log(d.path(), id)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(job_field(d.path(), id, "JobState"), "CANCELLED");
+}
+
+/// Each rank counts SIGUSR1 deliveries until 3 s after the first, then records the count and exits 0.
+/// Counted through the wakeup fd (one byte per delivery): Python runs its handler once for signals
+/// that arrive before it gets to run, which would hide a second delivery.
+const USR1: &str = r#"
+import os, signal, socket, sys, time
+r, w = socket.socketpair()
+r.setblocking(False)
+w.setblocking(False)
+signal.signal(signal.SIGUSR1, lambda s, f: None)
+signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+out = sys.argv[1]
+rank = os.environ["RANK"]
+got = 0
+def drain():
+    global got
+    try:
+        got += sum(1 for b in r.recv(64) if b == signal.SIGUSR1)
+    except BlockingIOError:
+        pass
+open(os.path.join(out, "ready%s" % rank), "w").close()
+deadline = time.time() + 240
+while not got and time.time() < deadline:
+    time.sleep(0.1)
+    drain()
+time.sleep(3)
+drain()
+with open(os.path.join(out, "usr1-%s" % rank), "w") as f:
+    f.write(str(got))
+"#;
+
+fn usr1_counts(out: &Path) -> Vec<String> {
+    (0..4)
+        .map(|r| std::fs::read_to_string(out.join(format!("usr1-{r}"))).unwrap_or_default())
+        .collect()
+}
+
+fn spawn_usr1_job(d: &Path, name: &str, extra: &[&str]) -> (Child, PathBuf) {
+    let script = write(d, "usr1.py", USR1);
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let child = slurm("srun", d)
+        .args(["-N2", "--ntasks-per-node=1", "-J", name])
+        .args(extra)
+        .arg("accel-launch")
+        .arg(&script)
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, out)
+}
+
+/// `srun --signal=USR1@…` starts a 1-minute job whose warning is due 20 s in (slurmctld checks time
+/// limits every ~30 s), and returns every rank's USR1 count.
+fn srun_signal_counts() -> Vec<String> {
+    let d = crate::util::tempdir();
+    let (child, out) = spawn_usr1_job(d.path(), "usr1-timer", &["--time=1", "--signal=USR1@40"]);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    usr1_counts(&out)
+}
+
+/// `scancel --signal=USR1` on a running job, returning every rank's USR1 count.
+fn scancel_signal_counts() -> Vec<String> {
+    let d = crate::util::tempdir();
+    let name = format!("usr1-scancel-{}", std::process::id());
+    let (child, out) = spawn_usr1_job(d.path(), &name, &["--time=5"]);
+    let names: Vec<String> = (0..4).map(|r| format!("ready{r}")).collect();
+    wait_for_files(&out, &names, Duration::from_secs(180));
+    let o = slurm("scancel", d.path())
+        .args(["--signal=USR1", "--name", &name])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    usr1_counts(&out)
+}
+
+fn every_rank_got_it(counts: &[String]) {
+    assert!(
+        counts.iter().all(|c| c == "1" || c == "2"),
+        "a rank missed SIGUSR1 (or got it more than twice): {counts:?}"
+    );
+}
+
+#[test]
+fn srun_signal_reaches_every_rank() {
+    every_rank_got_it(&srun_signal_counts());
+}
+
+#[test]
+fn scancel_signal_reaches_every_rank() {
+    every_rank_got_it(&scancel_signal_counts());
+}
+
+/// Once, not twice: SLURM signals every process of the step itself (proctrack/linuxproc and
+/// proctrack/cgroup alike), the ranks included, so accel-launch does not forward a signal whose sender
+/// (si_pid) is its parent slurmstepd.
+#[test]
+fn slurm_signals_reach_every_rank_once() {
+    assert_eq!(srun_signal_counts(), ["1", "1", "1", "1"]);
+    assert_eq!(scancel_signal_counts(), ["1", "1", "1", "1"]);
+}
+
+// ---- schedulers without a local engine: their variables as they set them ----
+
+fn dry_run(vars: &[(&str, &str)]) -> String {
+    let d = crate::util::tempdir();
+    let mut r = crate::util::Run::new("accel-launch", d.path());
+    for (k, v) in vars {
+        r = r.env(k, v);
+    }
+    let o = r.args(["--cpu", "--dry-run", "--json", "train.py"]).run();
+    o.success();
+    o.stdout
+}
+
+fn has(json: &str, pairs: &[&str]) {
+    for p in pairs {
+        assert!(json.contains(p), "lacks {p}:\n{json}");
+    }
+}
+
+#[test]
+fn kubeflow_trainer_skypilot_and_pytorchjob_place_the_node() {
+    // Kubeflow Trainer v2's torch runtime: torchrun's flags as PET_* on every node.
+    has(
+        &dry_run(&[
+            ("PET_NNODES", "2"),
+            ("PET_NPROC_PER_NODE", "2"),
+            ("PET_NODE_RANK", "1"),
+            ("PET_MASTER_ADDR", "10.0.0.1"),
+            ("PET_MASTER_PORT", "29400"),
+        ]),
+        &[
+            "\"topology_source\": \"Kubeflow\"",
+            "\"num_machines\": 2",
+            "\"machine_rank\": 1",
+            "\"master_addr\": \"10.0.0.1\"",
+            "\"master_port\": 29400",
+            "\"RANK\": \"3\"",
+        ],
+    );
+    // SkyPilot: node IPs one per line, head first; the port is accel's default.
+    has(
+        &dry_run(&[
+            ("SKYPILOT_NODE_IPS", "10.0.0.5\n10.0.0.6"),
+            ("SKYPILOT_NODE_RANK", "1"),
+            ("SKYPILOT_NUM_NODES", "2"),
+            ("SKYPILOT_NUM_GPUS_PER_NODE", "0"),
+        ]),
+        &[
+            "\"topology_source\": \"SkyPilot\"",
+            "\"num_machines\": 2",
+            "\"machine_rank\": 1",
+            "\"master_addr\": \"10.0.0.5\"",
+        ],
+    );
+    // PyTorchJob v1: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK per pod (the pod is the node).
+    has(
+        &dry_run(&[
+            ("MASTER_ADDR", "job-master-0"),
+            ("MASTER_PORT", "23456"),
+            ("WORLD_SIZE", "2"),
+            ("RANK", "1"),
+        ]),
+        &[
+            "\"topology_source\": \"External\"",
+            "\"num_machines\": 2",
+            "\"machine_rank\": 1",
+            "\"master_addr\": \"job-master-0\"",
+        ],
+    );
+    // …and one process per pod under `accel-env --`.
+    let d = crate::util::tempdir();
+    let o = crate::util::Run::new("accel-env", d.path())
+        .env("MASTER_ADDR", "job-master-0")
+        .env("MASTER_PORT", "23456")
+        .env("WORLD_SIZE", "3")
+        .env("RANK", "2")
+        .args(["--", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT"])
+        .run();
+    o.success().stdout_is("2 0 3 1 2 job-master-0:23456\n");
+    // A mismatch is refused, naming the variables.
+    let d = crate::util::tempdir();
+    crate::util::Run::new("accel-launch", d.path())
+        .env("SKYPILOT_NODE_IPS", "10.0.0.5\n10.0.0.6")
+        .env("SKYPILOT_NODE_RANK", "0")
+        .env("SKYPILOT_NUM_NODES", "3")
+        .args(["--cpu", "--dry-run", "train.py"])
+        .run()
+        .code_is(125)
+        .stderr_contains("SKYPILOT_NUM_NODES=3 but SKYPILOT_NODE_IPS lists 2 addresses");
+}
+
+// ---- requeue preparation: examples/train.py resumes to the same losses ----
+
+/// `examples/train.py --checkpoint_dir`: SIGUSR1 to accel-launch after the second of 20 epochs (forwarded to the ranks) saves
+/// the state with accelerate's save_state and exits 0; the same command again resumes from it
+/// (load_state) and ends with exactly the losses of a run that was never interrupted.
+#[test]
+fn train_py_stopped_by_usr1_resumes_to_the_same_losses() {
+    use std::io::{BufRead, BufReader};
+    let d = crate::util::tempdir();
+    let train = train();
+    let losses = |args: &[&str], out: &str| {
+        let mut r = crate::util::Run::new("accel-launch", d.path())
+            .arg(&train)
+            .args(["--epochs", "20", "--output", out]);
+        r = r.args(args);
+        r.run().success();
+        std::fs::read_to_string(d.path().join(out)).unwrap()
+    };
+    let full = losses(&[], "full.json");
+
+    let mut child = Command::new(bin("accel-launch"))
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                repo().join(".venv/bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("HOME", d.path())
+        .env("ACCEL_NO_PROGRESS", "1")
+        // Lines as they are printed (accelerate's simple path leaves Python's pipe buffering on).
+        .env("PYTHONUNBUFFERED", "1")
+        .current_dir(d.path())
+        .arg(&train)
+        .args(["--epochs", "20", "--checkpoint_dir", "ckpt"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with("epoch 1:") {
+            Command::new("kill")
+                .args(["-USR1", &child.id().to_string()])
+                .status()
+                .unwrap();
+        }
+    }
+    assert!(child.wait().unwrap().success(), "{seen}");
+    assert!(seen.contains("checkpointed at epoch"), "{seen}");
+    assert!(
+        !seen.contains("final_loss"),
+        "the run ended before the signal: {seen}"
+    );
+    let resumed = losses(&["--checkpoint_dir", "ckpt"], "resumed.json");
+    assert_eq!(resumed, full);
+}
