@@ -102,10 +102,14 @@ pub fn detect_gpus(env: &Environment) -> Gpus {
 /// entry ends the list (`0,-1,2` is one GPU, `-1` none), a repeated entry empties it, and an index
 /// beyond the GPUs found ends it too. `GPU-…` UUID prefixes are matched against the GPUs' UUIDs.
 pub fn visible_gpus(env: &Environment) -> u32 {
-    let found = detect_gpus(env).gpus;
+    visible_of(env, &detect_gpus(env).gpus)
+}
+
+/// [`visible_gpus`] of GPUs already found.
+pub fn visible_of(env: &Environment, found: &[Gpu]) -> u32 {
     match env.get(env_vars::CUDA_VISIBLE_DEVICES) {
         None => found.len() as u32,
-        Some(var) => count_visible(var, &found) as u32,
+        Some(var) => count_visible(var, found) as u32,
     }
 }
 

@@ -195,6 +195,54 @@ fn yaml_json_toml_resolve_identically() {
     }
 }
 
+/// `accel-config default` counts the GPUs this process may use, as accelerate's
+/// `write_basic_config` does through `torch.cuda.device_count()`: a stand-in nvidia-smi shows 4, and
+/// CUDA_VISIBLE_DEVICES narrows them (`0,1` two, `-1` none).
+#[test]
+fn default_counts_the_visible_gpus() {
+    let home = tempdir();
+    let bin = home.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let smi = bin.join("nvidia-smi");
+    let lines: String = (0..4)
+        .map(|i| format!("echo '{i}, NVIDIA H200, 143771, 570.86.15, GPU-{i:04}'\n"))
+        .collect();
+    fs::write(&smi, format!("#!/bin/sh\n{lines}")).unwrap();
+    fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (cvd, want) in [
+        (None, "4 MULTI_GPU false"),
+        (Some("0,1"), "2 MULTI_GPU false"),
+        (Some("-1"), "1 NO true"),
+    ] {
+        let file = home.path().join(format!("{}.yaml", cvd.unwrap_or("all")));
+        let mut run = Run::new("accel-config", home.path())
+            .env("PATH", &path)
+            .args(["default", "--config_file"])
+            .arg(&file);
+        if let Some(v) = cvd {
+            run = run.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        run.run().success();
+        let got: Vec<String> = ["num_processes", "distributed_type", "use_cpu"]
+            .iter()
+            .map(|k| {
+                let o = Run::new("accel-config", home.path())
+                    .args(["get", k, "--config_file"])
+                    .arg(&file)
+                    .run();
+                o.success();
+                o.stdout.trim().to_string()
+            })
+            .collect();
+        assert_eq!(got.join(" "), want, "CUDA_VISIBLE_DEVICES={cvd:?}");
+    }
+}
+
 #[test]
 fn default_path_and_refusal_to_overwrite() {
     let home = tempdir();

@@ -667,6 +667,14 @@ fn detected_gpus_give_the_count_and_memory() {
     assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 2);
     assert_eq!(v["per_gpu"]["gpu_memory"], 143_771u64 << 20);
     assert_eq!(v["per_gpu"]["fits"], true);
+    // CUDA_VISIBLE_DEVICES narrows them, as it does for accel-launch.
+    let out = run_in(
+        tmp.path(),
+        &["--json", &cfg, "--strategy", "zero2"],
+        &[("PATH", &path), ("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(v["per_gpu"]["setup"]["num_gpus"], 1);
     // Explicit flags win over detection.
     let out = run_in(
         tmp.path(),

@@ -904,3 +904,32 @@ fn elastic_rendezvous_runs_torchrun_for_real() {
         );
     }
 }
+
+/// `scripts/demo` says what the embedded default chose before training on it (with no GPU here: the
+/// CPU default's rank count, over gloo), and the training ends.
+#[test]
+fn the_demo_says_what_the_default_chose() {
+    let o = Command::new(crate::util::repo().join("scripts/demo"))
+        .args(["--epochs", "1"])
+        .env("ACCEL_SETUP_NO_BUILD", "1")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let gpus = accel::devices::visible_gpus(&accel::env_vars::Environment::capture());
+    let want = match gpus {
+        0 if accel::devices::detect_cpu().physical_cores >= 2 => "2 CPU ranks (gloo)".to_string(),
+        0 => "1 CPU ranks (gloo)".to_string(),
+        n => format!("{n} GPU ranks (nccl)"),
+    };
+    assert!(
+        err.lines().any(|l| l == format!("demo: no config: {want}")),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("final_loss="),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}

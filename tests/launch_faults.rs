@@ -186,6 +186,12 @@ fn sigint_to_the_launcher_reaches_every_rank_once_then_130() {
     stop_drill("INT", 130);
 }
 
+/// An ssh disconnect: 128 + SIGHUP, as accel-launch(1) EXIT STATUS says.
+#[test]
+fn sighup_to_the_launcher_reaches_every_rank_once_then_129() {
+    stop_drill("HUP", 129);
+}
+
 #[test]
 fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
     let d = tempfile::tempdir().unwrap();

@@ -220,6 +220,59 @@ fn a_warned_job_is_requeued_once_and_ends_with_the_uninterrupted_loss() {
     }
 }
 
+/// SLURM's own timer rather than scancel: a 1-minute job submitted with `--signal=USR2@50`, the warning
+/// signal changed through ACCEL_LAUNCH_REQUEUE_SIGNAL. Every rank gets USR2 once (and not USR1's
+/// default handling), node 0 requeues the job once, both launchers exit 123.
+#[test]
+fn slurms_timed_warning_with_a_custom_signal_requeues_the_job() {
+    let d = tempdir();
+    let w = d.path();
+    std::fs::write(
+        w.join("rank.py"),
+        "import os, signal, sys, time\n\
+         r = os.environ['RANK']\n\
+         def warned(s, f):\n\
+         \x20   with open('got-' + r, 'a') as f:\n\
+         \x20       f.write(signal.Signals(s).name + '\\n')\n\
+         \x20   time.sleep(1)\n\
+         \x20   sys.exit(0)\n\
+         signal.signal(signal.SIGUSR2, warned)\n\
+         time.sleep(300)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        w.join("timed.sbatch"),
+        "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --gpus-per-node=0 --time=1\n#SBATCH --requeue --open-mode=append --signal=USR2@50\necho \"start restart=${SLURM_RESTART_COUNT:-0}\"\nexport ACCEL_LAUNCH_REQUEUE_SIGNAL=USR2\nsrun --kill-on-bad-exit=1 sh -c 'exec accel-launch --cpu --slurm_requeue --grace_period 20 --report_json report.$SLURM_NODEID.${SLURM_RESTART_COUNT:-0}.json rank.py'\necho \"srun exit $?\"\n",
+    )
+    .unwrap();
+    let id = submit(w, &w.join("timed.sbatch"), &[]);
+    wait_state(w, id, &["RUNNING"], Duration::from_secs(60));
+    // slurmctld checks time limits about every 30 s: the warning comes 10–45 s in.
+    let state = wait_state(
+        w,
+        id,
+        &["PENDING", "COMPLETED", "FAILED", "TIMEOUT"],
+        Duration::from_secs(180),
+    );
+    let l = log(w, id);
+    assert_eq!(state, "PENDING", "the job was not requeued:\n{l}");
+    assert_eq!(job_field(w, id, "Restarts"), "1", "{l}");
+    let o = slurm("scancel", w).arg(id.to_string()).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let run0 = run_part(&l, 0);
+    assert_eq!(
+        run0.matches(&format!("job {id} requeued (scontrol requeue)"))
+            .count(),
+        1,
+        "{l}"
+    );
+    for r in 0..4 {
+        let got = std::fs::read_to_string(w.join(format!("got-{r}"))).unwrap_or_default();
+        assert_eq!(got, "SIGUSR2\n", "rank {r}:\n{l}");
+    }
+    assert_eq!((reported(w, 0, 0), reported(w, 1, 0)), (123, 123), "{l}");
+}
+
 /// A job submitted with --no-requeue is refused before any rank starts, naming the job.
 #[test]
 fn a_job_that_cannot_be_requeued_is_refused_before_the_run() {

@@ -282,3 +282,26 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub dynamo_config: DynamoConfig,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed view reads exactly the schema's `mixed_precision` values, so the two cannot drift.
+    #[test]
+    fn mixed_precision_is_the_schemas_list() {
+        for name in crate::config::schema::MIXED_PRECISION {
+            let mp: MixedPrecision = serde_json::from_value(Value::from(*name))
+                .unwrap_or_else(|e| panic!("schema value {name}: {e}"));
+            assert_eq!(mp.as_str(), *name);
+        }
+        let all = [
+            MixedPrecision::No,
+            MixedPrecision::Fp16,
+            MixedPrecision::Bf16,
+            MixedPrecision::Fp8,
+        ];
+        let names: Vec<&str> = all.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names, crate::config::schema::MIXED_PRECISION);
+    }
+}

@@ -184,6 +184,14 @@ pub const BACKWARD_PREFETCH: &[&str] = &["BACKWARD_PRE", "BACKWARD_POST", "NO_PR
 pub const STATE_DICT_TYPES: &[&str] =
     &["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"];
 pub const OFFLOAD_DEVICES: &[&str] = &["none", "cpu", "nvme"];
+/// Transformer Engine's FP8 formats (`fp8_format`), the questionnaire's menu order.
+pub const FP8_FORMATS: &[&str] = &["HYBRID", "E4M3", "E5M2"];
+/// Transformer Engine's amax algorithms (`amax_compute_algo`).
+pub const AMAX_COMPUTE_ALGOS: &[&str] = &["max", "most_recent"];
+/// MS-AMP's optimisation levels (`opt_level`).
+pub const MSAMP_OPT_LEVELS: &[&str] = &["O1", "O2"];
+/// Context parallelism's communication strategies (`parallelism_config_cp_comm_strategy`).
+pub const CP_COMM_STRATEGIES: &[&str] = &["allgather", "alltoall"];
 pub const DS_LAUNCHERS: &[&str] = &[
     "pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm",
 ];
@@ -575,16 +583,11 @@ pub static FP8: Section = Section {
         ),
         k("margin", UINT, N, "TE: scaling margin"),
         k("interval", POS, N, "TE: scaling factor update interval"),
-        k(
-            "fp8_format",
-            choice_ci(&["HYBRID", "E4M3", "E5M2"]),
-            N,
-            "TE: FP8 format",
-        ),
+        k("fp8_format", choice_ci(FP8_FORMATS), N, "TE: FP8 format"),
         k("amax_history_len", POS, N, "TE: amax history length"),
         k(
             "amax_compute_algo",
-            choice(&["max", "most_recent"]),
+            choice(AMAX_COMPUTE_ALGOS),
             N,
             "TE: amax algorithm",
         ),
@@ -602,7 +605,7 @@ pub static FP8: Section = Section {
         ),
         k(
             "opt_level",
-            choice(&["O1", "O2"]),
+            choice(MSAMP_OPT_LEVELS),
             N,
             "MS-AMP optimisation level",
         ),
@@ -624,13 +627,13 @@ pub static FP8: Section = Section {
         ),
         k(
             "amax_compute_algorithm",
-            choice(&["max", "most_recent"]),
+            choice(AMAX_COMPUTE_ALGOS),
             N,
             "questionnaire name of amax_compute_algo",
         ),
         k(
             "optimization_level",
-            choice(&["O1", "O2"]),
+            choice(MSAMP_OPT_LEVELS),
             N,
             "questionnaire name of opt_level",
         ),
@@ -679,7 +682,7 @@ pub static PARALLELISM: Section = Section {
         ),
         k(
             "parallelism_config_cp_comm_strategy",
-            choice(&["allgather", "alltoall"]),
+            choice(CP_COMM_STRATEGIES),
             N,
             "context parallel strategy",
         ),

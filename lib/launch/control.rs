@@ -147,6 +147,10 @@ pub struct FailureReport {
     /// its ranks with that signal and the grace period, and node 0 then requeues the job.
     #[serde(default)]
     pub requeue: bool,
+    /// With `requeue`: SLURM's step daemon delivered the warning on that node, and it delivers it to
+    /// every process of the step on every node — the other nodes' ranks get it from SLURM too.
+    #[serde(default)]
+    pub step_wide: bool,
 }
 
 impl FailureReport {
@@ -163,6 +167,7 @@ impl FailureReport {
             stderr_tail: String::new(),
             error_message: None,
             requeue: false,
+            step_wide: false,
         }
     }
 
@@ -1063,6 +1068,7 @@ mod tests {
             stderr_tail: "boom\n".into(),
             error_message: None,
             requeue: false,
+            step_wide: false,
         }
     }
 

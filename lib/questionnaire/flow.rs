@@ -42,8 +42,9 @@ const TORCH_DYNAMO_MODES: &[&str] = &["default", "reduce-overhead", "max-autotun
 // The menus of `accelerate.utils.constants` are the schema's value lists, in the same order (the order
 // is what number keys pick): one list serves validation and the menu.
 use schema::{
-    AUTO_WRAP_POLICIES as FSDP_AUTO_WRAP_POLICIES, BACKWARD_PREFETCH as FSDP_BACKWARD_PREFETCH,
-    DS_LAUNCHERS as DEEPSPEED_MULTINODE_LAUNCHERS, MIXED_PRECISION,
+    AMAX_COMPUTE_ALGOS, AUTO_WRAP_POLICIES as FSDP_AUTO_WRAP_POLICIES,
+    BACKWARD_PREFETCH as FSDP_BACKWARD_PREFETCH, CP_COMM_STRATEGIES,
+    DS_LAUNCHERS as DEEPSPEED_MULTINODE_LAUNCHERS, FP8_FORMATS, MIXED_PRECISION, MSAMP_OPT_LEVELS,
     OFFLOAD_DEVICES as DEEPSPEED_OFFLOAD_DEVICES, SHARDING_STRATEGIES as FSDP_SHARDING_STRATEGIES,
     STATE_DICT_TYPES as FSDP_STATE_DICT_TYPES,
 };
@@ -797,7 +798,7 @@ fn parallelism(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()>
     {
         let strategy = q.choose(
             "What is the compute parallelism communication strategy?",
-            &["allgather", "alltoall"],
+            CP_COMM_STRATEGIES,
             0,
         )?;
         set(c, "parallelism_config_cp_comm_strategy", strategy);
@@ -887,11 +888,7 @@ fn fp8(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
                 i64::MAX,
             )?;
             set(c, "interval", interval);
-            let format = q.choose(
-                "Which weight format should be used?",
-                &["HYBRID", "E4M3", "E5M2"],
-                0,
-            )?;
+            let format = q.choose("Which weight format should be used?", FP8_FORMATS, 0)?;
             set(c, "fp8_format", format);
             let history = q.int(
                 "What length of history should be used for the amax scaling factor computation? [1024]: ",
@@ -902,7 +899,7 @@ fn fp8(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
             set(c, "amax_history_len", history);
             let algo = q.choose(
                 "Which algorithm should be used for the amax scaling factor computation?",
-                &["max", "most_recent"],
+                AMAX_COMPUTE_ALGOS,
                 0,
             )?;
             set(c, "amax_compute_algo", algo);
@@ -932,7 +929,11 @@ fn fp8(q: &mut Fields<'_>, c: &mut Map<String, Value>) -> io::Result<()> {
             set(c, "override_linear_precision", precision);
         }
         "MSAMP" => {
-            let level = q.choose("Which optimization level should be used?", &["O1", "O2"], 1)?;
+            let level = q.choose(
+                "Which optimization level should be used?",
+                MSAMP_OPT_LEVELS,
+                1,
+            )?;
             set(c, "opt_level", level);
         }
         _ => {

@@ -68,9 +68,10 @@ fn print_warnings(warnings: &[config::Warning], env: &Environment) {
 
 /// The mapping `accelerate config default` writes for this machine
 /// (`accelerate/commands/config/default.py::write_basic_config`): every key the schema gives a default,
-/// then the four that depend on the machine and the chosen precision.
+/// then the four that depend on the machine and the chosen precision. The GPUs are those this process
+/// may use (`torch.cuda.device_count()` there, so CUDA_VISIBLE_DEVICES narrows them).
 pub fn default_map(mixed_precision: &str, env: &Environment) -> Map<String, Value> {
-    let gpus = devices::detect_gpus(env).gpus.len();
+    let gpus = devices::visible_gpus(env);
     let mut m: Map<String, Value> = schema::TOP
         .iter()
         .filter_map(|spec| Some((spec.name.to_string(), spec.default.to_value()?)))

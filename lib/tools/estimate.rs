@@ -127,10 +127,11 @@ fn per_gpu_estimate(
         None => None,
     };
     let (gpu_memory, detected_gpus) = if gpu_memory.is_none() || cli.num_gpus.is_none() {
+        // The GPUs a run started here could use: CUDA_VISIBLE_DEVICES narrows them, as for accel-launch.
         let gpus = devices::detect_gpus(env).gpus;
         let memory =
             gpu_memory.or_else(|| gpus.first().and_then(|g| g.memory_mib).map(|mib| mib << 20));
-        (memory, gpus.len() as u64)
+        (memory, u64::from(devices::visible_of(env, &gpus)))
     } else {
         (gpu_memory, 0)
     };

@@ -328,6 +328,7 @@ impl Failure {
             stderr_tail: last_lines(&self.stderr_tail, 50),
             error_message: self.error_message.clone(),
             requeue: false,
+            step_wide: false,
         }
     }
     pub fn describe(&self) -> String {
@@ -853,6 +854,9 @@ struct Monitor<'a> {
     /// SLURM's requeue warning came (here or on another node): the ranks are saving and exiting, and
     /// how they end is not a failure.
     requeue: bool,
+    /// Another node got SLURM's warning from its step daemon, which delivers it to this node's ranks
+    /// too: until when this node waits for that delivery before forwarding the warning itself.
+    awaiting_warning: Option<(i32, Instant)>,
 }
 
 impl<'a> Monitor<'a> {
@@ -869,6 +873,7 @@ impl<'a> Monitor<'a> {
             attempt,
             remote: None,
             requeue: false,
+            awaiting_warning: None,
         }
     }
 
@@ -914,6 +919,20 @@ impl<'a> Monitor<'a> {
             ) {
                 if let Some(g) = link.poll_stop() {
                     match g.signal.filter(|_| g.requeue) {
+                        // SLURM delivered its warning on another node, and delivers it here too
+                        // (srun --signal, scancel --signal: every process of the step): forwarding
+                        // it as well would give the ranks here a second one. Wait for SLURM's.
+                        Some(sig) if self.deadline.is_none() && g.step_wide => {
+                            note(
+                                opts,
+                                &format!(
+                                    "{}: waiting up to {} s for SLURM to deliver it here",
+                                    g.headline(),
+                                    WARNING_WAIT.as_secs()
+                                ),
+                            );
+                            self.awaiting_warning = Some((sig, Instant::now() + WARNING_WAIT));
+                        }
                         // SLURM's warning reached another node: the ranks here get it too.
                         Some(sig) if self.deadline.is_none() => {
                             note(
@@ -939,6 +958,27 @@ impl<'a> Monitor<'a> {
                         }
                     }
                     self.remote = Some(g);
+                }
+            }
+            if let Some((sig, until)) = self.awaiting_warning {
+                if self.requeue || self.deadline.is_some() {
+                    self.awaiting_warning = None;
+                } else if Instant::now() >= until {
+                    self.awaiting_warning = None;
+                    note(
+                        opts,
+                        &format!(
+                            "SLURM did not deliver {} here within {} s: forwarding it to {}, then the job is requeued",
+                            signal_name(sig),
+                            WARNING_WAIT.as_secs(),
+                            ranks(self.live())
+                        ),
+                    );
+                    self.requeue = true;
+                    self.stop(Stop {
+                        signal: sig,
+                        grace: opts.grace,
+                    });
                 }
             }
             let stop_asked = opts
@@ -1117,13 +1157,16 @@ impl Monitor<'_> {
             return;
         }
         self.requeue = true;
-        if let Some(link) = &self.opts.control {
+        // Another node reported it already (and is waiting for this one): nothing to tell.
+        let reported = self.awaiting_warning.take().is_some();
+        if let (Some(link), false) = (&self.opts.control, reported) {
             link.local_failure(
                 self.attempt,
                 FailureReport {
                     what: format!("received {} (SLURM's warning)", signal_name(s)),
                     signal: Some(s),
                     requeue: true,
+                    step_wide: delivered,
                     ..FailureReport::lost(self.node, &self.plan.host, "")
                 },
             );
@@ -1153,6 +1196,10 @@ impl Monitor<'_> {
         });
     }
 }
+
+/// How long a node waits for SLURM's own delivery of a warning that SLURM delivered on another node
+/// (slurmctld tells every node's daemon at once; they deliver within moments of each other).
+const WARNING_WAIT: Duration = Duration::from_secs(5);
 
 fn ranks(n: usize) -> String {
     match n {
