@@ -42,8 +42,9 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scheme {
     pub kind: Kind,
-    /// Module names or suffixes not converted (the config's skip list).
-    skip: Vec<String>,
+    /// Module names or suffixes not converted: the config's skip list, which replaces
+    /// transformers' default (the LM head) rather than adding to it.
+    skip: Option<Vec<String>>,
 }
 
 impl Scheme {
@@ -71,25 +72,35 @@ impl Scheme {
                 group_size: group(q),
             },
             "fp8" => Kind::Fp8 {
-                block: q
-                    .get("weight_block_size")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>())
-                    .filter(|a| a.len() == 2 && a[0] > 0 && a[1] > 0)
-                    .map(|a| (a[0], a[1])),
+                // FineGrainedFP8Config: blocks of 128 x 128 unless the config says otherwise;
+                // an explicit null means one scale per tensor.
+                block: match q.get("weight_block_size") {
+                    None => Some((128, 128)),
+                    Some(v) => v
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>())
+                        .filter(|a| a.len() == 2 && a[0] > 0 && a[1] > 0)
+                        .map(|a| (a[0], a[1])),
+                },
                 scale_bytes: if text("scale_fmt") == "ue8m0" { 1 } else { 4 },
                 static_activation: text("activation_scheme").eq_ignore_ascii_case("static"),
             },
             "fbgemm_fp8" => Kind::FbgemmFp8,
             _ => return None,
         };
-        let skip = ["llm_int8_skip_modules", "modules_to_not_convert"]
-            .iter()
-            .filter_map(|k| q.get(*k).and_then(Value::as_array))
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect();
+        let skip = [
+            "llm_int8_skip_modules",
+            "modules_to_not_convert",
+            "ignored_layers",
+        ]
+        .iter()
+        .find_map(|k| q.get(*k).and_then(Value::as_array))
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        });
         Some(Scheme { kind, skip })
     }
 
@@ -100,7 +111,21 @@ impl Scheme {
             return None;
         }
         let module = t.name.strip_suffix(".weight").unwrap_or(&t.name);
-        if self.skip.iter().any(|s| skipped(module, s)) {
+        // torch's MultiheadAttention (SigLIP's pooling head) projects through a Linear subclass,
+        // which the quantizers leave alone (they match `type(module) is nn.Linear`); FP8 leaves
+        // GPT-2's Conv1D too, bitsandbytes converts it.
+        let fp8 = matches!(self.kind, Kind::Fp8 { .. } | Kind::FbgemmFp8);
+        let last = module.rsplit('.').next().unwrap_or("");
+        if module.ends_with("head.attention.out_proj")
+            || (fp8 && matches!(last, "c_attn" | "c_proj" | "c_fc"))
+        {
+            return None;
+        }
+        let kept = match &self.skip {
+            Some(skip) => skip.iter().any(|s| skipped(module, s)),
+            None => module == "lm_head",
+        };
+        if kept || (blocks_only && module == "lm_head") {
             return None;
         }
         let rows = t.rows;
@@ -164,16 +189,19 @@ fn group(q: &Map<String, Value>) -> u64 {
 /// a component boundary (the causal LM's paths carry a `model.` prefix that the base model's lack),
 /// or ends with it.
 fn skipped(module: &str, pattern: &str) -> bool {
-    let starts = |path: &str| {
-        path.strip_prefix(pattern)
+    let starts = |pattern: &str| {
+        module
+            .strip_prefix(pattern)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
     };
-    starts(module) || module.strip_prefix("model.").is_some_and(starts) || module.ends_with(pattern)
+    starts(pattern)
+        || pattern.strip_prefix("model.").is_some_and(starts)
+        || module.ends_with(pattern)
 }
 
 /// The weight of a linear layer (torch's `nn.Linear`, GPT-2's `Conv1D`): a parameter named
-/// `*.weight` with at least two columns that is not an embedding, a norm, a convolution over
-/// patches or the LM head.
+/// `*.weight` with at least two columns that is not an embedding, a norm or a convolution over
+/// patches.
 fn is_linear_weight(t: &Tensor) -> bool {
     let n = t.name.as_str();
     !t.buffer
@@ -183,7 +211,6 @@ fn is_linear_weight(t: &Tensor) -> bool {
         && !n.contains("embed")
         && !n.contains("relative_attention_bias")
         && !matches!(n, "wte.weight" | "wpe.weight" | "shared.weight")
-        && !n.starts_with("lm_head.")
 }
 
 /// Inside a numbered block (`layers.N`, `h.N`, `block.N`, `layer.N`) of the language model, not of
@@ -249,8 +276,14 @@ mod tests {
         );
         // Without weight_block_size: one fp32 scale; ue8m0 scales are one byte; static
         // activations add one fp32 scale.
-        let fp8 = q(serde_json::json!({"quant_method":"fp8"}));
+        let fp8 = q(serde_json::json!({"quant_method":"fp8","weight_block_size":null}));
         assert_eq!(fp8.as_ref().and_then(|s| s.bytes(&w)), Some(n + 4.0));
+        // FineGrainedFP8Config's default blocks are 128 x 128.
+        let fp8 = q(serde_json::json!({"quant_method":"fp8"}));
+        assert_eq!(
+            fp8.as_ref().and_then(|s| s.bytes(&w)),
+            Some(n + 4.0 * 32.0 * 32.0)
+        );
         let fp8 = q(
             serde_json::json!({"quant_method":"fp8","weight_block_size":[128,128],"scale_fmt":"ue8m0","activation_scheme":"static"}),
         );
@@ -274,6 +307,13 @@ mod tests {
         assert_eq!(skip.as_ref().and_then(|s| s.bytes(&vision)), None);
         assert_eq!(skip.as_ref().and_then(|s| s.bytes(&odd)), None);
         assert!(skip.as_ref().and_then(|s| s.bytes(&w)).is_some());
+        // A skip list replaces the default one: the LM head is converted then.
+        let head = Tensor::new("lm_head.weight", &[1000, 64]);
+        assert_eq!(
+            skip.as_ref().and_then(|s| s.bytes(&head)),
+            Some(64_000.0 + 4000.0)
+        );
+        assert_eq!(int8.as_ref().and_then(|s| s.bytes(&head)), None);
         // Embeddings, norms and the LM head are not converted.
         for name in [
             "embed_tokens.weight",
