@@ -1,6 +1,7 @@
 //! Model families by formula: from a `config.json`, the exact tensor list (names, shapes, dtypes,
 //! buffers included) of the model accelerate sizes — transformers' `AutoModel` (the base model, no task
-//! head) built in float32 under `init_empty_weights` — plus the dimensions the per-GPU estimates need.
+//! head) built in float32 under `init_empty_weights`; for a multimodal config its vision tower and
+//! projector beside the language model — plus the dimensions the per-GPU estimates need.
 //! Shapes follow transformers 5's modelling code; the exactness tests compare against it.
 
 use serde_json::{Map, Value};
