@@ -1426,3 +1426,394 @@ fn inference_weights_count_the_head_and_quantized_layers_as_stored() {
         Some(16.0 * 64.0 * 4.0 + 4.0 * 64.0 * 2.0)
     );
 }
+
+const TRAINED_REFERENCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/estimate_trained_reference.py"
+);
+
+/// Runs tests/estimate_trained_reference.py: the trained or served model as transformers builds
+/// it on the meta device (through its own quantizer where that runs without GPU kernels).
+fn trained_reference(dir: &Path, jobs: &Value) -> Vec<Value> {
+    let jobs_path = dir.join("trained-jobs.json");
+    std::fs::write(&jobs_path, jobs.to_string()).expect("write jobs");
+    let out = Command::new(PYTHON)
+        .arg(TRAINED_REFERENCE)
+        .arg(&jobs_path)
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "trained reference failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .expect("reference JSON")
+        .as_array()
+        .cloned()
+        .expect("a list")
+}
+
+/// Multimodal and Gemma 3 configs, tiny but with every optional part exercised.
+fn multimodal_configs() -> Vec<(&'static str, &'static str, Value)> {
+    let clip = json!({"model_type":"clip_vision_model","hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"image_size":56,"patch_size":14});
+    let siglip = json!({"model_type":"siglip_vision_model","hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"image_size":56,"patch_size":14});
+    let llama = json!({"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2});
+    let it = "AutoModelForImageTextToText";
+    vec![
+        (
+            // Both attention types (pattern 2), tied embeddings (Gemma3Config's default), the
+            // SigLIP pooling head.
+            "gemma3",
+            it,
+            json!({"model_type":"gemma3","text_config":{"model_type":"gemma3_text","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window_pattern":2},"vision_config":siglip,"mm_tokens_per_image":4}),
+        ),
+        (
+            // Only sliding layers, untied, no pooling head (Gemma 3's real vision config).
+            "gemma3-untied",
+            it,
+            json!({"model_type":"gemma3","tie_word_embeddings":false,"text_config":{"model_type":"gemma3_text","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":16,"layer_types":["sliding_attention","sliding_attention","sliding_attention"]},"vision_config":{"model_type":"siglip_vision_model","hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":4,"image_size":56,"patch_size":14,"vision_use_head":false},"mm_tokens_per_image":4}),
+        ),
+        (
+            "gemma3-text",
+            "AutoModelForCausalLM",
+            json!({"model_type":"gemma3_text","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":7,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":32}),
+        ),
+        (
+            // Two feature layers feed the projector.
+            "llava",
+            it,
+            json!({"model_type":"llava","text_config":llama,"vision_config":clip,"vision_feature_layer":[-2,-1]}),
+        ),
+        (
+            // A SigLIP tower, a Qwen2 that ties in its text_config, no projector bias.
+            "llava-siglip-qwen2",
+            it,
+            json!({"model_type":"llava","text_config":{"model_type":"qwen2","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"tie_word_embeddings":true},"vision_config":{"model_type":"siglip_vision_model","hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"image_size":56,"patch_size":14,"vision_use_head":false},"multimodal_projector_bias":false}),
+        ),
+        (
+            // Llava-1.5-7B's shape by defaults alone: CLIP ViT-L/336 and a Llama-2-7B text
+            // config that names only its vocabulary, as the Hub config does.
+            "llava-1.5-7b",
+            it,
+            json!({"model_type":"llava","text_config":{"model_type":"llama","vocab_size":32064,"max_position_embeddings":4096}}),
+        ),
+        (
+            "qwen2-vl",
+            it,
+            json!({"model_type":"qwen2_vl","text_config":{"model_type":"qwen2_vl_text","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"rope_scaling":{"type":"mrope","mrope_section":[2,3,3]}},"vision_config":{"depth":2,"embed_dim":32,"hidden_size":64,"num_heads":4,"mlp_ratio":2,"patch_size":14,"spatial_merge_size":2,"temporal_patch_size":2}}),
+        ),
+        (
+            // The Hub's flat layout: the language model's keys at the top level.
+            "qwen2-vl-flat",
+            it,
+            json!({"model_type":"qwen2_vl","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"tie_word_embeddings":true,"rope_scaling":{"type":"mrope","mrope_section":[2,3,3]},"vision_config":{"depth":1,"embed_dim":32,"hidden_size":64,"num_heads":4,"mlp_ratio":3}}),
+        ),
+        (
+            "qwen2.5-vl",
+            it,
+            json!({"model_type":"qwen2_5_vl","text_config":{"model_type":"qwen2_5_vl_text","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"rope_scaling":{"type":"mrope","mrope_section":[2,3,3]}},"vision_config":{"depth":2,"hidden_size":32,"intermediate_size":48,"out_hidden_size":64,"num_heads":4,"patch_size":14,"spatial_merge_size":2,"temporal_patch_size":2,"fullatt_block_indexes":[1]}}),
+        ),
+    ]
+}
+
+#[test]
+fn multimodal_models_match_transformers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cases = multimodal_configs();
+    let mut jobs = Vec::new();
+    let mut trained_jobs = Vec::new();
+    for (name, class, config) in &cases {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write config");
+        jobs.push(json!({"dir": dir, "names": [dir.join("config.json")]}));
+        trained_jobs.push(json!({"config": dir, "class": class, "dtype": "float16"}));
+    }
+    let tables = reference(tmp.path(), &Value::Array(jobs));
+    let trained = trained_reference(tmp.path(), &Value::Array(trained_jobs));
+    for (((name, _, _), table), model) in cases.iter().zip(&tables).zip(&trained) {
+        let config = tmp.path().join(name).join("config.json");
+        let config = config.display().to_string();
+        // accelerate's table: the base model (vision tower, projector, language model).
+        assert_eq!(
+            stdout(&run(&[&config])),
+            table["tables"][0].as_str().unwrap_or(""),
+            "{name}: table"
+        );
+        let (v, code) = run_json(&["--json", &config]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(v["total_size"], table["total"], "{name}: total");
+        assert_eq!(
+            v["largest_layer"], table["largest_layer"],
+            "{name}: largest layer"
+        );
+        // Training: the parameters of *ForConditionalGeneration (or ForCausalLM).
+        let (v, code) = run_json(&["--json", &config, "--strategy", "ddp"]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(
+            v["per_gpu"]["setup"]["parameters"], model["parameters"],
+            "{name}: trained parameters of {}",
+            model["class"]
+        );
+        // Serving in float16: every tensor of that model, the vision tower included.
+        let (v, code) = run_json(&["--json", &config, "--context", "1", "--num-gpus", "1"]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(
+            v["per_gpu"]["bytes"]["weights"].as_f64(),
+            model["weight_bytes"].as_f64(),
+            "{name}: float16 weights"
+        );
+    }
+    // --context reads the attention dimensions under text_config, for a config.json alone and
+    // for a directory with it: Llava's 2 layers x 2 KV heads x head_dim 16 x K and V x 100
+    // tokens x 2 bytes; Gemma 3's the same with its head_dim 16.
+    for name in ["llava", "gemma3"] {
+        let dir = tmp.path().join(name);
+        for target in [dir.clone(), dir.join("config.json")] {
+            let (v, code) =
+                run_json(&["--json", &target.display().to_string(), "--context", "100"]);
+            assert_eq!(code, Some(0), "{name}");
+            assert_eq!(
+                v["per_gpu"]["bytes"]["kv_cache"].as_f64(),
+                Some(2.0 * 2.0 * 16.0 * 2.0 * 100.0 * 2.0),
+                "{name}"
+            );
+        }
+    }
+    // The trained Llava-1.5-7B (LlavaForConditionalGeneration, Vicuna's 32064-token vocabulary):
+    // 7 063 427 072 parameters, the untied 32064 x 4096 LM head included.
+    let llava = cases
+        .iter()
+        .position(|c| c.0 == "llava-1.5-7b")
+        .expect("case");
+    assert_eq!(trained[llava]["parameters"], 7_063_427_072u64);
+}
+
+#[test]
+fn unknown_families_and_parts_are_named() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t = tmp.path();
+    for (file, config, named) in [
+        (
+            "idefics3.json",
+            json!({"model_type":"idefics3"}),
+            "unknown architecture `idefics3`",
+        ),
+        (
+            "llava-mamba.json",
+            json!({"model_type":"llava","text_config":{"model_type":"mamba"}}),
+            "unknown architecture `llava` with text_config `mamba`",
+        ),
+        (
+            "llava-dinov2.json",
+            json!({"model_type":"llava","text_config":{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2},"vision_config":{"model_type":"dinov2"}}),
+            "unknown architecture `llava` with vision_config `dinov2`",
+        ),
+    ] {
+        let path = t.join(file);
+        std::fs::write(&path, config.to_string()).expect("write");
+        let out = run(&[&path.display().to_string()]);
+        assert_eq!(out.status.code(), Some(3), "{file}");
+        let err = stderr(&out);
+        assert!(err.contains(named), "{err}");
+        // The hint names every family with a formula, the multimodal ones included.
+        let families = err
+            .lines()
+            .find_map(|l| l.strip_prefix("  hint: architectures with formulas: "))
+            .unwrap_or_else(|| panic!("no list of families: {err}"));
+        for family in [
+            "llama",
+            "gemma3",
+            "gemma3_text",
+            "llava",
+            "qwen2_vl",
+            "qwen2_5_vl",
+        ] {
+            assert!(
+                families.split(", ").any(|f| f == family),
+                "{family} in {families}"
+            );
+        }
+    }
+}
+
+/// A served tiny Llama (`hand_config`) with `quantization` added to its config.json: the weights
+/// row of `--context 1` in float16.
+fn quantized_weights(dir: &Path, quantization: &Value) -> f64 {
+    let cfg = hand_config(dir);
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).expect("read")).expect("json");
+    config["quantization_config"] = quantization.clone();
+    std::fs::write(&cfg, config.to_string()).expect("write");
+    let (v, code) = run_json(&[
+        "--json",
+        &cfg.display().to_string(),
+        "--context",
+        "1",
+        "--num-gpus",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{quantization}");
+    v["per_gpu"]["bytes"]["weights"]
+        .as_f64()
+        .expect("weights bytes")
+}
+
+#[test]
+fn quantized_weight_bytes_by_hand_for_every_scheme() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // hand_config's linear layers per decoder layer, [out, in]: q, k, v, o, gate, up, down.
+    let linears: [(f64, f64); 7] = [
+        (64.0, 64.0),
+        (32.0, 64.0),
+        (32.0, 64.0),
+        (64.0, 64.0),
+        (128.0, 64.0),
+        (128.0, 64.0),
+        (64.0, 128.0),
+    ];
+    // What stays in float16: embeddings 1000 x 64, the untied LM head 1000 x 64, 2 x 2 norms and
+    // the final one of 64, the rotary buffers 2 x 8.
+    let kept = 2.0 * (64_000.0 + 64_000.0 + 4.0 * 64.0 + 64.0 + 16.0);
+    let sum = |per: &dyn Fn(f64, f64) -> f64| -> f64 {
+        2.0 * linears.iter().map(|&(o, i)| per(o, i)).sum::<f64>()
+    };
+    let mut n = 0;
+    let mut check = |quantization: Value, expected: f64| {
+        n += 1;
+        let got = quantized_weights(&tmp.path().join(format!("q{n}")), &quantization);
+        assert_eq!(got, expected, "{quantization}");
+    };
+    // bitsandbytes 4-bit, nf4 and fp4 alike: two weights per byte, an fp32 absmax per 64
+    // weights, the 16-entry fp32 quant map (QuantState.from_dict of a pre-quantized checkpoint).
+    let nf4 = sum(&|o, i| o * i / 2.0 + 4.0 * (o * i / 64.0).ceil() + 64.0);
+    for quant_type in ["nf4", "fp4"] {
+        check(
+            json!({"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":quant_type}),
+            kept + nf4,
+        );
+    }
+    // Double quantization in bfloat16 storage: 4 weights per 2-byte element, the absmax in
+    // 8 bits per 64 weights plus an fp32 one per 256 blocks, the 256-entry fp32 nested quant
+    // map, the fp32 offset, and the quant map.
+    check(
+        json!({"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_use_double_quant":true,"bnb_4bit_quant_storage":"bfloat16"}),
+        kept + sum(&|o, i| {
+            let blocks = (o * i / 64.0).ceil();
+            (o * i / 4.0) * 2.0 + blocks + 4.0 * (blocks / 256.0).ceil() + 1024.0 + 4.0 + 64.0
+        }),
+    );
+    // LLM.int8(): a byte per weight and an fp32 SCB per output row.
+    check(
+        json!({"quant_method":"bitsandbytes","load_in_8bit":true}),
+        kept + sum(&|o, i| o * i + 4.0 * o),
+    );
+    // A skip list (suffixes or paths from the root) replaces transformers' default one: the
+    // MLPs stay in float16, and the LM head, no longer skipped, is converted (64 000 bytes plus
+    // 1000 row scales, not 128 000).
+    check(
+        json!({"quant_method":"bitsandbytes","load_in_8bit":true,"llm_int8_skip_modules":["gate_proj","up_proj","model.layers.0.mlp.down_proj","model.layers.1.mlp"]}),
+        kept - 128_000.0
+            + 64_000.0
+            + 4000.0
+            + 2.0
+                * linears[..4]
+                    .iter()
+                    .map(|&(o, i)| o * i + 4.0 * o)
+                    .sum::<f64>()
+            + 2.0 * linears[4..].iter().map(|&(o, i)| 2.0 * o * i).sum::<f64>(),
+    );
+    // GPTQ: bits/8 bytes per weight packed in int32, per group of input rows and output column
+    // an fp16 scale and a bits-wide zero point, an int32 g_idx per input row (desc_act does
+    // not change what is stored); group_size -1 is one group.
+    for (bits, group, groups_of) in [
+        (2.0, json!(32), 32.0),
+        (3.0, json!(-1), f64::INFINITY),
+        (8.0, json!(64), 64.0),
+    ] {
+        check(
+            json!({"quant_method":"gptq","bits":bits as u64,"group_size":group,"desc_act":true,"sym":false}),
+            kept + sum(&|o, i| {
+                let groups = if groups_of == f64::INFINITY {
+                    1.0
+                } else {
+                    (i / groups_of).ceil()
+                };
+                o * i * bits / 8.0 + groups * o * (2.0 + bits / 8.0) + 4.0 * i
+            }),
+        );
+    }
+    // AWQ (GEMM): packed weights, scales and zeros per group, no g_idx.
+    check(
+        json!({"quant_method":"awq","bits":4,"group_size":64,"version":"gemm","zero_point":true}),
+        kept + sum(&|o, i| o * i / 2.0 + (i / 64.0).ceil() * o * 2.5),
+    );
+    // FBGEMM FP8: a byte per weight, an fp32 scale per output row, the fp32 input_scale_ub.
+    check(
+        json!({"quant_method":"fbgemm_fp8","activation_scale_ub":1200.0}),
+        kept + sum(&|o, i| o * i + 4.0 * o + 4.0),
+    );
+}
+
+#[test]
+fn fp8_weight_bytes_equal_transformers_quantizer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let llama = json!({"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"tie_word_embeddings":false});
+    let mut cases: Vec<(&str, Value, &str)> = [
+        // FineGrainedFP8Config's default 128 x 128 blocks.
+        ("default", json!({"quant_method":"fp8"})),
+        // Blocks that do not divide the shapes (176 rows, 64 columns).
+        (
+            "blocks",
+            json!({"quant_method":"fp8","weight_block_size":[32,48]}),
+        ),
+        // One scale per tensor, and a static activation scale.
+        (
+            "per-tensor",
+            json!({"quant_method":"fp8","weight_block_size":null,"activation_scheme":"static"}),
+        ),
+        // One-byte ue8m0 scales and a skip list (which then converts the LM head).
+        (
+            "ue8m0-skip",
+            json!({"quant_method":"fp8","weight_block_size":[48,40],"scale_fmt":"ue8m0","modules_to_not_convert":["down_proj","model.layers.1.self_attn"]}),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, q)| {
+        let mut config = llama.clone();
+        config["quantization_config"] = q;
+        (name, config, "AutoModelForCausalLM")
+    })
+    .collect();
+    // Multimodal: the vision tower's and projector's linear layers are converted too, but not
+    // SigLIP's pooling-head attention (torch's MultiheadAttention).
+    for (name, _, config) in multimodal_configs() {
+        if matches!(name, "gemma3" | "llava" | "qwen2.5-vl") {
+            let mut config = config.clone();
+            config["quantization_config"] =
+                json!({"quant_method":"fp8","weight_block_size":[16,16]});
+            cases.push((name, config, "AutoModelForImageTextToText"));
+        }
+    }
+    let mut jobs = Vec::new();
+    for (name, config, class) in &cases {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+        jobs.push(json!({"config": dir, "class": class, "dtype": "float16"}));
+    }
+    let refs = trained_reference(tmp.path(), &Value::Array(jobs));
+    for ((name, _, _), r) in cases.iter().zip(&refs) {
+        let dir = tmp.path().join(name).display().to_string();
+        let (v, code) = run_json(&["--json", &dir, "--context", "1", "--num-gpus", "1"]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(
+            v["per_gpu"]["bytes"]["weights"].as_f64(),
+            r["weight_bytes"].as_f64(),
+            "{name}"
+        );
+    }
+}

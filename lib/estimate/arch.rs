@@ -1,6 +1,7 @@
 //! Model families by formula: from a `config.json`, the exact tensor list (names, shapes, dtypes,
 //! buffers included) of the model accelerate sizes — transformers' `AutoModel` (the base model, no task
-//! head) built in float32 under `init_empty_weights` — plus the dimensions the per-GPU estimates need.
+//! head) built in float32 under `init_empty_weights`; for a multimodal config its vision tower and
+//! projector beside the language model — plus the dimensions the per-GPU estimates need.
 //! Shapes follow transformers 5's modelling code; the exactness tests compare against it.
 
 use serde_json::{Map, Value};
@@ -19,11 +20,16 @@ pub const FAMILIES: &[&str] = &[
     "qwen3_moe",
     "gemma",
     "gemma2",
+    "gemma3_text",
     "phi3",
     "gpt2",
     "gpt_neox",
     "bert",
     "t5",
+    "gemma3",
+    "llava",
+    "qwen2_vl",
+    "qwen2_5_vl",
 ];
 
 /// Sizes past these are not models but typos or overflow probes; refusing them keeps the work
@@ -95,7 +101,12 @@ impl Config {
     /// The language model's config: the top level, or `text_config` where a multimodal config
     /// nests it (Llava, Gemma 3, Qwen2-VL...).
     pub fn text(&self) -> Option<Config> {
-        let Some(Value::Object(map)) = self.get("text_config") else {
+        self.sub("text_config")
+    }
+
+    /// A nested config (`text_config`, `vision_config`), when it is an object.
+    fn sub(&self, key: &str) -> Option<Config> {
+        let Some(Value::Object(map)) = self.get(key) else {
             return None;
         };
         Some(Config {
@@ -105,8 +116,17 @@ impl Config {
                 .unwrap_or("")
                 .to_string(),
             map: map.clone(),
-            source: format!("{} (text_config)", self.source),
+            source: format!("{} ({key})", self.source),
         })
+    }
+
+    /// A config of `model_type` holding only `map`: a missing sub-config takes its class defaults.
+    fn with_type(map: Map<String, Value>, model_type: &str, source: String) -> Config {
+        Config {
+            map,
+            model_type: model_type.to_string(),
+            source,
+        }
     }
 
     /// The class accelerate builds when `auto_map` names one: its first `AutoModelFor*` key
@@ -229,18 +249,26 @@ impl Out {
     /// Rotary embeddings keep `inv_freq` and `original_inv_freq` (non-persistent, float32), one entry
     /// per pair of rotated dimensions.
     fn rotary(&mut self, prefix: &str, head_dim: u64, factor: f64) {
+        self.rotary_named(&format!("{prefix}."), head_dim, factor);
+    }
+    /// As `rotary`, with the buffer names' whole prefix given (`rotary_emb.full_attention_`).
+    fn rotary_named(&mut self, prefix: &str, head_dim: u64, factor: f64) {
         let dim = (head_dim as f64 * factor) as u64;
         let n = dim.div_ceil(2);
         self.0.push(Tensor::buffer(
-            format!("{prefix}.inv_freq"),
+            format!("{prefix}inv_freq"),
             DType::F32,
             &[n],
         ));
         self.0.push(Tensor::buffer(
-            format!("{prefix}.original_inv_freq"),
+            format!("{prefix}original_inv_freq"),
             DType::F32,
             &[n],
         ));
+    }
+    /// `nn.LayerNorm` with bias (vision towers).
+    fn layer_norm(&mut self, prefix: &str, h: u64) {
+        self.norm(prefix, h, true);
     }
 }
 
@@ -281,7 +309,8 @@ fn lm_head(c: &Config, tied_default: bool, v: u64, h: u64) -> Vec<Tensor> {
 fn build_base(config: &Config) -> Result<Built, EstimateError> {
     match config.model_type.as_str() {
         "llama" | "mistral" | "mixtral" | "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe"
-        | "gemma" | "gemma2" | "phi3" => decoder(config),
+        | "gemma" | "gemma2" | "gemma3_text" | "phi3" => decoder(config),
+        "gemma3" | "llava" | "qwen2_vl" | "qwen2_5_vl" => multimodal(config),
         "gpt2" => gpt2(config),
         "gpt_neox" => gpt_neox(config),
         "bert" => bert(config),
@@ -295,19 +324,30 @@ fn build_base(config: &Config) -> Result<Built, EstimateError> {
 /// The Llama-shaped decoders: embeddings, N decoder layers (attention, gated MLP or MoE, RMS norms),
 /// final norm, rotary buffers.
 fn decoder(c: &Config) -> Result<Built, EstimateError> {
-    let t = c.model_type.as_str();
-    let v = c.uint(&["vocab_size"], None)?;
-    let h = c.uint(&["hidden_size"], None)?;
-    let layers = c.uint(&["num_hidden_layers"], None)?;
-    let heads = c.uint(&["num_attention_heads"], None)?;
-    let kv = c.uint(&["num_key_value_heads"], Some(heads))?;
+    // The language models of Qwen2-VL and Qwen2.5-VL are Qwen2's decoder.
+    let t = match c.model_type.as_str() {
+        "qwen2_vl_text" | "qwen2_5_vl_text" => "qwen2",
+        t => t,
+    };
+    // Gemma 3's text config is nested in its multimodal config, where Hub configs often leave
+    // out what equals Gemma3TextConfig's defaults.
+    let gemma3 = t == "gemma3_text";
+    let or = |d: u64| if gemma3 { Some(d) } else { None };
+    let v = c.uint(&["vocab_size"], or(262_208))?;
+    let h = c.uint(&["hidden_size"], or(2304))?;
+    let layers = c.uint(&["num_hidden_layers"], or(26))?;
+    let heads = c.uint(&["num_attention_heads"], or(8))?;
+    let kv = c.uint(
+        &["num_key_value_heads"],
+        Some(if gemma3 { 4 } else { heads }),
+    )?;
     let default_head_dim = match t {
-        "gemma" | "gemma2" => 256,
+        "gemma" | "gemma2" | "gemma3_text" => 256,
         "qwen3" => 128,
         _ => h / heads.max(1),
     };
     let hd = c.uint(&["head_dim"], Some(default_head_dim))?;
-    let inter = c.uint(&["intermediate_size"], None)?;
+    let inter = c.uint(&["intermediate_size"], or(9216))?;
     let (q_bias, o_bias) = match t {
         "qwen2" => (true, false),
         "qwen2_moe" => (c.flag("qkv_bias", true), false),
@@ -335,7 +375,7 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
 
     let mut o = Out(Vec::new());
     o.w("embed_tokens.weight".into(), &[v, h]);
-    if matches!(t, "gemma" | "gemma2") {
+    if matches!(t, "gemma" | "gemma2" | "gemma3_text") {
         o.0.push(Tensor::buffer("embed_tokens.embed_scale", DType::F32, &[]));
     }
     for i in 0..layers {
@@ -350,7 +390,7 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
             o.linear(&format!("{a}.v_proj"), h, kv * hd, q_bias);
             o.linear(&format!("{a}.o_proj"), heads * hd, h, o_bias);
         }
-        if matches!(t, "qwen3" | "qwen3_moe") {
+        if matches!(t, "qwen3" | "qwen3_moe" | "gemma3_text") {
             o.norm(&format!("{a}.q_norm"), hd, false);
             o.norm(&format!("{a}.k_norm"), hd, false);
         }
@@ -381,13 +421,21 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
         }
         o.norm(&format!("{p}.input_layernorm"), h, false);
         o.norm(&format!("{p}.post_attention_layernorm"), h, false);
-        if t == "gemma2" {
+        if matches!(t, "gemma2" | "gemma3_text") {
             o.norm(&format!("{p}.pre_feedforward_layernorm"), h, false);
             o.norm(&format!("{p}.post_feedforward_layernorm"), h, false);
         }
     }
     o.norm("norm", h, false);
-    o.rotary("rotary_emb", hd, c.partial_rotary_factor(1.0));
+    if gemma3 {
+        // Gemma3RotaryEmbedding: one pair of frequency buffers per attention type in use, named
+        // after it (sliding window layers rotate with their own base).
+        for layer_type in gemma3_layer_types(c, layers) {
+            o.rotary_named(&format!("rotary_emb.{layer_type}_"), hd, 1.0);
+        }
+    } else {
+        o.rotary("rotary_emb", hd, c.partial_rotary_factor(1.0));
+    }
     let top_k = match t {
         "mixtral" => c.uint(&["num_experts_per_tok"], Some(2))?,
         "qwen2_moe" => c.uint(&["num_experts_per_tok"], Some(4))?,
@@ -420,8 +468,38 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
             attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
             kv_per_token: 2 * kv * hd,
         },
-        head: lm_head(c, matches!(t, "gemma" | "gemma2"), v, h),
+        head: lm_head(c, matches!(t, "gemma" | "gemma2" | "gemma3_text"), v, h),
     })
+}
+
+/// Gemma 3's attention types in use, sorted as Gemma3RotaryEmbedding sorts them: `layer_types`,
+/// else every `sliding_window_pattern`-th layer (default 6) full and the others sliding.
+fn gemma3_layer_types(c: &Config, layers: u64) -> Vec<String> {
+    let mut types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
+        Some(list) => list
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        None => {
+            let pattern = c
+                .uint(&["sliding_window_pattern"], Some(6))
+                .unwrap_or(6)
+                .max(1);
+            (0..layers.min(pattern))
+                .map(|i| {
+                    if (i + 1) % pattern == 0 {
+                        "full_attention".to_string()
+                    } else {
+                        "sliding_attention".to_string()
+                    }
+                })
+                .collect()
+        }
+    };
+    types.sort();
+    types.dedup();
+    types
 }
 
 fn gpt2(c: &Config) -> Result<Built, EstimateError> {
@@ -723,4 +801,284 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
         attention_dropout: false,
         kv_per_token,
     })
+}
+
+/// The multimodal families: a vision tower and a projector beside the language model of
+/// `text_config`, as transformers' `Gemma3Model`, `LlavaModel` and `Qwen2VLModel` /
+/// `Qwen2_5_VLModel` hold them (the vision tower built from `vision_config` with its class's
+/// defaults for missing keys). The trained model, `*ForConditionalGeneration`, adds the LM head
+/// unless the embeddings are tied.
+fn multimodal(c: &Config) -> Result<Built, EstimateError> {
+    let t = c.model_type.as_str();
+    let (default_text, default_vision) = match t {
+        "gemma3" => ("gemma3_text", "siglip_vision_model"),
+        "llava" => ("llama", "clip_vision_model"),
+        "qwen2_vl" => ("qwen2_vl_text", "qwen2_vl"),
+        _ => ("qwen2_5_vl_text", "qwen2_5_vl"),
+    };
+    let mut text = match c.text() {
+        Some(text) => text,
+        // Qwen2-VL's Hub configs are flat: the language model's keys sit at the top level.
+        None if t.starts_with("qwen2") => {
+            Config::with_type(c.map.clone(), default_text, c.source.clone())
+        }
+        None => Config::with_type(
+            Map::new(),
+            default_text,
+            format!("{} (text_config)", c.source),
+        ),
+    };
+    if text.model_type.is_empty() {
+        text.model_type = default_text.to_string();
+    }
+    // A nested text config takes its class's defaults for what it leaves out (Llava-1.5's names
+    // little more than the vocabulary size of its Llama).
+    let defaults: &[(&str, u64)] = match text.model_type.as_str() {
+        "llama" => &[
+            ("vocab_size", 32000),
+            ("hidden_size", 4096),
+            ("intermediate_size", 11008),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+        ],
+        "mistral" => &[
+            ("vocab_size", 32000),
+            ("hidden_size", 4096),
+            ("intermediate_size", 14336),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+            ("num_key_value_heads", 8),
+        ],
+        "qwen2" => &[
+            ("vocab_size", 151936),
+            ("hidden_size", 4096),
+            ("intermediate_size", 22016),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+        ],
+        "qwen2_vl_text" | "qwen2_5_vl_text" => &[
+            ("vocab_size", 152064),
+            ("hidden_size", 8192),
+            ("intermediate_size", 29568),
+            ("num_hidden_layers", 80),
+            ("num_attention_heads", 64),
+            ("num_key_value_heads", 8),
+        ],
+        _ => &[],
+    };
+    for (key, value) in defaults {
+        if text.get(key).is_none() {
+            text.map.insert(key.to_string(), Value::from(*value));
+        }
+    }
+    let language = match text.model_type.as_str() {
+        "qwen2_vl_text" | "qwen2_5_vl_text" => decoder(&text),
+        other if FAMILIES.contains(&other) && !is_multimodal(other) => build_base(&text),
+        other => Err(EstimateError::UnknownArchitecture {
+            model_type: format!("{t}` with text_config `{other}"),
+        }),
+    }?;
+    // Llava's default vision tower is CLIP ViT-L/14 at 336 px, not CLIPVisionConfig's defaults.
+    let vision = match c.sub("vision_config") {
+        Some(v) => v,
+        None if t == "llava" => Config::with_type(
+            serde_json::json!({"intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
+                "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+            default_vision,
+            format!("{} (vision_config)", c.source),
+        ),
+        None => Config::with_type(
+            Map::new(),
+            default_vision,
+            format!("{} (vision_config)", c.source),
+        ),
+    };
+    let th = language.dims.hidden_size;
+    let mut o = Out(Vec::new());
+    let mut patterns = vec!["layers.#"];
+    match t {
+        "qwen2_vl" => {
+            qwen2_vl_vision(&mut o, &vision, false)?;
+            patterns.push("blocks.#");
+        }
+        "qwen2_5_vl" => {
+            qwen2_vl_vision(&mut o, &vision, true)?;
+            patterns.push("blocks.#");
+        }
+        _ => {
+            let vt = if vision.model_type.is_empty() {
+                default_vision
+            } else {
+                vision.model_type.as_str()
+            };
+            let vh = match vt {
+                "clip_vision_model" => vit(&mut o, &vision, false)?,
+                "siglip_vision_model" => vit(&mut o, &vision, true)?,
+                other => {
+                    return Err(EstimateError::UnknownArchitecture {
+                        model_type: format!("{t}` with vision_config `{other}"),
+                    })
+                }
+            };
+            // The vision embeddings (CLIP/SigLIP) and SigLIP's pooling head are no-split
+            // modules of their own.
+            patterns.extend(["embeddings", "head"]);
+            let p = "multi_modal_projector";
+            if t == "gemma3" {
+                o.w(format!("{p}.mm_input_projection_weight"), &[vh, th]);
+                o.norm(&format!("{p}.mm_soft_emb_norm"), vh, false);
+            } else {
+                let layers = match c.get("vision_feature_layer") {
+                    Some(Value::Array(list)) => list.len() as u64,
+                    _ => 1,
+                };
+                let bias = c.flag("multimodal_projector_bias", true);
+                o.linear(&format!("{p}.linear_1"), vh * layers, th, bias);
+                o.linear(&format!("{p}.linear_2"), th, th, bias);
+            }
+        }
+    }
+    let mut tensors = o.0;
+    tensors.extend(language.tensors.into_iter().map(|mut x| {
+        x.name.insert_str(0, "language_model.");
+        x
+    }));
+    // transformers 5 ties by the outer config's tie_word_embeddings; Llava and Qwen2-VL also
+    // honour a text_config that ties (configs saved before v5 put it there).
+    let text_ties = language.head.is_empty();
+    let tied = match t {
+        "gemma3" => c.tied_embeddings(true),
+        _ => c.tied_embeddings(false) || text_ties,
+    };
+    let v = language.dims.vocab_size;
+    let mut dims = language.dims;
+    dims.model_type = t.to_string();
+    Ok(Built {
+        tensors,
+        no_split: NoSplit { patterns },
+        dims,
+        head: if tied {
+            Vec::new()
+        } else {
+            vec![Tensor::new("lm_head.weight", &[v, th])]
+        },
+    })
+}
+
+fn is_multimodal(model_type: &str) -> bool {
+    matches!(model_type, "gemma3" | "llava" | "qwen2_vl" | "qwen2_5_vl")
+}
+
+/// CLIP's or SigLIP's vision transformer (`CLIPVisionModel`, `SiglipVisionModel`) under
+/// `vision_tower.`; returns its hidden size.
+fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
+    let h = c.uint(&["hidden_size"], Some(768))?;
+    let inter = c.uint(&["intermediate_size"], Some(3072))?;
+    let layers = c.uint(&["num_hidden_layers"], Some(12))?;
+    let channels = c.uint(&["num_channels"], Some(3))?;
+    let image = c.uint(&["image_size"], Some(224))?;
+    let patch = c.uint(&["patch_size"], Some(if siglip { 16 } else { 32 }))?;
+    let side = image / patch.max(1);
+    let patches = side * side;
+    // CLIP prepends a class token; SigLIP has none.
+    let positions = if siglip { patches } else { patches + 1 };
+    let p = "vision_tower";
+    if !siglip {
+        o.w(format!("{p}.embeddings.class_embedding"), &[h]);
+    }
+    o.w(
+        format!("{p}.embeddings.patch_embedding.weight"),
+        &[h, channels, patch, patch],
+    );
+    if siglip {
+        o.w(format!("{p}.embeddings.patch_embedding.bias"), &[h]);
+    }
+    o.w(
+        format!("{p}.embeddings.position_embedding.weight"),
+        &[positions, h],
+    );
+    o.0.push(Tensor::buffer(
+        format!("{p}.embeddings.position_ids"),
+        DType::I64,
+        &[1, positions],
+    ));
+    if !siglip {
+        o.layer_norm(&format!("{p}.pre_layrnorm"), h);
+    }
+    for i in 0..layers {
+        let l = format!("{p}.encoder.layers.{i}");
+        for x in ["k_proj", "v_proj", "q_proj", "out_proj"] {
+            o.linear(&format!("{l}.self_attn.{x}"), h, h, true);
+        }
+        o.layer_norm(&format!("{l}.layer_norm1"), h);
+        o.linear(&format!("{l}.mlp.fc1"), h, inter, true);
+        o.linear(&format!("{l}.mlp.fc2"), inter, h, true);
+        o.layer_norm(&format!("{l}.layer_norm2"), h);
+    }
+    o.layer_norm(&format!("{p}.post_layernorm"), h);
+    if siglip && c.flag("vision_use_head", true) {
+        // SiglipMultiheadAttentionPoolingHead: a probe token and torch's MultiheadAttention.
+        let hp = format!("{p}.head");
+        o.w(format!("{hp}.probe"), &[1, 1, h]);
+        o.w(format!("{hp}.attention.in_proj_weight"), &[3 * h, h]);
+        o.w(format!("{hp}.attention.in_proj_bias"), &[3 * h]);
+        o.linear(&format!("{hp}.attention.out_proj"), h, h, true);
+        o.layer_norm(&format!("{hp}.layernorm"), h);
+        o.linear(&format!("{hp}.mlp.fc1"), h, inter, true);
+        o.linear(&format!("{hp}.mlp.fc2"), inter, h, true);
+    }
+    Ok(h)
+}
+
+/// Qwen2-VL's (`Qwen2VisionTransformerPretrainedModel`) or Qwen2.5-VL's vision transformer under
+/// `visual.`: a 3-D patch embedding, blocks, the patch merger into the language model's width, and
+/// the 2-D rotary frequencies.
+fn qwen2_vl_vision(o: &mut Out, c: &Config, v2_5: bool) -> Result<(), EstimateError> {
+    let depth = c.uint(&["depth"], Some(32))?;
+    let heads = c.uint(&["num_heads"], Some(16))?;
+    let channels = c.uint(&["in_channels"], Some(3))?;
+    let patch = c.uint(&["patch_size"], Some(14))?;
+    let temporal = c.uint(&["temporal_patch_size"], Some(2))?;
+    let merge = c.uint(&["spatial_merge_size"], Some(2))?;
+    let (e, out, mlp) = if v2_5 {
+        let e = c.uint(&["hidden_size"], Some(3584))?;
+        let out = c.uint(&["out_hidden_size"], Some(3584))?;
+        (e, out, c.uint(&["intermediate_size"], Some(3420))?)
+    } else {
+        let e = c.uint(&["embed_dim"], Some(1280))?;
+        let out = c.uint(&["hidden_size"], Some(3584))?;
+        let ratio = c.float("mlp_ratio").unwrap_or(4.0);
+        (e, out, (e as f64 * ratio) as u64)
+    };
+    let p = "visual";
+    o.w(
+        format!("{p}.patch_embed.proj.weight"),
+        &[e, channels, temporal, patch, patch],
+    );
+    for i in 0..depth {
+        let b = format!("{p}.blocks.{i}");
+        // Qwen2.5-VL: RMS norms and a gated MLP with biases; Qwen2-VL: LayerNorms, fc1/fc2.
+        o.norm(&format!("{b}.norm1"), e, !v2_5);
+        o.norm(&format!("{b}.norm2"), e, !v2_5);
+        o.linear(&format!("{b}.attn.qkv"), e, 3 * e, true);
+        o.linear(&format!("{b}.attn.proj"), e, e, true);
+        if v2_5 {
+            o.linear(&format!("{b}.mlp.gate_proj"), e, mlp, true);
+            o.linear(&format!("{b}.mlp.up_proj"), e, mlp, true);
+            o.linear(&format!("{b}.mlp.down_proj"), mlp, e, true);
+        } else {
+            o.linear(&format!("{b}.mlp.fc1"), e, mlp, true);
+            o.linear(&format!("{b}.mlp.fc2"), mlp, e, true);
+        }
+    }
+    let merged = e * merge * merge;
+    o.norm(&format!("{p}.merger.ln_q"), e, !v2_5);
+    o.linear(&format!("{p}.merger.mlp.0"), merged, merged, true);
+    o.linear(&format!("{p}.merger.mlp.2"), merged, out, true);
+    // VisionRotaryEmbedding(head_dim / 2): frequencies for half of each head's dimensions.
+    o.rotary("rotary_pos_emb", (e / heads.max(1)) / 2, 1.0);
+    Ok(())
 }

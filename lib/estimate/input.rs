@@ -133,6 +133,9 @@ fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config
 
 /// Dimensions from the formula when the family is known, else from the usual config keys.
 fn dims_of(config: &Config) -> Option<Dims> {
+    if let Ok(built) = arch::build(config) {
+        return Some(built.dims);
+    }
     let text = config.text();
     let text = text.as_ref().unwrap_or(config);
     arch::build(text)
