@@ -714,3 +714,89 @@ fn train_py_stopped_by_usr1_resumes_to_the_same_losses() {
     let resumed = losses(&["--checkpoint_dir", "ckpt"], "resumed.json");
     assert_eq!(resumed, full);
 }
+
+// ---- scripts/cluster itself ----
+
+/// `scripts/cluster` as a user drives it, on a cluster of its own (the suite's stays untouched): `up`
+/// prints the export; a second `up` keeps the running daemons (same pids) and prints the same; `env`
+/// prints it; `status` lists the nodes; `down` stops every process by pid and removes the node
+/// namespaces and the bridge; then `env` refuses and a second `down` is harmless.
+#[test]
+fn scripts_cluster_up_is_idempotent_and_down_leaves_nothing() {
+    let d = crate::util::tempdir();
+    let dir = d.path().join("state");
+    let cluster = |args: &[&str]| {
+        let o = Command::new(repo().join("scripts/cluster"))
+            .args(args)
+            .env("ACCEL_CLUSTER_DIR", &dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            text(&o),
+        )
+    };
+    let pids = || -> Vec<i32> {
+        let mut v: Vec<i32> = std::fs::read_dir(dir.join("run"))
+            .map(|rd| {
+                rd.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let export = format!("export SLURM_CONF={}\n", dir.join("slurm.conf").display());
+    // --owner: taken down when this test process ends, should an assertion stop it first.
+    let owner = std::process::id().to_string();
+    let (code, out, all) = cluster(&["up", "--nodes", "2", "--owner", &owner]);
+    assert_eq!((code, out.as_str()), (Some(0), export.as_str()), "{all}");
+    let first = pids();
+    // munged, slurmctld, one slurmd per node and the owner's watcher.
+    assert_eq!(first.len(), 5, "{first:?}");
+    assert!(first.iter().all(|p| alive(*p)), "{first:?}");
+    let id = std::fs::read_to_string(dir.join("cluster.env"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("ID=").map(str::to_string))
+        .expect("ID in cluster.env");
+
+    let (code, out, all) = cluster(&["up", "--nodes", "2", "--owner", &owner]);
+    assert_eq!((code, out.as_str()), (Some(0), export.as_str()), "{all}");
+    assert_eq!(pids(), first, "a second up keeps the running cluster");
+    let (code, out, all) = cluster(&["env"]);
+    assert_eq!((code, out.as_str()), (Some(0), export.as_str()), "{all}");
+    let (code, out, all) = cluster(&["status"]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(
+        out.contains("n1") && out.contains("n2") && out.contains("idle"),
+        "{out}"
+    );
+
+    let (code, _, all) = cluster(&["down"]);
+    assert_eq!(code, Some(0), "{all}");
+    let t = std::time::Instant::now();
+    while first.iter().any(|p| alive(*p)) && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        first.iter().all(|p| !alive(*p)),
+        "left running after down: {first:?}"
+    );
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains(&format!("accel-{id}-n")), "{netns}");
+    let bridge = Command::new("ip")
+        .args(["link", "show", &format!("accbr{id}")])
+        .output()
+        .unwrap();
+    assert!(!bridge.status.success(), "the bridge accbr{id} is left");
+    let (code, _, all) = cluster(&["env"]);
+    assert_eq!(code, Some(1), "{all}");
+    assert!(all.contains("no cluster running in"), "{all}");
+    let (code, _, all) = cluster(&["down"]);
+    assert_eq!(code, Some(0), "{all}");
+}
