@@ -352,8 +352,9 @@ fn a_node_that_does_not_answer_is_named_in_the_verdict() {
         line.contains("was lost before it sent its stacks") || line.contains("is silent"),
         "{line}"
     );
-    // Node 1 heard either the verdict or that node 0 is gone.
-    assert!(c1 == 124 || c1 == 122, "node 1: {c1}: {e1}");
+    // Node 1, resumed, finds node 0 gone (or its rank 2 failed when node 0's ranks went): it stops
+    // what is left and exits with that.
+    assert!(c1 > 0, "node 1: {c1}: {e1}");
     assert_no_survivors(&dir, "silent node");
 }
 

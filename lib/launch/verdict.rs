@@ -571,9 +571,10 @@ mod tests {
         // With node 1's ranks ended, node 0 is the last one left: its loss is a loss.
         assert!(!w.lost(0, "gone"));
         w.quiet(s(5), 0, Some(Duration::from_secs(5)));
-        assert!(w.tick(s(9)).is_empty());
-        assert_eq!(w.tick(s(10)), vec![Act::Ask]);
-        let out = w.stacks(s(11), 0, vec![waiting(0, 0), waiting(1, 0)]);
+        // Still since node 1's end, the later of the two.
+        assert!(w.tick(s(11)).is_empty());
+        assert_eq!(w.tick(s(12)), vec![Act::Ask]);
+        let out = w.stacks(s(13), 0, vec![waiting(0, 0), waiting(1, 0)]);
         let [Act::Verdict(v)] = &out[..] else {
             panic!("{out:?}")
         };
