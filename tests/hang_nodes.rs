@@ -89,26 +89,36 @@ struct Node {
 impl Node {
     fn start(dir: &Path, logs: &Path, port: &str, node: u32, mode: &str, suspect: u32) -> Node {
         let timeout = TIMEOUT.to_string();
-        let mut child = base(
+        Node::with(
             dir,
+            logs,
             port,
             node,
-            "120",
-            &[
-                "--hang_timeout",
-                &timeout,
-                "--log_dir",
-                logs.to_str().unwrap(),
-            ],
+            mode,
+            suspect,
+            &["--hang_timeout", &timeout],
         )
-        .arg(fixture())
-        .arg(dir)
-        .arg(mode)
-        .arg(suspect.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    }
+
+    fn with(
+        dir: &Path,
+        logs: &Path,
+        port: &str,
+        node: u32,
+        mode: &str,
+        suspect: u32,
+        extra: &[&str],
+    ) -> Node {
+        let mut child = base(dir, port, node, "120", extra)
+            .args(["--log_dir", logs.to_str().unwrap()])
+            .arg(fixture())
+            .arg(dir)
+            .arg(mode)
+            .arg(suspect.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let (tx, rx) = mpsc::channel();
         let all: Arc<Mutex<String>> = Arc::default();
         let a = Arc::clone(&all);
@@ -356,6 +366,46 @@ fn a_node_that_does_not_answer_is_named_in_the_verdict() {
     // what is left and exits with that.
     assert!(c1 > 0, "node 1: {c1}: {e1}");
     assert_no_survivors(&dir, "silent node");
+}
+
+/// --stacks_on_failure on many nodes: rank 3 of node 1 exits 3 while the others wait in an
+/// all_reduce; each node prints and writes its own surviving ranks' stacks before stopping them.
+#[test]
+fn stacks_on_failure_each_node_dumps_its_own_survivors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let flag = ["--stacks_on_failure"];
+    let n0 = Node::with(&dir, &logs, &port, 0, "fail", 3, &flag);
+    let n1 = Node::with(&dir, &logs, &port, 1, "fail", 3, &flag);
+    let limit = Duration::from_secs(240);
+    let (c0, e0) = n0.finish(limit);
+    let (c1, e1) = n1.finish(Duration::from_secs(30));
+    assert_eq!((c0, c1), (3, 3), "node 0: {e0}\nnode 1: {e1}");
+    let waits = format!("wait in all_reduce ({})", at("allreduce.fail"));
+    let line0 = e0
+        .lines()
+        .find(|l| l.contains("; node 0's ranks: "))
+        .unwrap_or_else(|| panic!("node 0: {e0}"));
+    assert!(
+        line0.starts_with("accel-launch: rank 3 (local rank 1) on node 1 (")
+            && line0.contains("exited with status 3; node 0's ranks: ranks 0,1 (node 0) ")
+            && line0.ends_with(&waits),
+        "{line0}"
+    );
+    assert!(
+        e1.contains("accel-launch: rank 3 failed; the others: rank 2 (node 1) "),
+        "node 1: {e1}"
+    );
+    for (n, r) in [(0, 0), (0, 1), (1, 2)] {
+        assert!(
+            logs.join(format!("failure/node_{n}/rank_{r}.txt")).exists(),
+            "rank {r}'s stacks on node {n}"
+        );
+    }
+    assert_no_survivors(&dir, "stacks on failure");
 }
 
 /// Nodes that disagree on --hang_timeout are refused at the join, saying so.

@@ -1406,6 +1406,7 @@ fn stacks_on_failure(opts: &Options, running: &[Running], head: &str, node: u32,
     if live.is_empty() {
         return;
     }
+    let began = Instant::now();
     let stacks = if multi_node {
         autopsy::take_parallel(
             opts.py_spy.as_deref(),
@@ -1426,7 +1427,17 @@ fn stacks_on_failure(opts: &Options, running: &[Running], head: &str, node: u32,
         let _ = autopsy::write_dumps(&dir, &report, &stacks);
     }
     let _ = std::io::stderr().write_all(report.as_bytes());
+    if multi_node {
+        // Every node takes its stacks at about this moment (the failure went over the control plane
+        // first). Stopping these ranks at once would break the others' collectives under their
+        // dumps (gloo tells a peer's closed connection at once), so the stop waits until the others
+        // have had the time for theirs: a dump of a still rank takes well under a second.
+        std::thread::sleep(FAILURE_DUMP_HOLD.saturating_sub(began.elapsed()));
+    }
 }
+
+/// On many nodes with --stacks_on_failure: how long after its dump began a node stops its ranks.
+const FAILURE_DUMP_HOLD: Duration = Duration::from_secs(2);
 
 /// This node's part of the world's hang: the report and its ranks' full stacks under `dir`
 /// (LOG_DIR/hang/node_N/). Returns the line saying where they went.
