@@ -19,6 +19,8 @@ mod env;
 mod estimate;
 #[cfg(feature = "torch")]
 mod hang;
+#[cfg(feature = "torch")]
+mod hang_nodes;
 mod launch;
 mod launch_faults;
 mod launch_flags;

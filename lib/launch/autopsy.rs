@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::env_vars::{self, Environment};
 
 /// One Python frame, as `py-spy dump --json` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Frame {
     pub name: String,
     pub filename: String,
@@ -48,7 +48,7 @@ impl Frame {
 }
 
 /// One thread of a rank, innermost frame first.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Thread {
     #[serde(default)]
     pub thread_name: Option<String>,
@@ -393,6 +393,59 @@ pub fn take(py_spy: Option<&Path>, ranks: &[(u32, u32, i32)]) -> Vec<RankStack> 
                 state,
                 threads,
             }
+        })
+        .collect()
+}
+
+/// Takes every rank's stacks at once, a thread per rank, each dump bounded by `per_dump` (retried
+/// once when it failed fast: a dump can race a rank changing its stack), for the world's verdict on
+/// many nodes, where node 0 waits for every node's answer. `ranks`: (rank, node, pid).
+pub fn take_parallel(
+    py_spy: Option<&Path>,
+    ranks: &[(u32, u32, i32)],
+    per_dump: Duration,
+) -> Vec<RankStack> {
+    let handles: Vec<_> = ranks
+        .iter()
+        .map(|&(rank, node, pid)| {
+            let py_spy = py_spy.map(Path::to_path_buf);
+            std::thread::spawn(move || {
+                let state = proc_state(pid);
+                let threads = match py_spy {
+                    None => Err("py-spy not found".to_string()),
+                    Some(p) => {
+                        let t = Instant::now();
+                        dump(&p, pid, per_dump).or_else(|e| {
+                            let left = per_dump.saturating_sub(t.elapsed());
+                            if left >= per_dump / 2 {
+                                dump(&p, pid, left)
+                            } else {
+                                Err(e)
+                            }
+                        })
+                    }
+                };
+                RankStack {
+                    rank,
+                    node,
+                    pid,
+                    state,
+                    threads,
+                }
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .zip(ranks)
+        .map(|(h, &(rank, node, pid))| {
+            h.join().unwrap_or_else(|_| RankStack {
+                rank,
+                node,
+                pid,
+                state: '?',
+                threads: Err("the dump failed".into()),
+            })
         })
         .collect()
 }

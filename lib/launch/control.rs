@@ -15,7 +15,9 @@
 //!   which stops its ranks as it does for a local failure (stop signal, grace, SIGKILL);
 //! - **restart or finish**: once every node's ranks of the attempt are gone, either all nodes start the
 //!   next attempt together (the same global restart count everywhere), or all are told how the run
-//!   ended.
+//!   ended;
+//! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
+//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`]).
 //!
 //! Heartbeats go both ways every [`HEARTBEAT`]; a side that hears nothing for [`MISSES`] intervals
 //! counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::verdict::{self, NodeInfo, WireStack, World};
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
@@ -40,7 +43,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Heartbeat intervals without a word before the other side counts as lost.
 pub const MISSES: u32 = 5;
 /// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 /// The longest line either side accepts (a stderr tail is at most 16 KiB).
 const MAX_LINE: u64 = 1 << 20;
 
@@ -102,7 +105,7 @@ impl Diagnostic for ControlError {
                 h
             }
             ControlError::Refused { .. } => vec![
-                "every node must run the same accel-launch version with the same --num_machines, --max_restarts and a distinct --machine_rank".into(),
+                "every node must run the same accel-launch version with the same --num_machines, --max_restarts, --hang_timeout and a distinct --machine_rank".into(),
             ],
             ControlError::Io { .. } => Vec::new(),
         }
@@ -122,6 +125,10 @@ pub struct Join {
     pub local_ranks: u32,
     pub host: String,
     pub max_restarts: u32,
+    /// `--hang_timeout` in milliseconds (`None`: off): the world's hang is judged on node 0 against
+    /// one timeout, so every node must give the same.
+    #[serde(default)]
+    pub hang_timeout_ms: Option<u64>,
 }
 
 /// What ended an attempt, as every node reports it.
@@ -151,6 +158,10 @@ pub struct FailureReport {
     /// every process of the step on every node — the other nodes' ranks get it from SLURM too.
     #[serde(default)]
     pub step_wide: bool,
+    /// Not a failure: node 0 declared the world hung (`--hang_timeout`); `what` holds the verdict.
+    /// No restart follows, and every node exits 124.
+    #[serde(default)]
+    pub hang: bool,
 }
 
 impl FailureReport {
@@ -168,6 +179,7 @@ impl FailureReport {
             error_message: None,
             requeue: false,
             step_wide: false,
+            hang: false,
         }
     }
 
@@ -176,6 +188,9 @@ impl FailureReport {
     pub fn exit_status(&self) -> ExitStatus {
         if self.requeue {
             return ExitStatus::Requeued;
+        }
+        if self.hang {
+            return ExitStatus::Hang;
         }
         match (self.code, self.signal) {
             (Some(c), _) => ExitStatus::Worker((c & 0xff) as u8),
@@ -229,6 +244,27 @@ pub enum Msg {
     Bye,
     /// Both ways, every [`HEARTBEAT`].
     Hb,
+    /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
+    /// (`None`) move again ([`verdict::Reporter`]).
+    Quiet {
+        attempt: u32,
+        #[serde(default)]
+        quiet_ms: Option<u64>,
+    },
+    /// Server → every node: the world is hung; send your ranks' stacks.
+    Autopsy { attempt: u32 },
+    /// Node → server: this node's ranks' stacks, in answer to `Autopsy`.
+    Stacks {
+        attempt: u32,
+        stacks: Vec<WireStack>,
+    },
+    /// Server → every node: the world's hang verdict; print it and stop the ranks.
+    Verdict {
+        attempt: u32,
+        line: String,
+        stacks: String,
+        quiet_ms: u64,
+    },
 }
 
 impl Msg {
@@ -275,6 +311,12 @@ pub struct Coordinator {
     gone: BTreeSet<u32>,
     /// A node was lost: the world cannot restart without it.
     lost_any: bool,
+    /// `--hang_timeout`, as the first node to join gave it (every node must give the same).
+    hang_timeout_ms: Option<Option<u64>>,
+    /// The world's hang judgement of the running attempt ([`verdict`]).
+    world: Option<World>,
+    /// The coordinator's clock: the time of the last [`tick`](Coordinator::tick).
+    now: Instant,
 }
 
 impl Coordinator {
@@ -290,6 +332,9 @@ impl Coordinator {
             ended: BTreeSet::new(),
             gone: BTreeSet::new(),
             lost_any: false,
+            hang_timeout_ms: None,
+            world: None,
+            now: Instant::now(),
         }
     }
 
@@ -357,8 +402,20 @@ impl Coordinator {
         if j.local_ranks == 0 {
             return Err("a node needs at least one rank".into());
         }
+        if let Some(h) = self.hang_timeout_ms.filter(|h| *h != j.hang_timeout_ms) {
+            let say = |h: Option<u64>| match h {
+                Some(ms) => format!("--hang_timeout {}", ms as f64 / 1000.0),
+                None => "no --hang_timeout".to_string(),
+            };
+            return Err(format!(
+                "it has {} but the other nodes have {}: the world's hang is judged against one timeout",
+                say(j.hang_timeout_ms),
+                say(h)
+            ));
+        }
         self.run_id = Some(j.run_id.clone());
         self.max_restarts = Some(j.max_restarts);
+        self.hang_timeout_ms = Some(j.hang_timeout_ms);
         self.members.insert(
             j.node,
             Member {
@@ -368,6 +425,7 @@ impl Coordinator {
         );
         if self.members.len() as u32 == self.nodes {
             self.phase = Phase::Running;
+            self.arm_world();
             return Ok(self.starts());
         }
         Ok(Vec::new())
@@ -393,9 +451,104 @@ impl Coordinator {
         out
     }
 
+    /// A new attempt's hang judgement, with each node's ranks.
+    fn arm_world(&mut self) {
+        let Some(Some(ms)) = self.hang_timeout_ms else {
+            return;
+        };
+        let mut first_rank = 0;
+        let mut nodes = BTreeMap::new();
+        for (n, m) in &self.members {
+            nodes.insert(
+                *n,
+                NodeInfo {
+                    host: m.host.clone(),
+                    first_rank,
+                    ranks: m.local_ranks,
+                },
+            );
+            first_rank += m.local_ranks;
+        }
+        self.world = Some(World::new(Duration::from_millis(ms), nodes));
+    }
+
+    /// Advances the coordinator's clock: the world's hang judgement decides on time.
+    pub fn tick(&mut self, now: Instant) -> Vec<(To, Msg)> {
+        self.now = now;
+        let acts = match self.world.as_mut() {
+            Some(w) if self.phase == Phase::Running && self.failure.is_none() => w.tick(now),
+            _ => return Vec::new(),
+        };
+        self.acts(acts)
+    }
+
+    /// When [`tick`](Coordinator::tick) next has something to decide.
+    pub fn next_wake(&self) -> Option<Instant> {
+        match &self.world {
+            Some(w) if self.phase == Phase::Running && self.failure.is_none() => w.next_wake(),
+            _ => None,
+        }
+    }
+
+    /// What the world's hang judgement decided, as messages.
+    fn acts(&mut self, acts: Vec<verdict::Act>) -> Vec<(To, Msg)> {
+        let mut out = Vec::new();
+        for a in acts {
+            match a {
+                verdict::Act::Ask => out.push((
+                    To::All,
+                    Msg::Autopsy {
+                        attempt: self.attempt,
+                    },
+                )),
+                verdict::Act::Verdict(v) => {
+                    if self.failure.is_some() {
+                        continue;
+                    }
+                    self.failure = Some(FailureReport {
+                        what: format!("declared the world hung: {}", v.line),
+                        hang: true,
+                        ..FailureReport::lost(0, &self.host(0), "")
+                    });
+                    out.push((
+                        To::All,
+                        Msg::Verdict {
+                            attempt: self.attempt,
+                            line: v.line,
+                            stacks: v.stacks,
+                            quiet_ms: v.quiet.as_millis() as u64,
+                        },
+                    ));
+                }
+                verdict::Act::Lost { node, why } => {
+                    let host = self.host(node);
+                    out.extend(self.fail(FailureReport::lost(node, &host, &why)));
+                }
+            }
+        }
+        out
+    }
+
     /// A message from a joined node.
     pub fn message(&mut self, node: u32, m: Msg) -> Vec<(To, Msg)> {
+        let now = self.now;
         match m {
+            Msg::Quiet { attempt, quiet_ms } if attempt == self.attempt => {
+                let acts = match self.world.as_mut() {
+                    Some(w) if self.failure.is_none() => {
+                        w.quiet(now, node, quiet_ms.map(Duration::from_millis))
+                    }
+                    _ => Vec::new(),
+                };
+                self.acts(acts)
+            }
+            Msg::Stacks { attempt, stacks } if attempt == self.attempt => {
+                let acts = match self.world.as_mut() {
+                    Some(w) if self.failure.is_none() => w.stacks(now, node, stacks),
+                    _ => Vec::new(),
+                };
+                self.acts(acts)
+            }
             Msg::Failed { attempt, failure } if attempt == self.attempt => self.fail(failure),
             Msg::Ended { attempt, ok } if attempt == self.attempt => {
                 if !ok && self.failure.is_none() && self.phase == Phase::Running {
@@ -407,7 +560,14 @@ impl Coordinator {
                     return out;
                 }
                 self.ended.insert(node);
-                self.maybe_next()
+                let acts = match self.world.as_mut() {
+                    Some(w) if self.failure.is_none() => w.ended(now, node),
+                    _ => Vec::new(),
+                };
+                let mut out = self.acts(acts);
+                out.extend(self.tick(now));
+                out.extend(self.maybe_next());
+                out
             }
             Msg::Bye => {
                 self.gone.insert(node);
@@ -435,6 +595,17 @@ impl Coordinator {
             Phase::Running => {
                 self.gone.insert(node);
                 self.lost_any = true;
+                // Lost while every node's ranks were still: a silent node in the hang's verdict, not
+                // (yet) a failure.
+                let silent = self.failure.is_none()
+                    && self.world.as_mut().is_some_and(|w| w.lost(node, why));
+                if silent {
+                    self.ended.insert(node);
+                    let now = self.now;
+                    let mut out = self.tick(now);
+                    out.extend(self.maybe_next());
+                    return out;
+                }
                 let host = self.host(node);
                 let mut out = self.fail(FailureReport::lost(node, &host, why));
                 self.ended.insert(node);
@@ -472,10 +643,14 @@ impl Coordinator {
         }
         let restarts = self.max_restarts.unwrap_or(0);
         let requeue = self.failure.as_ref().is_some_and(|f| f.requeue);
-        if self.failure.is_some() && !self.lost_any && !requeue && self.attempt < restarts {
+        // A hang is not restarted: the same run would most likely hang again.
+        let hang = self.failure.as_ref().is_some_and(|f| f.hang);
+        if self.failure.is_some() && !self.lost_any && !requeue && !hang && self.attempt < restarts
+        {
             self.attempt += 1;
             self.failure = None;
             self.ended.clear();
+            self.arm_world();
             return self.starts();
         }
         self.phase = Phase::Finished;
@@ -669,8 +844,12 @@ fn hub(
         if c.done() {
             break;
         }
-        let wait = next_beat.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
+        let wake = c.next_wake().map_or(next_beat, |w| w.min(next_beat));
+        let wait = wake.saturating_duration_since(Instant::now());
+        let event = rx.recv_timeout(wait);
+        let out = c.tick(Instant::now());
+        send(&mut writers, out);
+        match event {
             Ok(HubEvent::Joined { conn, join, writer }) => {
                 let node = join.node;
                 match c.join(&join) {
@@ -760,6 +939,9 @@ pub struct Link {
     addr: String,
     writer: Arc<Mutex<TcpStream>>,
     inbox: Mutex<Receiver<Incoming>>,
+    /// The world's hang judgement's requests and verdict (`Autopsy`, `Verdict`), read by the
+    /// supervisor apart from the stops and decisions.
+    hang_inbox: Mutex<Receiver<Msg>>,
     pending: Mutex<VecDeque<Msg>>,
     /// Set once contact with the server is lost: its reason.
     lost: Mutex<Option<String>>,
@@ -878,12 +1060,16 @@ impl Link {
         };
         let _ = reader.get_ref().set_read_timeout(Some(window));
         let (tx, rx) = mpsc::channel();
+        let (hang_tx, hang_rx) = mpsc::channel();
         let closing = Arc::new(AtomicBool::new(false));
         {
             let closing = Arc::clone(&closing);
             std::thread::spawn(move || loop {
                 match read_msg(&mut reader) {
                     Ok(Some(Msg::Hb)) => {}
+                    Ok(Some(m @ (Msg::Autopsy { .. } | Msg::Verdict { .. }))) => {
+                        let _ = hang_tx.send(m);
+                    }
                     Ok(Some(m)) => {
                         if tx.send(Incoming::Msg(m)).is_err() {
                             return;
@@ -926,6 +1112,7 @@ impl Link {
                 addr: s.addr.clone(),
                 writer,
                 inbox: Mutex::new(rx),
+                hang_inbox: Mutex::new(hang_rx),
                 pending: Mutex::new(VecDeque::new()),
                 lost: Mutex::new(None),
                 closing,
@@ -971,6 +1158,31 @@ impl Link {
                     }
                     return Some(self.lost_report(&why));
                 }
+            }
+        }
+        None
+    }
+
+    /// Tells node 0 that this node's ranks have been still for `quiet`, or (`None`) move again.
+    pub fn report_quiet(&self, attempt: u32, quiet: Option<Duration>) {
+        let quiet_ms = quiet.map(|q| q.as_millis() as u64);
+        let _ = write_msg(&self.writer, &Msg::Quiet { attempt, quiet_ms });
+    }
+
+    /// Answers node 0's `Autopsy` with this node's ranks' stacks.
+    pub fn send_stacks(&self, attempt: u32, stacks: Vec<WireStack>) {
+        let _ = write_msg(&self.writer, &Msg::Stacks { attempt, stacks });
+    }
+
+    /// Node 0's request for stacks or its verdict, for `attempt`. Does not block.
+    pub fn poll_hang(&self, attempt: u32) -> Option<Msg> {
+        let rx = self.hang_inbox.lock().ok()?;
+        while let Ok(m) = rx.try_recv() {
+            match &m {
+                Msg::Autopsy { attempt: a } | Msg::Verdict { attempt: a, .. } if *a == attempt => {
+                    return Some(m)
+                }
+                _ => {}
             }
         }
         None
@@ -1053,6 +1265,7 @@ mod tests {
             local_ranks: ranks,
             host: format!("h{node}"),
             max_restarts: 1,
+            hang_timeout_ms: None,
         }
     }
 
@@ -1069,6 +1282,7 @@ mod tests {
             error_message: None,
             requeue: false,
             step_wide: false,
+            hang: false,
         }
     }
 
@@ -1270,6 +1484,196 @@ mod tests {
         );
         assert!(
             matches!(&out[..], [(To::All, Msg::Finish { failure: Some(f) })] if f.node == 1),
+            "{out:?}"
+        );
+    }
+
+    fn hang_join(node: u32, ms: Option<u64>) -> Join {
+        Join {
+            hang_timeout_ms: ms,
+            max_restarts: 3,
+            ..join(node, 2)
+        }
+    }
+
+    fn waiting(rank: u32, node: u32, func: &str, line: i64) -> WireStack {
+        WireStack {
+            rank,
+            node,
+            pid: 100 + rank as i32,
+            state: 'S',
+            threads: Some(vec![crate::launch::autopsy::Thread {
+                thread_name: Some("MainThread".into()),
+                os_thread_id: None,
+                pid: None,
+                frames: vec![crate::launch::autopsy::Frame {
+                    name: func.into(),
+                    filename: if func == "all_reduce" {
+                        "/v/site-packages/torch/distributed/distributed_c10d.py".into()
+                    } else {
+                        "/w/train.py".into()
+                    },
+                    short_filename: Some("train.py".into()),
+                    line,
+                }],
+            }]),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_mismatched_hang_timeout_is_refused() {
+        let mut c = Coordinator::new(2);
+        c.join(&hang_join(0, Some(10_000))).unwrap();
+        let e = c.join(&hang_join(1, Some(20_000))).unwrap_err();
+        assert_eq!(
+            e,
+            "it has --hang_timeout 20 but the other nodes have --hang_timeout 10: the world's hang is judged against one timeout"
+        );
+        let e = c.join(&hang_join(1, None)).unwrap_err();
+        assert!(e.starts_with("it has no --hang_timeout but"), "{e}");
+        assert!(c.join(&hang_join(1, Some(10_000))).is_ok());
+    }
+
+    #[test]
+    fn the_world_hang_is_declared_gathered_told_and_not_restarted() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut c = Coordinator::new(2);
+        c.join(&hang_join(0, Some(10_000))).unwrap();
+        c.join(&hang_join(1, Some(10_000))).unwrap();
+        let quiet = |ms| Msg::Quiet {
+            attempt: 0,
+            quiet_ms: Some(ms),
+        };
+        c.tick(s(5));
+        assert!(c.message(0, quiet(5_000)).is_empty());
+        c.tick(s(6));
+        assert!(c.message(1, quiet(5_000)).is_empty());
+        // Still since 1 s on both: declared at 11 s, not before.
+        assert_eq!(c.next_wake(), Some(s(11)));
+        assert!(c.tick(s(10)).is_empty());
+        assert_eq!(c.tick(s(11)), vec![(To::All, Msg::Autopsy { attempt: 0 })]);
+        c.tick(s(12));
+        let node1 = vec![
+            waiting(2, 1, "all_reduce", 3000),
+            waiting(3, 1, "stuck_in_data_loading", 42),
+        ];
+        assert!(c
+            .message(
+                1,
+                Msg::Stacks {
+                    attempt: 0,
+                    stacks: node1
+                }
+            )
+            .is_empty());
+        let out = c.message(
+            0,
+            Msg::Stacks {
+                attempt: 0,
+                stacks: vec![
+                    waiting(0, 0, "all_reduce", 3000),
+                    waiting(1, 0, "all_reduce", 3000),
+                ],
+            },
+        );
+        let [(To::All, Msg::Verdict { line, quiet_ms, .. })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            line,
+            "rank 3 (node 1) is in stuck_in_data_loading (train.py:42); ranks 0,1,2 (nodes 0,1) wait in all_reduce (train.py:3000)"
+        );
+        assert_eq!(*quiet_ms, 10_000);
+        // The ranks stopped for the hang fail as they go: no stop is broadcast, and no restart.
+        assert!(c
+            .message(
+                0,
+                Msg::Failed {
+                    attempt: 0,
+                    failure: rank_failure(0, 0)
+                }
+            )
+            .is_empty());
+        c.message(
+            0,
+            Msg::Ended {
+                attempt: 0,
+                ok: false,
+            },
+        );
+        let out = c.message(
+            1,
+            Msg::Ended {
+                attempt: 0,
+                ok: false,
+            },
+        );
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(f.hang);
+        assert_eq!(f.exit_status(), ExitStatus::Hang);
+    }
+
+    #[test]
+    fn a_node_busy_elsewhere_keeps_the_world_alive_and_a_silent_one_is_named() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut c = Coordinator::new(2);
+        c.join(&hang_join(0, Some(10_000))).unwrap();
+        c.join(&hang_join(1, Some(10_000))).unwrap();
+        c.tick(s(5));
+        c.message(
+            0,
+            Msg::Quiet {
+                attempt: 0,
+                quiet_ms: Some(5_000),
+            },
+        );
+        // Node 1 computes: never reported still.
+        for n in 5..60 {
+            assert!(c.tick(s(n)).is_empty(), "at {n}");
+        }
+        // Node 1 still from 60 (reported at 65), then lost: silent, not a loss.
+        c.tick(s(65));
+        c.message(
+            1,
+            Msg::Quiet {
+                attempt: 0,
+                quiet_ms: Some(5_000),
+            },
+        );
+        c.tick(s(66));
+        assert!(c.closed(1, "no heartbeat for 5 s").is_empty());
+        assert_eq!(c.tick(s(70)), vec![(To::All, Msg::Autopsy { attempt: 0 })]);
+        let out = c.message(
+            0,
+            Msg::Stacks {
+                attempt: 0,
+                stacks: vec![
+                    waiting(0, 0, "all_reduce", 3000),
+                    waiting(1, 0, "all_reduce", 3000),
+                ],
+            },
+        );
+        let [(To::All, Msg::Verdict { line, .. })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(
+            line.ends_with("ranks 2,3 (node 1): unknown, node 1 (h1) was lost before it sent its stacks (no heartbeat for 5 s)"),
+            "{line}"
+        );
+        let out = c.message(
+            0,
+            Msg::Ended {
+                attempt: 0,
+                ok: false,
+            },
+        );
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Finish { failure: Some(f) })] if f.hang),
             "{out:?}"
         );
     }

@@ -228,6 +228,21 @@ impl Watch {
 
     /// Samples when due; returns a decision when the run is hung.
     pub fn tick(&mut self, now: Instant, live: &[Live]) -> Option<Decision> {
+        self.sample(now, live)?;
+        if !self.judge.hung(now) {
+            return None;
+        }
+        // The autopsy: fresh stacks of every rank, before anything is stopped.
+        let stacks = autopsy::take(self.py_spy.as_deref(), &triples(live));
+        Some(Decision::Hang {
+            quiet: self.judge.quiet(now),
+            stacks,
+        })
+    }
+
+    /// Samples when due (`None` when not): how long these ranks have been still. On many nodes this
+    /// is all a node judges; the world's hang is node 0's to declare ([`super::verdict`]).
+    pub fn sample(&mut self, now: Instant, live: &[Live]) -> Option<Duration> {
         if now < self.next_sample {
             return None;
         }
@@ -261,15 +276,7 @@ impl Watch {
             self.next_stacks = now + self.stack_every;
         }
         self.judge.observe(now, &obs);
-        if !self.judge.hung(now) {
-            return None;
-        }
-        // The autopsy: fresh stacks of every rank, before anything is stopped.
-        let stacks = autopsy::take(self.py_spy.as_deref(), &triples(live));
-        Some(Decision::Hang {
-            quiet: self.judge.quiet(now),
-            stacks,
-        })
+        Some(self.judge.quiet(now))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Starting and supervising the ranks of a run: [`resolve`] decides what the run is (config, merge,
 //! placement, GPUs, topology, port) once for every tool; the [`plan::Plan`] turns it into per-rank argv
 //! and environment; [`supervise::supervise`] runs it (process groups, signals, fail-fast, restarts,
-//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) uses
+//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run, and the world's hang [`verdict`] over it; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) uses
 //! [`supervise::run`] with a [`Capture`].
 
 pub mod autopsy;
@@ -12,6 +12,7 @@ pub mod ports;
 pub mod requeue;
 pub mod resolve;
 pub mod supervise;
+pub mod verdict;
 
 pub use plan::{Plan, RankSpec};
 pub use resolve::{resolve, Engine, Run, RunInput, Scope};

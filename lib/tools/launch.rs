@@ -267,6 +267,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                     local_ranks: t.local_world_size,
                     host: launch::plan::hostname(),
                     max_restarts: cli.max_restarts,
+                    hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
                 },
                 join_timeout: cli.rdzv_timeout,
                 heartbeat: control::HEARTBEAT,

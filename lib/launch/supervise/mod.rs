@@ -41,6 +41,7 @@ use super::control::{self, Decision, FailureReport};
 use super::hang;
 use super::plan::{Plan, RankSpec};
 use super::ports;
+use super::verdict;
 use crate::env_vars::{self, Environment};
 use crate::error::{Diagnostic, Result};
 use crate::exit_status::ExitStatus;
@@ -329,6 +330,7 @@ impl Failure {
             error_message: self.error_message.clone(),
             requeue: false,
             step_wide: false,
+            hang: false,
         }
     }
     pub fn describe(&self) -> String {
@@ -883,6 +885,14 @@ impl<'a> Monitor<'a> {
         let mut watch = opts
             .hang_timeout
             .map(|t| hang::Watch::new(t, opts.py_spy.clone(), Instant::now()));
+        // Many nodes: this node reports its ranks' stillness; node 0 judges the world.
+        let mut world = match (&opts.control, opts.hang_timeout) {
+            (Some(_), Some(t)) => Some(WorldHang {
+                reporter: verdict::Reporter::new(t),
+                own: None,
+            }),
+            _ => None,
+        };
         let mut hung = false;
         loop {
             self.reap();
@@ -897,15 +907,20 @@ impl<'a> Monitor<'a> {
                     .position(|r| r.status.is_some_and(|s| !s.success()))
                 {
                     self.first_failure = Some(i);
+                    // Multi-node: tell the other nodes first, with the rank's stderr tail, so that
+                    // with --stacks_on_failure they take their ranks' stacks while these are taken.
+                    if let Some(link) = &opts.control {
+                        link.local_failure(self.attempt, failure_report(self.plan, &self.ranks[i]));
+                    }
                     if opts.stacks_on_failure && self.deadline.is_none() {
-                        stacks_on_failure(opts, self.ranks, i, self.node);
+                        let head = format!(
+                            "{}: rank {} failed; the others",
+                            opts.tool, self.ranks[i].rank
+                        );
+                        stacks_on_failure(opts, self.ranks, &head, self.node, self.multi_node());
                     }
                     if opts.on_failure == OnFailure::StopAll && self.deadline.is_none() {
                         self.stop(Stop::term(opts.grace));
-                    }
-                    // Multi-node: tell the other nodes, with the rank's stderr tail.
-                    if let Some(link) = &opts.control {
-                        link.local_failure(self.attempt, failure_report(self.plan, &self.ranks[i]));
                     }
                 }
             }
@@ -953,6 +968,16 @@ impl<'a> Monitor<'a> {
                         _ => {
                             report_remote(opts, "stopping this node's ranks", &g);
                             if self.deadline.is_none() {
+                                // --stacks_on_failure: each node dumps its own survivors.
+                                if opts.stacks_on_failure && !g.hang {
+                                    let head = format!(
+                                        "{}: {}; node {}'s ranks",
+                                        opts.tool,
+                                        g.headline(),
+                                        self.node
+                                    );
+                                    stacks_on_failure(opts, self.ranks, &head, self.node, true);
+                                }
                                 self.stop(Stop::term(opts.grace));
                             }
                         }
@@ -991,11 +1016,22 @@ impl<'a> Monitor<'a> {
             // The hang watch, ticked with the live ranks: a hang is reported, then the run stopped.
             if let (Some(w), None) = (watch.as_mut(), self.deadline) {
                 let live = live_ranks(self.ranks, self.node);
-                if let Some(hang::Decision::Hang { quiet, stacks }) = w.tick(Instant::now(), &live)
-                {
-                    hang_report(opts, quiet, &stacks);
-                    hung = true;
-                    self.stop(Stop::term(opts.grace));
+                match (&opts.control, world.as_mut()) {
+                    (Some(link), Some(wh)) => {
+                        if self.world_hang(w, link, wh, &live) {
+                            hung = true;
+                            self.stop(Stop::term(opts.grace));
+                        }
+                    }
+                    _ => {
+                        if let Some(hang::Decision::Hang { quiet, stacks }) =
+                            w.tick(Instant::now(), &live)
+                        {
+                            hang_report(opts, quiet, &stacks);
+                            hung = true;
+                            self.stop(Stop::term(opts.grace));
+                        }
+                    }
                 }
             }
             if self.ranks.iter().all(|r| r.status.is_some()) {
@@ -1032,6 +1068,115 @@ impl<'a> Monitor<'a> {
             remote: self.remote.take(),
             stop_signal: self.stop_signal,
             requeue: self.requeue,
+        }
+    }
+
+    fn multi_node(&self) -> bool {
+        self.plan.topology.as_ref().is_some_and(|t| t.num_nodes > 1)
+    }
+
+    /// This node's part in the world's hang judgement ([`verdict`]): reports its ranks' stillness to
+    /// node 0, answers its request for stacks, and prints its verdict. `true`: the world is hung and
+    /// this node's ranks are to be stopped.
+    fn world_hang(
+        &self,
+        w: &mut hang::Watch,
+        link: &control::Link,
+        wh: &mut WorldHang,
+        live: &[hang::Live],
+    ) -> bool {
+        let opts = self.opts;
+        let now = Instant::now();
+        if let Some(quiet) = w.sample(now, live) {
+            if let Some(report) = wh.reporter.quiet(quiet) {
+                if let Some(q) = report {
+                    note(
+                        opts,
+                        &format!(
+                            "no rank of node {} made progress for {:.0}s; node 0 judges whether every node is still",
+                            self.node,
+                            q.as_secs_f64()
+                        ),
+                    );
+                }
+                link.report_quiet(self.attempt, report);
+            }
+        }
+        let dir = opts
+            .log_dir
+            .as_ref()
+            .map(|d| d.join("hang").join(format!("node_{}", self.node)));
+        match link.poll_hang(self.attempt) {
+            Some(control::Msg::Autopsy { .. }) => {
+                let stacks = autopsy::take_parallel(
+                    opts.py_spy.as_deref(),
+                    &hang::triples(live),
+                    verdict::DUMP_TIMEOUT,
+                );
+                link.send_stacks(self.attempt, verdict::to_wire(&stacks));
+                wh.reporter.answered(Instant::now());
+                if let Some(d) = &opts.log_dir {
+                    autopsy::flight_recorder_dump(&d.join("hang"), &stacks);
+                }
+                wh.own = Some(stacks);
+                false
+            }
+            Some(control::Msg::Verdict {
+                line,
+                stacks,
+                quiet_ms,
+                ..
+            }) => {
+                let report = format!(
+                    "{}: hang: {line}
+{stacks}",
+                    opts.tool
+                );
+                let mut out = report.clone();
+                out.push_str(&format!(
+                    "{}: no rank of any node made progress for {:.0}s (--hang_timeout); stopping the run
+",
+                    opts.tool,
+                    quiet_ms as f64 / 1000.0
+                ));
+                out.push_str(&write_hang_dumps(
+                    opts,
+                    dir.as_deref(),
+                    &report,
+                    wh.own.as_deref().unwrap_or(&[]),
+                ));
+                let _ = std::io::stderr().write_all(out.as_bytes());
+                true
+            }
+            _ if wh.reporter.verdict_overdue(now) => {
+                // Node 0 asked for the stacks but gave no verdict: this node says what it knows.
+                let own = wh.own.take().unwrap_or_default();
+                let head = format!("{}: hang", opts.tool);
+                let report = autopsy::report(&head, &own);
+                let mut out = report.clone();
+                out.push_str(&format!(
+                    "{}: node 0 gave no verdict within {} s of the stacks: the above are node {}'s ranks only; stopping them
+",
+                    opts.tool,
+                    verdict::NO_VERDICT_AFTER.as_secs(),
+                    self.node
+                ));
+                out.push_str(&write_hang_dumps(opts, dir.as_deref(), &report, &own));
+                let _ = std::io::stderr().write_all(out.as_bytes());
+                link.local_failure(
+                    self.attempt,
+                    FailureReport {
+                        what: format!(
+                            "declared its ranks hung (node 0 gave no verdict): {}",
+                            autopsy::verdict(&autopsy::group(&own))
+                        ),
+                        hang: true,
+                        ..FailureReport::lost(self.node, &self.plan.host, "")
+                    },
+                );
+                true
+            }
+            _ => false,
         }
     }
 
@@ -1301,22 +1446,68 @@ fn hang_report(opts: &Options, quiet: Duration, stacks: &[autopsy::RankStack]) {
     let _ = std::io::stderr().write_all(out.as_bytes());
 }
 
-/// `--stacks_on_failure`: the survivors' stacks, before they are stopped.
-fn stacks_on_failure(opts: &Options, running: &[Running], failed: usize, node: u32) {
+/// `--stacks_on_failure`: the survivors' stacks, before they are stopped. On many nodes each node
+/// takes its own (LOG_DIR/failure/node_N/), the ranks in parallel.
+fn stacks_on_failure(opts: &Options, running: &[Running], head: &str, node: u32, multi_node: bool) {
     let live = live_ranks(running, node);
     if live.is_empty() {
         return;
     }
-    let stacks = autopsy::take(opts.py_spy.as_deref(), &hang::triples(&live));
-    let head = format!(
-        "{}: rank {} failed; the others",
-        opts.tool, running[failed].rank
-    );
-    let report = autopsy::report(&head, &stacks);
+    let began = Instant::now();
+    let stacks = if multi_node {
+        autopsy::take_parallel(
+            opts.py_spy.as_deref(),
+            &hang::triples(&live),
+            verdict::DUMP_TIMEOUT,
+        )
+    } else {
+        autopsy::take(opts.py_spy.as_deref(), &hang::triples(&live))
+    };
+    let report = autopsy::report(head, &stacks);
     if let Some(dir) = &opts.log_dir {
-        let _ = autopsy::write_dumps(&dir.join("failure"), &report, &stacks);
+        let dir = dir.join("failure");
+        let dir = if multi_node {
+            dir.join(format!("node_{node}"))
+        } else {
+            dir
+        };
+        let _ = autopsy::write_dumps(&dir, &report, &stacks);
     }
     let _ = std::io::stderr().write_all(report.as_bytes());
+    if multi_node {
+        // Every node takes its stacks at about this moment (the failure went over the control plane
+        // first). Stopping these ranks at once would break the others' collectives under their
+        // dumps (gloo tells a peer's closed connection at once), so the stop waits until the others
+        // have had the time for theirs: a dump of a still rank takes well under a second.
+        std::thread::sleep(FAILURE_DUMP_HOLD.saturating_sub(began.elapsed()));
+    }
+}
+
+/// On many nodes with --stacks_on_failure: how long after its dump began a node stops its ranks.
+const FAILURE_DUMP_HOLD: Duration = Duration::from_secs(2);
+
+/// This node's part of the world's hang: the report and its ranks' full stacks under `dir`
+/// (LOG_DIR/hang/node_N/). Returns the line saying where they went.
+fn write_hang_dumps(
+    opts: &Options,
+    dir: Option<&Path>,
+    report: &str,
+    stacks: &[autopsy::RankStack],
+) -> String {
+    let Some(dir) = dir else {
+        return String::new();
+    };
+    match autopsy::write_dumps(dir, report, stacks) {
+        Ok(()) => format!("{}: stacks written to {}\n", opts.tool, dir.display()),
+        Err(e) => format!("{}: cannot write {}: {e}\n", opts.tool, dir.display()),
+    }
+}
+
+/// This node's state in the world's hang judgement.
+struct WorldHang {
+    reporter: verdict::Reporter,
+    /// This node's ranks' stacks, as sent to node 0.
+    own: Option<Vec<autopsy::RankStack>>,
 }
 
 fn outcome_of(

@@ -1,0 +1,444 @@
+//! accel-launch --hang_timeout on many nodes: two launchers × 2 gloo ranks (a 4-rank world) on
+//! loopback, with the injected hangs of tests/fixtures/launch/hang_cases.py. Node 0 declares the
+//! world's hang only once every node's ranks are still, prints one verdict naming the rank of the
+//! other node and its line, every node prints it and exits 124, and nothing of the run survives; a
+//! rank of node 1 computing while the others wait is not a hang; a node that never answers is named.
+
+// Test helpers may panic, and the tests pass their own environment to the binaries.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+use crate::util::alive;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+const TIMEOUT: u64 = 10;
+const GRACE: u64 = 3;
+const VERDICT: &str = "accel-launch: hang:";
+
+fn venv_bin() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin"))
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/hang_cases.py")
+}
+
+/// `hang_cases.py:N` of the line marked `# at:NAME`.
+fn at(name: &str) -> String {
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let marker = format!("# at:{name}");
+    let n = text
+        .lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no line marked {marker}"));
+    format!("hang_cases.py:{}", n + 1)
+}
+
+fn free_port() -> String {
+    // Two consecutive free ports: the master port and the control plane's (master port + 1).
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && std::net::TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
+            return p.to_string();
+        }
+    }
+}
+
+fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                venv_bin().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("HOME", dir)
+        .env("HF_HOME", dir)
+        .env("ACCEL_PYTHON", venv_bin().join("python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
+        .args([
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            port,
+        ])
+        .args(["--machine_rank", &node.to_string()])
+        .args(["--grace_period", &GRACE.to_string(), "--rdzv_timeout", rdzv])
+        .args(extra);
+    c
+}
+
+/// One node's launcher with its stderr read line by line: the lines come over `lines` as they are
+/// written, with when.
+struct Node {
+    child: Child,
+    lines: mpsc::Receiver<(SystemTime, String)>,
+    all: Arc<Mutex<String>>,
+}
+
+impl Node {
+    fn start(dir: &Path, logs: &Path, port: &str, node: u32, mode: &str, suspect: u32) -> Node {
+        let timeout = TIMEOUT.to_string();
+        Node::with(
+            dir,
+            logs,
+            port,
+            node,
+            mode,
+            suspect,
+            &["--hang_timeout", &timeout],
+        )
+    }
+
+    fn with(
+        dir: &Path,
+        logs: &Path,
+        port: &str,
+        node: u32,
+        mode: &str,
+        suspect: u32,
+        extra: &[&str],
+    ) -> Node {
+        let mut child = base(dir, port, node, "120", extra)
+            .args(["--log_dir", logs.to_str().unwrap()])
+            .arg(fixture())
+            .arg(dir)
+            .arg(mode)
+            .arg(suspect.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let all: Arc<Mutex<String>> = Arc::default();
+        let a = Arc::clone(&all);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                {
+                    let mut a = a.lock().unwrap();
+                    a.push_str(&line);
+                    a.push('\n');
+                }
+                let _ = tx.send((SystemTime::now(), line));
+            }
+        });
+        Node {
+            child,
+            lines: rx,
+            all,
+        }
+    }
+
+    /// Waits at most `limit` for the exit; the code and every line of stderr.
+    fn finish(mut self, limit: Duration) -> (i32, String) {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if t.elapsed() > limit {
+                let _ = self.child.kill();
+                break self.child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The reader ends at EOF, just after the exit.
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.lines.recv_timeout(Duration::from_millis(100)).is_ok() && Instant::now() < until
+        {
+        }
+        (
+            status.code().unwrap_or(-1),
+            self.all.lock().unwrap().clone(),
+        )
+    }
+
+    /// When the first line starting with `prefix` came, if it did.
+    fn first(&self, prefix: &str, limit: Duration) -> Option<(SystemTime, String)> {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok((t, l)) if l.starts_with(prefix) => return Some((t, l)),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+fn hung_at(dir: &Path) -> Option<SystemTime> {
+    let s = std::fs::read_to_string(dir.join("hung")).ok()?;
+    let secs: f64 = s.trim().parse().ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs_f64(secs))
+}
+
+/// Every pid the run recorded (ranks and their grandchildren, both nodes) is gone.
+fn assert_no_survivors(dir: &Path, what: &str) {
+    let pids: Vec<i32> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("pid.") || name.starts_with("gc."))
+                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())?
+        })
+        .collect();
+    assert!(
+        pids.len() >= 8,
+        "{what}: expected 4 ranks and their children, got {pids:?}"
+    );
+    let t = Instant::now();
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(GRACE + 10) {
+            for p in &left {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+            panic!("{what}: processes of the run survived: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Case {
+    mode: &'static str,
+    suspect: u32,
+    /// The verdict line both nodes print; `None`: not a hang, both exit 0.
+    verdict: Option<String>,
+}
+
+/// (a) rank 3 on node 1 never joins an all_reduce; (b) rank 0 (node 0) and rank 3 (node 1) call
+/// collectives in a different order; (c) rank 3 on node 1 computes for 25 s while the others wait
+/// in a barrier, which is not a hang. In parallel, each its own pair of launchers.
+#[test]
+fn the_world_is_judged_on_node_0_and_every_node_stops() {
+    let cases = vec![
+        Case {
+            mode: "skip_allreduce",
+            suspect: 3,
+            verdict: Some(format!(
+                "{VERDICT} rank 3 (node 1) is in stuck_in_data_loading ({}); ranks 0,1,2 (nodes 0,1) wait in all_reduce ({})",
+                at("sleep"),
+                at("allreduce.skip_allreduce")
+            )),
+        },
+        Case {
+            mode: "order",
+            suspect: 3,
+            verdict: Some(format!(
+                "{VERDICT} collectives do not match: rank 0 (node 0) waits in recv ({}); ranks 1,2,3 (nodes 0,1) wait in all_reduce ({})",
+                at("recv"),
+                at("allreduce.order")
+            )),
+        },
+        Case {
+            mode: "compute",
+            suspect: 3,
+            verdict: None,
+        },
+    ];
+    let handles: Vec<_> = cases
+        .into_iter()
+        .map(|case| {
+            std::thread::spawn(move || {
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = tmp.path().join("run");
+                let logs = tmp.path().join("logs");
+                std::fs::create_dir_all(&dir).unwrap();
+                let port = free_port();
+                let n0 = Node::start(&dir, &logs, &port, 0, case.mode, case.suspect);
+                let n1 = Node::start(&dir, &logs, &port, 1, case.mode, case.suspect);
+                let what = case.mode;
+                let limit = Duration::from_secs(240);
+                let verdict0 = case.verdict.as_ref().and_then(|_| n0.first(VERDICT, limit));
+                let (c0, e0) = n0.finish(limit);
+                let (c1, e1) = n1.finish(Duration::from_secs(30));
+                let Some(want) = case.verdict else {
+                    assert_eq!((c0, c1), (0, 0), "{what}: node 0: {e0}\nnode 1: {e1}");
+                    assert!(
+                        !e0.contains("hang:") && !e1.contains("hang:"),
+                        "{what}: {e0}\n{e1}"
+                    );
+                    for r in 0..4 {
+                        assert!(dir.join(format!("done.{r}")).exists(), "{what}: rank {r}");
+                    }
+                    return (what, None);
+                };
+                assert_eq!((c0, c1), (124, 124), "{what}: node 0: {e0}\nnode 1: {e1}");
+                for (n, e) in [(0, &e0), (1, &e1)] {
+                    let first = e.lines().find(|l| l.starts_with(VERDICT));
+                    assert_eq!(first, Some(want.as_str()), "{what}: node {n}: {e}");
+                    // No node declares on its own, and no restart.
+                    assert_eq!(e.matches(VERDICT).count(), 1, "{what}: node {n}: {e}");
+                    let report =
+                        std::fs::read_to_string(logs.join(format!("hang/node_{n}/report.txt")))
+                            .unwrap();
+                    assert!(report.starts_with(&want), "{what}: node {n}: {report}");
+                }
+                for (n, r) in [(0, 0), (0, 1), (1, 2), (1, 3)] {
+                    assert!(
+                        logs.join(format!("hang/node_{n}/rank_{r}.txt")).exists(),
+                        "{what}: rank {r}'s full stacks on node {n}"
+                    );
+                }
+                let to_verdict = verdict0
+                    .and_then(|(t, _)| t.duration_since(hung_at(&dir).unwrap()).ok())
+                    .unwrap();
+                assert!(
+                    to_verdict <= Duration::from_secs(TIMEOUT + 20),
+                    "{what}: verdict {to_verdict:?} after the hang began"
+                );
+                assert_no_survivors(&dir, what);
+                (what, Some(to_verdict))
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok((what, v)) => eprintln!("{what}: verdict after {v:?}"),
+            Err(p) => failures.push(
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| "panic".into()),
+            ),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Node 1's launcher is SIGSTOPped once it has told node 0 that its ranks are still: node 0 still
+/// gives the world's verdict, naming node 1 as the node that sent no stacks, and exits 124; node 1,
+/// resumed, finds node 0 gone and stops its ranks; nothing survives.
+#[test]
+fn a_node_that_does_not_answer_is_named_in_the_verdict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let n0 = Node::start(&dir, &logs, &port, 0, "skip_allreduce", 3);
+    let n1 = Node::start(&dir, &logs, &port, 1, "skip_allreduce", 3);
+    let limit = Duration::from_secs(240);
+    n1.first("accel-launch: no rank of node 1 made progress", limit)
+        .unwrap_or_else(|| panic!("node 1 never reported: {}", n1.all.lock().unwrap()));
+    let stopped = n1.child.id().to_string();
+    Command::new("kill")
+        .args(["-STOP", &stopped])
+        .status()
+        .unwrap();
+    let verdict = n0.first(VERDICT, Duration::from_secs(TIMEOUT + 30));
+    let (c0, e0) = n0.finish(Duration::from_secs(60));
+    Command::new("kill")
+        .args(["-CONT", &stopped])
+        .status()
+        .unwrap();
+    let (c1, e1) = n1.finish(Duration::from_secs(60));
+    let (_, line) = verdict.unwrap_or_else(|| panic!("no verdict on node 0: {e0}"));
+    assert_eq!(c0, 124, "node 0: {e0}");
+    assert!(
+        line.starts_with(&format!(
+            "{VERDICT} ranks 0,1 (node 0) wait in all_reduce ({}); ranks 2,3 (node 1): unknown, node 1 (",
+            at("allreduce.skip_allreduce")
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("was lost before it sent its stacks") || line.contains("is silent"),
+        "{line}"
+    );
+    // Node 1, resumed, finds node 0 gone (or its rank 2 failed when node 0's ranks went): it stops
+    // what is left and exits with that.
+    assert!(c1 > 0, "node 1: {c1}: {e1}");
+    assert_no_survivors(&dir, "silent node");
+}
+
+/// --stacks_on_failure on many nodes: rank 3 of node 1 exits 3 while the others wait in an
+/// all_reduce; each node prints and writes its own surviving ranks' stacks before stopping them.
+#[test]
+fn stacks_on_failure_each_node_dumps_its_own_survivors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let flag = ["--stacks_on_failure"];
+    let n0 = Node::with(&dir, &logs, &port, 0, "fail", 3, &flag);
+    let n1 = Node::with(&dir, &logs, &port, 1, "fail", 3, &flag);
+    let limit = Duration::from_secs(240);
+    let (c0, e0) = n0.finish(limit);
+    let (c1, e1) = n1.finish(Duration::from_secs(30));
+    assert_eq!((c0, c1), (3, 3), "node 0: {e0}\nnode 1: {e1}");
+    let waits = format!("wait in all_reduce ({})", at("allreduce.fail"));
+    let line0 = e0
+        .lines()
+        .find(|l| l.contains("; node 0's ranks: "))
+        .unwrap_or_else(|| panic!("node 0: {e0}"));
+    assert!(
+        line0.starts_with("accel-launch: rank 3 (local rank 1) on node 1 (")
+            && line0.contains("exited with status 3; node 0's ranks: ranks 0,1 (node 0) ")
+            && line0.ends_with(&waits),
+        "{line0}"
+    );
+    assert!(
+        e1.contains("accel-launch: rank 3 failed; the others: rank 2 (node 1) "),
+        "node 1: {e1}"
+    );
+    for (n, r) in [(0, 0), (0, 1), (1, 2)] {
+        assert!(
+            logs.join(format!("failure/node_{n}/rank_{r}.txt")).exists(),
+            "rank {r}'s stacks on node {n}"
+        );
+    }
+    assert_no_survivors(&dir, "stacks on failure");
+}
+
+/// Nodes that disagree on --hang_timeout are refused at the join, saying so.
+#[test]
+fn a_mismatched_hang_timeout_is_refused_at_the_join() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let run = |node: u32, timeout: &str| {
+        base(tmp.path(), &port, node, "5", &["--hang_timeout", timeout])
+            .args(["--no_python", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let n0 = run(0, "10");
+    let n1 = run(1, "20");
+    let o1 = n1.wait_with_output().unwrap();
+    let o0 = n0.wait_with_output().unwrap();
+    let e0 = String::from_utf8_lossy(&o0.stderr);
+    let e1 = String::from_utf8_lossy(&o1.stderr);
+    assert_eq!(
+        (o0.status.code(), o1.status.code()),
+        (Some(125), Some(125)),
+        "node 0: {e0}\nnode 1: {e1}"
+    );
+    // Whichever joined second is refused: the first one's timeout is the world's.
+    let refused = [
+        "refused node 1: it has --hang_timeout 20 but the other nodes have --hang_timeout 10",
+        "refused node 0: it has --hang_timeout 10 but the other nodes have --hang_timeout 20",
+    ];
+    assert!(
+        refused.iter().any(|r| e0.contains(r) || e1.contains(r)),
+        "node 0: {e0}\nnode 1: {e1}"
+    );
+}
