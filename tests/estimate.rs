@@ -497,31 +497,41 @@ fn per_gpu_strategies_match_hand_computed_values() {
     // The largest layer is the 1000×64 embedding, bigger than a decoder layer.
     let lp = layer.max(64_000) as f64;
     let n = 4.0;
-    // Every first dimension divides by 4, so FSDP2's shards are exactly P/4.
+    // Every first dimension divides by 4, so FSDP2's shards are exactly P/4; P divides by 2·4, so
+    // DeepSpeed's flat buffer needs no padding, and every tensor does, so ZeRO-3's partitions are
+    // exactly P/4 too. ZeRO-2's rank 0 partition (the first P/4 = 50512 elements) lies inside the
+    // 64000-element embedding, whose gradient it keeps whole. ZeRO-3 keeps every tensor (all under
+    // 1e5 elements) whole as well as partitioned. Adam's step: one per flat fp32 partition.
     let cases: [(&str, bool, [f64; 5]); 7] = [
         // torch DDP under bf16 autocast keeps fp32 parameters and gradients.
         ("ddp", false, [4.0 * p, 4.0 * p, 8.0 * p + steps, 0.0, 0.0]),
         (
             "zero1",
             false,
-            [2.0 * p, 2.0 * p, 8.0 * p / n, 4.0 * p / n, 0.0],
+            [2.0 * p, 2.0 * p, 8.0 * p / n + 4.0, 4.0 * p / n, 0.0],
         ),
         (
             "zero2",
             false,
-            [2.0 * p, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 0.0],
+            [2.0 * p, 2.0 * 64000.0, 8.0 * p / n + 4.0, 4.0 * p / n, 0.0],
         ),
         (
             "zero3",
             false,
-            [2.0 * p / n, 2.0 * p / n, 8.0 * p / n, 4.0 * p / n, 4.0 * lp],
+            [
+                2.0 * (p / n + p),
+                2.0 * p / n,
+                8.0 * p / n + 4.0,
+                4.0 * p / n,
+                4.0 * lp,
+            ],
         ),
         (
             "fsdp",
             false,
             [4.0 * p / n, 4.0 * p / n, 8.0 * p / n + steps, 0.0, 4.0 * lp],
         ),
-        ("zero2", true, [2.0 * p, 2.0 * p / n, 0.0, 0.0, 0.0]),
+        ("zero2", true, [2.0 * p, 2.0 * 64000.0, 0.0, 0.0, 0.0]),
         ("fsdp", true, [0.0, 0.0, 0.0, 0.0, 4.0 * lp]),
     ];
     for (strategy, offload, [w, g, o, m, gather]) in cases {
@@ -549,8 +559,16 @@ fn per_gpu_strategies_match_hand_computed_values() {
         let want = [w, g, o, m, gather].map(|x| Some(x.ceil()));
         assert_eq!(got, want, "{strategy} offload={offload}");
         assert_eq!(v["per_gpu"]["setup"]["parameters"].as_f64(), Some(p));
+        // DeepSpeed's default reduce_bucket_size: 5e8 bf16 elements.
+        let bucket = if strategy.starts_with("zero") {
+            1e9
+        } else {
+            0.0
+        };
+        assert_eq!(b["reduce_bucket"].as_f64(), Some(bucket), "{strategy}");
     }
-    // fp32 DeepSpeed: no master weights, 4-byte weights and gradients.
+    // fp32 DeepSpeed: 4-byte weights and gradients, and still the fp32 clone of the partition
+    // (the master weights), which on one GPU is the whole model; the reduction bucket is 2 GB.
     let (v, _) = run_json(&[
         "--json",
         &cfg,
@@ -561,8 +579,14 @@ fn per_gpu_strategies_match_hand_computed_values() {
         "--precision",
         "fp32",
     ]);
-    assert_eq!(v["per_gpu"]["bytes"]["master_weights"], 0.0);
-    assert_eq!(v["per_gpu"]["bytes"]["gpu_total"].as_f64(), Some(16.0 * p));
+    assert_eq!(
+        v["per_gpu"]["bytes"]["master_weights"].as_f64(),
+        Some(4.0 * p)
+    );
+    assert_eq!(
+        v["per_gpu"]["bytes"]["gpu_total"].as_f64(),
+        Some(20.0 * p + 4.0 + 2e9)
+    );
 }
 
 /// The documented activation formula (FORMULAS), bf16, for the hand config: per layer
@@ -1119,7 +1143,7 @@ mod hub {
 
 /// Runs scripts/bench/estimate-vs-measured: real training steps on CPU ranks started by the built
 /// accel-launch, against accel-estimate-memory's per-rank figures.
-fn measured(configs: &[&Path], strategies: &[&str]) -> (Vec<Value>, Option<i32>) {
+fn measured(configs: &[&Path], strategies: &[&str], precisions: &str) -> (Vec<Value>, Option<i32>) {
     let bin_dir = Path::new(BIN).parent().expect("bin dir");
     let mut cmd = Command::new(PYTHON);
     cmd.arg(concat!(
@@ -1127,6 +1151,7 @@ fn measured(configs: &[&Path], strategies: &[&str]) -> (Vec<Value>, Option<i32>)
         "/scripts/bench/estimate-vs-measured"
     ))
     .args(["--json", "--check", "--ranks", "2", "--points", "1x32"])
+    .args(["--precision", precisions])
     .env("ACCEL_BIN", bin_dir)
     .env("PYTHON", PYTHON)
     .env("TRANSFORMERS_VERBOSITY", "error")
@@ -1146,19 +1171,31 @@ fn measured(configs: &[&Path], strategies: &[&str]) -> (Vec<Value>, Option<i32>)
     (rows, out.status.code())
 }
 
+/// Tiny llama, qwen2-MoE and gpt2 configs. Uneven first dimensions (1001 rows, 175 rows) make
+/// FSDP2's shards differ between 2 ranks; gpt2's odd width makes odd tensors (ZeRO-3 pads each to
+/// 2 ranks) and an odd total of 45705 parameters (ZeRO-1/2 pad the flat buffer to 45708, the last
+/// rank's gradients hold the padding).
+fn tiny_configs(dir: &Path) -> [PathBuf; 3] {
+    let llama = dir.join("llama.json");
+    std::fs::write(&llama, json!({"model_type":"llama","vocab_size":1001,"hidden_size":64,"intermediate_size":175,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
+    let moe = dir.join("qwen2_moe.json");
+    std::fs::write(&moe, json!({"model_type":"qwen2_moe","vocab_size":500,"hidden_size":32,"intermediate_size":64,"moe_intermediate_size":24,"shared_expert_intermediate_size":48,"num_experts":4,"num_experts_per_tok":2,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
+    let gpt2 = dir.join("gpt2.json");
+    std::fs::write(&gpt2, json!({"model_type":"gpt2","vocab_size":501,"n_embd":33,"n_layer":2,"n_head":3,"n_positions":64}).to_string()).expect("write");
+    [llama, moe, gpt2]
+}
+
 #[test]
 fn weights_gradients_optimizer_and_master_bytes_equal_a_real_training_step() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    // Uneven first dimensions (1001 rows, 175 rows) make FSDP2's shards differ between 2 ranks.
-    let llama = tmp.path().join("llama.json");
-    std::fs::write(&llama, json!({"model_type":"llama","vocab_size":1001,"hidden_size":64,"intermediate_size":175,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
-    let moe = tmp.path().join("qwen2_moe.json");
-    std::fs::write(&moe, json!({"model_type":"qwen2_moe","vocab_size":500,"hidden_size":32,"intermediate_size":64,"moe_intermediate_size":24,"shared_expert_intermediate_size":48,"num_experts":4,"num_experts_per_tok":2,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256}).to_string()).expect("write");
-    let gpt2 = tmp.path().join("gpt2.json");
-    std::fs::write(&gpt2, json!({"model_type":"gpt2","vocab_size":501,"n_embd":32,"n_layer":2,"n_head":4,"n_positions":64}).to_string()).expect("write");
-    let (rows, code) = measured(&[&llama, &moe, &gpt2], &["single", "ddp", "fsdp"]);
-    // 3 configs x (1 single rank + 2 DDP ranks + 2 FSDP ranks).
-    assert_eq!(rows.len(), 15, "{rows:?}");
+    let [llama, moe, gpt2] = tiny_configs(tmp.path());
+    let (rows, code) = measured(
+        &[&llama, &moe, &gpt2],
+        &["single", "ddp", "fsdp"],
+        "fp32,bf16",
+    );
+    // 3 configs x (1 single rank + 2 DDP ranks + 2 FSDP ranks) x fp32 and bf16 autocast.
+    assert_eq!(rows.len(), 30, "{rows:?}");
     for r in &rows {
         for k in ["weights", "gradients", "optimizer_states", "master_weights"] {
             assert_eq!(
@@ -1182,6 +1219,7 @@ fn weights_gradients_optimizer_and_master_bytes_equal_a_real_training_step() {
         .iter()
         .filter(|r| {
             r["strategy"] == "fsdp"
+                && r["precision"] == "fp32"
                 && r["config"]
                     .as_str()
                     .is_some_and(|c| c.ends_with("llama.json"))
@@ -1816,4 +1854,60 @@ fn fp8_weight_bytes_equal_transformers_quantizer() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn deepspeed_zero1_zero2_and_zero3_bytes_equal_a_real_training_step() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let [llama, moe, gpt2] = tiny_configs(tmp.path());
+    let (rows, code) = measured(
+        &[&llama, &moe, &gpt2],
+        &["zero1", "zero2", "zero3"],
+        "fp32,bf16",
+    );
+    // 3 configs x 3 stages x 2 precisions x 2 ranks.
+    assert_eq!(rows.len(), 36, "{rows:?}");
+    for r in &rows {
+        for k in [
+            "weights",
+            "gradients",
+            "optimizer_states",
+            "master_weights",
+            "reduce_bucket",
+        ] {
+            assert_eq!(
+                r[k]["estimate"].as_f64(),
+                r[k]["measured"].as_f64(),
+                "{k}: {r}"
+            );
+            assert!(r[k]["measured"].as_f64().unwrap_or(0.0) > 0.0, "{k}: {r}");
+        }
+    }
+    assert_eq!(code, Some(0));
+    let row = |strategy: &str, precision: &str, config: &str, rank: u64| {
+        rows.iter()
+            .find(|r| {
+                r["strategy"] == strategy
+                    && r["precision"] == precision
+                    && r["rank"] == rank
+                    && r["config"].as_str().is_some_and(|c| c.ends_with(config))
+            })
+            .unwrap_or_else(|| panic!("{strategy} {precision} {config} {rank}"))
+    };
+    let bytes = |r: &Value, k: &str| r[k]["measured"].as_f64().unwrap_or(0.0);
+    // The fp32 clone of the partition exists in fp32 training too: as large as Adam's one moment.
+    let z1 = row("zero1", "fp32", "llama.json", 0);
+    assert_eq!(
+        2.0 * bytes(z1, "master_weights") + 4.0,
+        bytes(z1, "optimizer_states")
+    );
+    // ZeRO-1 holds every gradient until the end of backward; ZeRO-2 only those of the parameters
+    // its partition overlaps, which differ between the ranks.
+    let z2 = [0, 1].map(|r| row("zero2", "bf16", "llama.json", r));
+    assert!(bytes(z2[0], "gradients") < bytes(row("zero1", "bf16", "llama.json", 0), "gradients"));
+    assert_ne!(bytes(z2[0], "gradients"), bytes(z2[1], "gradients"));
+    // ZeRO-3 keeps the small (persistent) parameters whole as well as partitioned: more than the
+    // partitions alone (its gradients).
+    let z3 = row("zero3", "bf16", "llama.json", 0);
+    assert!(bytes(z3, "weights") > bytes(z3, "gradients"));
 }

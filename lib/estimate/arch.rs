@@ -240,6 +240,12 @@ impl Out {
             self.w(format!("{prefix}.bias"), &[out]);
         }
     }
+    /// GPT-2's Conv1D (transformers/pytorch_utils.py): the weight is stored (in, out), the
+    /// transpose of nn.Linear's; FSDP2 shards it on `in`.
+    fn conv1d(&mut self, prefix: &str, inp: u64, out: u64) {
+        self.w(format!("{prefix}.weight"), &[inp, out]);
+        self.w(format!("{prefix}.bias"), &[out]);
+    }
     fn norm(&mut self, prefix: &str, h: u64, bias: bool) {
         self.w(format!("{prefix}.weight"), &[h]);
         if bias {
@@ -512,15 +518,14 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
     let mut o = Out(Vec::new());
     o.w("wte.weight".into(), &[v, h]);
     o.w("wpe.weight".into(), &[positions, h]);
-    // GPT-2's Conv1D stores weights as (in, out); the element count is what matters here.
     for i in 0..layers {
         let p = format!("h.{i}");
         o.norm(&format!("{p}.ln_1"), h, true);
-        o.linear(&format!("{p}.attn.c_attn"), h, 3 * h, true);
-        o.linear(&format!("{p}.attn.c_proj"), h, h, true);
+        o.conv1d(&format!("{p}.attn.c_attn"), h, 3 * h);
+        o.conv1d(&format!("{p}.attn.c_proj"), h, h);
         o.norm(&format!("{p}.ln_2"), h, true);
-        o.linear(&format!("{p}.mlp.c_fc"), h, inner, true);
-        o.linear(&format!("{p}.mlp.c_proj"), inner, h, true);
+        o.conv1d(&format!("{p}.mlp.c_fc"), h, inner);
+        o.conv1d(&format!("{p}.mlp.c_proj"), inner, h);
     }
     o.norm("ln_f", h, true);
     Ok(Built {

@@ -1,7 +1,7 @@
 //! What accelerate does not answer: memory per GPU for a training strategy over N GPUs (weights,
 //! gradients, Adam states, fp32 master weights, the all-gather buffer of sharded strategies,
-//! activations) or for inference (weights and KV cache), whether it fits, and the largest batch or
-//! context that does. Every formula here is stated in the man page (`FORMULAS` below).
+//! DeepSpeed's gradient reduction bucket, activations) or for inference (weights and KV cache),
+//! whether it fits, and the largest batch or context that does. Every formula here is stated in the man page (`FORMULAS` below).
 
 use super::arch::Dims;
 
@@ -29,9 +29,6 @@ impl Strategy {
             Strategy::Zero2 => "zero2",
             Strategy::Zero3 => "zero3",
         }
-    }
-    fn shards_gradients(self) -> bool {
-        matches!(self, Strategy::Zero2 | Strategy::Zero3 | Strategy::Fsdp)
     }
     fn shards_parameters(self) -> bool {
         matches!(self, Strategy::Zero3 | Strategy::Fsdp)
@@ -106,6 +103,8 @@ pub struct Breakdown {
     pub optimizer_states: f64,
     pub master_weights: f64,
     pub gather_buffer: f64,
+    /// DeepSpeed's gradient reduction bucket (reduce_bucket_size elements in the training dtype).
+    pub reduce_bucket: f64,
     pub activations: f64,
     pub kv_cache: f64,
     /// Per-GPU share of what `--offload` moves to CPU memory.
@@ -120,6 +119,7 @@ impl Breakdown {
             + self.optimizer_states
             + self.master_weights
             + self.gather_buffer
+            + self.reduce_bucket
             + self.activations
             + self.kv_cache
     }
@@ -158,6 +158,111 @@ impl Param {
     }
 }
 
+/// DeepSpeed ZeRO settings the estimate is not told, at their defaults
+/// (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig): `reduce_bucket_size`,
+/// `stage3_param_persistence_threshold` and `sub_group_size`.
+const DS_REDUCE_BUCKET: f64 = 5e8;
+const DS_PERSISTENCE_THRESHOLD: u64 = 100_000;
+const DS_SUB_GROUP: u64 = 1_000_000_000;
+/// stage_1_and_2.py `nccl_start_alignment_factor`: every rank's partition of the flat buffer starts
+/// 4-byte aligned, so the flat buffer is padded to a multiple of 2·N elements.
+const DS_ALIGNMENT: u64 = 2;
+
+/// ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer) on `rank`.
+///
+/// `__init__` flattens the parameters, in module order, into one buffer of the training dtype
+/// (`flatten_dense_tensors_aligned`, padded by `align_dense_tensors` to a multiple of 2·N): the
+/// module's weights are views into it, so every rank holds all F elements. `get_data_parallel_partitions`
+/// cuts it into N partitions of F/N; each rank clones its partition to fp32
+/// (`single_partition_of_fp32_groups`: `.clone()` then `.to(float32)`, a copy even when training
+/// in fp32) and the optimizer sees only that tensor, so Adam holds 8·F/N plus one 4-byte step.
+///
+/// Gradients: `setup_buckets` allocates the reduction bucket (`torch.empty(reduce_bucket_size)`) at
+/// the first gradient of each backward and `_release_ipg_buffers` frees it after. ZeRO-2 copies each
+/// gradient into the bucket as autograd produces it and keeps the rank's share in
+/// `grads_in_partition`, sized by `get_partition_info`'s `params_in_partition`: every parameter
+/// that overlaps the partition, whole, so the parameters straddling its edges count in full on both
+/// sides; `_get_flat_partition_unpadded` adds a zero tensor for what no parameter covers (the padding
+/// of the last rank). ZeRO-1 keeps every parameter's full `.grad` until `reduce_gradients` at the end
+/// of backward, so its peak holds all of them.
+fn zero_1_2(params: &[Param], t: &Training, rank: u64) -> Breakdown {
+    let w = t.precision.bytes();
+    let n = t.num_gpus.max(1);
+    let total: u64 = params.iter().map(|p| p.numel).sum();
+    let flat = total.div_ceil(DS_ALIGNMENT * n) * DS_ALIGNMENT * n;
+    let part = flat / n;
+    let gradients = if t.strategy == Strategy::Zero1 {
+        w * total as f64
+    } else {
+        let (start, end) = (rank * part, (rank + 1) * part);
+        let (mut held, mut covered, mut offset) = (0u64, 0u64, 0u64);
+        for p in params {
+            let (a, b) = (offset, offset.saturating_add(p.numel));
+            if a < end && b > start {
+                held += p.numel;
+                covered += b.min(end) - a.max(start);
+            }
+            offset = b;
+        }
+        w * (held + (part - covered)) as f64
+    };
+    Breakdown {
+        weights: w * flat as f64,
+        gradients,
+        optimizer_states: ADAM_BYTES * part as f64 + ADAM_STEP_BYTES,
+        master_weights: 4.0 * part as f64,
+        reduce_bucket: w * DS_REDUCE_BUCKET,
+        ..Breakdown::default()
+    }
+}
+
+/// ZeRO-3 (deepspeed/runtime/zero/stage3.py, DeepSpeedZeroOptimizer_Stage3; partition_parameters.py).
+///
+/// Each parameter is partitioned on its own: `_partition_param` gives every rank ceil(numel/N)
+/// elements (`_aligned_size` pads to a multiple of N), gathered into one flat buffer
+/// (`_create_fp16_partitions_with_defragmentation`, `lp_param_buffer`) of S = sum of ceil(numel/N).
+/// Parameters of at most `stage3_param_persistence_threshold` elements are persistent
+/// (parameter_offload.py `mark_persistent_parameters`): once gathered they stay whole on every rank,
+/// on top of their partition, in the buffer the all-gather allocates (partition_parameters.py
+/// `_allgather_param`: the aligned size, N·ceil(numel/N)). Gradients: `grad_partitions_flat_buffer`, S elements, and the
+/// reduction bucket, allocated once at init (`torch.empty(reduce_bucket_size)`) and kept. Master
+/// weights: `_create_fp32_partitions` clones the partitions to fp32 in fp32 training too (its
+/// shortcut compares a torch.device with the device name string, which never matches). Adam: 8·S,
+/// plus a 4-byte step per sub-group (`_create_fp16_sub_groups`: parameters in order until
+/// `sub_group_size` partition elements).
+fn zero_3(params: &[Param], num_gpus: u64, w: f64) -> Breakdown {
+    let n = num_gpus.max(1);
+    let parts: Vec<u64> = params.iter().map(|p| p.numel.div_ceil(n)).collect();
+    let s: u64 = parts.iter().sum();
+    let persistent: u64 = params
+        .iter()
+        .zip(&parts)
+        .filter(|(p, _)| p.numel <= DS_PERSISTENCE_THRESHOLD)
+        .map(|(_, part)| part * n)
+        .sum();
+    let sub_groups = if s <= DS_SUB_GROUP {
+        1
+    } else {
+        let (mut groups, mut size) = (0u64, 0u64);
+        for (i, part) in parts.iter().enumerate() {
+            size = size.saturating_add(*part);
+            if size >= DS_SUB_GROUP || i + 1 == parts.len() {
+                groups += 1;
+                size = 0;
+            }
+        }
+        groups
+    };
+    Breakdown {
+        weights: w * (s + persistent) as f64,
+        gradients: w * s as f64,
+        optimizer_states: ADAM_BYTES * s as f64 + ADAM_STEP_BYTES * sub_groups as f64,
+        master_weights: 4.0 * s as f64,
+        reduce_bucket: w * DS_REDUCE_BUCKET,
+        ..Breakdown::default()
+    }
+}
+
 /// Per-GPU memory for a training setup on rank 0 (the largest shard). `params` are the trained
 /// parameter tensors, `largest_layer_params` those of the largest no-split layer (what sharded
 /// strategies gather at once).
@@ -180,7 +285,6 @@ pub fn training_on_rank(
 ) -> Breakdown {
     let p: f64 = params.iter().map(|x| x.numel as f64).sum();
     let tensors = params.len() as f64;
-    let n = t.num_gpus.max(1) as f64;
     let w = t.precision.bytes();
     let mut out = match t.strategy {
         // torch's DDP and FSDP2 keep fp32 parameters under mixed precision (autocast, or FSDP2's
@@ -207,27 +311,10 @@ pub fn training_on_rank(
                 ..Breakdown::default()
             }
         }
-        // DeepSpeed ZeRO: the module's weights and gradients in the training dtype, fp32
-        // partitions of the master weights under bf16/fp16.
-        _ => {
-            let mut out = Breakdown {
-                weights: w * p,
-                gradients: w * p,
-                optimizer_states: ADAM_BYTES * p / n,
-                master_weights: if t.precision.mixed() {
-                    4.0 * p / n
-                } else {
-                    0.0
-                },
-                ..Breakdown::default()
-            };
-            if t.strategy.shards_gradients() {
-                out.gradients /= n;
-            }
-            if t.strategy.shards_parameters() {
-                out.weights /= n;
-                out.gather_buffer = 2.0 * w * largest_layer_params as f64;
-            }
+        Strategy::Zero1 | Strategy::Zero2 => zero_1_2(params, t, rank),
+        Strategy::Zero3 => {
+            let mut out = zero_3(params, t.num_gpus, w);
+            out.gather_buffer = 2.0 * w * largest_layer_params as f64;
             out
         }
     };
@@ -370,9 +457,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// The FORMULAS section of the man page.
 pub const FORMULAS: &[&str] = &[
     "Default table (exactly accelerate estimate-memory): T = sum over every parameter and buffer of numel x bytes, where floating-point tensors count 4 bytes (accelerate builds the model in float32) and integer/bool tensors their own size (bool 1/8). Largest Layer walks the root's tensors and child modules: a module with no child modules, or whose class is in _no_split_modules (decoder layers, BERT embeddings, T5 blocks), is one layer; other modules are expanded into their child modules. float16, int8 and int4 divide both columns by 2, 4 and 8. Training using Adam is 4T for float32, 2T for float16 and N/A for int8/int4. Sizes are printed as accelerate's convert_bytes does: divided by 1024 until below 1024, rounded to 2 decimals, units bytes, KB, MB, GB, TB, PB.",
-    "Per-GPU training (--strategy, --num-gpus N): P = trained parameters of the model that is trained, the causal LM: the base model plus its LM head when untied (tie_word_embeddings), floating-point tensors that are not buffers; t = their number of tensors. ddp (torch DDP; also a single process with N = 1): weights 4.P and gradients 4.P whatever --precision, because bf16/fp16 mixed precision in torch (autocast) computes in 16 bits but keeps fp32 parameters, which are the master weights; Adam optimizer states 8.P + 4.t (two fp32 moments, and torch.optim.Adam's 4-byte step counter per tensor); master weights 0. fsdp (FSDP2 fully_shard, FULL_SHARD): each parameter is split on its first dimension r into chunks of c = ceil(r/N) rows, rank k holding min(c, max(0, r - k.c)) rows; the sharded parameters and the reduce-scattered gradients are stored padded to c rows on every rank, so weights = gradients = 4 x sum of c.(numel/r); Adam states are made from the unpadded local shard: 8 x sum of local rows.(numel/r) + 4.t, so ranks past the first may hold less (--json lists every rank under per_gpu.ranks for N <= 64; the table shows rank 0, the largest); plus an all-gather buffer of 2.w.Lp (w = 2 bytes for bf16/fp16, 4 for fp32; Lp = parameters of the largest layer: one unit's full weights and gradients in flight). zero1/zero2/zero3 (DeepSpeed): weights w.P and gradients w.P in the training dtype, Adam 8.P/N, fp32 master weights 4.P/N with bf16/fp16 (0 with fp32); zero2 also divides gradients by N, zero3 also weights and adds the 2.w.Lp buffer. These byte counts for ddp and fsdp are checked against real training steps on CPU ranks (scripts/bench/estimate-vs-measured): they equal the measured tensor storages to the byte.",
+    "Per-GPU training (--strategy, --num-gpus N): P = trained parameters of the model that is trained, the causal LM: the base model plus its LM head when untied (tie_word_embeddings), floating-point tensors that are not buffers; t = their number of tensors. ddp (torch DDP; also a single process with N = 1): weights 4.P and gradients 4.P whatever --precision, because bf16/fp16 mixed precision in torch (autocast) computes in 16 bits but keeps fp32 parameters, which are the master weights; Adam optimizer states 8.P + 4.t (two fp32 moments, and torch.optim.Adam's 4-byte step counter per tensor); master weights 0. fsdp (FSDP2 fully_shard, FULL_SHARD): each parameter is split on its first dimension r into chunks of c = ceil(r/N) rows, rank k holding min(c, max(0, r - k.c)) rows; the sharded parameters and the reduce-scattered gradients are stored padded to c rows on every rank, so weights = gradients = 4 x sum of c.(numel/r); Adam states are made from the unpadded local shard: 8 x sum of local rows.(numel/r) + 4.t, so ranks past the first may hold less (--json lists every rank under per_gpu.ranks for N <= 64; the table shows rank 0, the largest); plus an all-gather buffer of 2.w.Lp (w = 2 bytes for bf16/fp16, 4 for fp32; Lp = parameters of the largest layer: one unit's full weights and gradients in flight). zero1/zero2/zero3 (DeepSpeed ZeRO at its defaults; bf16/fp16 train the module in 16 bits): zero1 and zero2 flatten the parameters, in module order, into one buffer of F elements, P rounded up to a multiple of 2.N, held whole on every rank: weights w.F; each rank clones its partition of F/N elements to fp32, also when training in fp32: master weights 4.F/N; Adam 8.F/N + 4. zero1 gradients w.P: every parameter keeps its full gradient until the reduction at the end of backward. zero2 gradients: w x (the elements of every parameter that overlaps the rank's partition, counted whole, so a parameter straddling two partitions counts on both ranks and one larger than a partition on every rank it touches; plus the padding inside the partition). Both allocate a reduction bucket of reduce_bucket_size = 5e8 elements during each backward (w.5e8 bytes: 1 GB in bf16, whatever the model). zero3 partitions every parameter on its own into ceil(numel/N) elements, S in all: weights w.S plus w.N.ceil(numel/N) for every parameter of at most 1e5 elements (stage3_param_persistence_threshold: those stay whole, in their padded all-gather buffer, once gathered), gradients w.S, master weights 4.S (fp32 too), Adam 8.S + 4 per sub-group (sub_group_size = 1e9 partition elements), the reduction bucket w.5e8 held from initialisation, and the 2.w.Lp all-gather buffer. Other DeepSpeed settings than these defaults are not modelled. These byte counts for ddp, fsdp and zero1/2/3 are checked against real training steps on CPU ranks with torch's DDP, FSDP2 and DeepSpeed (scripts/bench/estimate-vs-measured): they equal the measured tensor storages to the byte.",
     "--offload moves the optimizer states and master weights to CPU memory (DeepSpeed offload_optimizer, FSDP cpu_offload); with zero3 and fsdp also the sharded weights and gradients (offload_param). The moved per-GPU share is reported as CPU offloaded and not counted against GPU memory. --offload does not apply to ddp.",
-    "Activations (--batch-size b per GPU, --seq-len s; n = b.s tokens): the peak that forward and backward add, fitted term by term to torch's profiler on transformers' modelling code with SDPA attention. Per layer and token: 37.h bytes in fp32 (33.h under bf16/fp16 autocast) for norms, attention inputs and outputs and residuals (h = hidden size); a gated (SwiGLU) MLP of intermediate size I adds 16.I (bf16: 8.75.I), GPT-2's MLP 20.I (bf16: 10.5.I); a mixture of experts adds 16 x experts-per-token x expert size, 4 (bf16: 4.25) x number of experts for the router, and 10.3.h (bf16: 11.6.h) per expert choice, plus the shared expert as a gated MLP; with attention dropout > 0 (GPT-2's attn_pdrop), SDPA's math kernel stores the attention matrix: 12 x heads x s. Once per token: 11.h for the embeddings and final norm and 12.V for the logits and the loss (V = vocabulary size). Activations = n x (L x per-layer + once), L layers. --grad-checkpointing keeps each layer's input instead (2.h per token per layer in 16 bits, 4.h in fp32) plus one layer recomputed in full. For fsdp the measured peak also holds the gathered units, compared with activations plus the all-gather buffer. Error band, over the benchmark grid (llama, qwen2_moe and gpt2 configs x batch {1,4} x seq {128,512} x fp32/bf16 x ddp/fsdp on 2 CPU ranks): median 2.6%, max 21.9% (FSDP2 bf16 on the mixture of experts, estimated above the measurement: FSDP2's bf16 parameters keep the routed experts in 16 bits, where autocast keeps them in fp32); every point within 10% but that one family under FSDP2 bf16. On a GPU, fused and flash kernels store less: treat the figure as an upper estimate there, and scripts/gpu-check measures it with torch.cuda.max_memory_allocated. Activations are not sharded by ZeRO or FSDP.",
+    "Activations (--batch-size b per GPU, --seq-len s; n = b.s tokens): the peak that forward and backward add, fitted term by term to torch's profiler on transformers' modelling code with SDPA attention. Per layer and token: 37.h bytes in fp32 (33.h under bf16/fp16 autocast) for norms, attention inputs and outputs and residuals (h = hidden size); a gated (SwiGLU) MLP of intermediate size I adds 16.I (bf16: 8.75.I), GPT-2's MLP 20.I (bf16: 10.5.I); a mixture of experts adds 16 x experts-per-token x expert size, 4 (bf16: 4.25) x number of experts for the router, and 10.3.h (bf16: 11.6.h) per expert choice, plus the shared expert as a gated MLP; with attention dropout > 0 (GPT-2's attn_pdrop), SDPA's math kernel stores the attention matrix: 12 x heads x s. Once per token: 11.h for the embeddings and final norm and 12.V for the logits and the loss (V = vocabulary size). Activations = n x (L x per-layer + once), L layers. --grad-checkpointing keeps each layer's input instead (2.h per token per layer in 16 bits, 4.h in fp32) plus one layer recomputed in full. For fsdp the measured peak also holds the gathered units, compared with activations plus the all-gather buffer. Error band, over the benchmark grid (llama, qwen2_moe and gpt2 configs x batch {1,4} x seq {128,512} x fp32/bf16 x ddp/fsdp on 2 CPU ranks, 96 rank-measurements, scripts/bench/estimate-vs-measured --grid): median 2.6%, max 21.9%. By setup: ddp fp32 within 1.4%; fsdp fp32 0.7% to 11.2% under, most at 1 x 128 tokens; ddp bf16 within 4.4% from 512 tokens on, but 12.6% to 18.5% under at 1 x 128, where autocast's cache of 16-bit copies of the linear weights (about 2 bytes per weight, a fixed cost the formula does not hold) weighs most; fsdp bf16 within 9.4% for llama and gpt2, but 10.2% to 21.9% over for the mixture of experts (FSDP2's bf16 parameters keep the routed experts in 16 bits, where the formula assumes autocast's fp32). Small micro-batches are thus the least certain. On a GPU, fused and flash kernels store less: treat the figure as an upper estimate there, and scripts/gpu-check measures it with torch.cuda.max_memory_allocated. Activations are not sharded by ZeRO or FSDP.",
     "Inference (--context C, --batch-size B, default 1): weights = the causal LM's tensors (T plus the untied LM head) converted to --dtype (default float16: T/2; bfloat16 T/2; fp8 and int8 T/4; int4 T/8; float32 T), where integer tensors (GPTQ/AWQ packed I32 from safetensors headers) keep their stored size; with a quantization_config in config.json the linear layers take what transformers' quantizer stores for a pre-quantized checkpoint: bitsandbytes and FP8 convert every nn.Linear (bitsandbytes also GPT-2's Conv1D; neither the Linear inside torch's MultiheadAttention) but the LM head, or, when the config has a skip list (llm_int8_skip_modules, modules_to_not_convert), all but the modules it names, the LM head included then; GPTQ and AWQ convert the linear layers of the language model's numbered blocks; embeddings, norms, convolutions and unconverted layers stay in --dtype. Per converted weight: bitsandbytes 4-bit (nf4 or fp4) 1/2 byte (in bnb_4bit_quant_storage elements) plus an fp32 absmax per 64 and a 64-byte quant map per layer (double quantization: an 8-bit absmax per 64, an fp32 one per 16384, and 1028 bytes of nested quant map and offset per layer); bitsandbytes 8-bit 1 byte plus 4 per output row; GPTQ bits/8 plus, per group of group_size input rows (-1: one group), (2 + bits/8) per output column, plus a 4-byte g_idx per input row; AWQ the same without g_idx; FP8 (quant_method fp8) 1 byte plus a 4-byte scale per weight_block_size block (default 128 x 128; null: one per tensor; scale_fmt ue8m0: 1-byte scales) and 4 bytes more with activation_scheme static; fbgemm_fp8 1 byte plus 4 per output row plus 4. FP8's fused mixture-of-experts weights are left in --dtype (an overestimate); KV cache = L . kv . C . B . bytes(--kv-dtype, default float16), with kv = 2 . kv_heads . head_dim values per token per layer (grouped-query and multi-query attention through num_key_value_heads), or for multi-head latent attention (DeepSeek-V2/V3: kv_lora_rank in the config) the cached latent kv_lora_rank + qk_rope_head_dim. Multimodal configs (Llava, Gemma 3...) take these dimensions from text_config. Sliding-window layers are counted at full context. With --num-gpus N both are split evenly (tensor parallelism).",
     "Fitting (--gpu-memory SIZE, else the memory of the first detected GPU): the total per GPU must be at most SIZE. Sizes use binary units: 80GB = 80 x 2^30 bytes. The largest micro-batch (training, needs --seq-len) or context (inference) that fits is found by solving the linear formula above. Not counted: the CUDA context and kernels (typically 0.5 to 1 GiB), allocator fragmentation, communication buffers other than the gather buffer, and temporary tensors; leave headroom. Exit status 1 when it does not fit.",
     "Architectures with formulas (from config.json): llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, phi3, gpt2, gpt_neox, bert, t5, and the multimodal gemma3 (SigLIP vision tower), llava (CLIP or SigLIP vision tower, any of these decoders as language model), qwen2_vl and qwen2_5_vl, whose vision tower and projector are counted from vision_config and the language model from text_config (or, for Qwen2-VL's flat configs, the top level), missing keys taking their config classes' defaults; the trained model is then *ForConditionalGeneration, its LM head untied unless tie_word_embeddings is set (at the top level, or for Llava and Qwen2-VL in text_config) — for the table, the model accelerate sizes: the base model transformers' AutoModel builds, without task head, or, when the config's auto_map names AutoModelForCausalLM (Phi-3), the causal LM with its untied LM head, as accelerate's create_empty_model does. Per-GPU training always counts the causal LM (the LM head of untied models included). Any other architecture is sized from its safetensors headers; those count the checkpoint as stored (task head included, tied weights once, non-persistent buffers absent), with floating-point tensors at 4 bytes.",
@@ -426,18 +513,54 @@ mod tests {
             (b.weights, b.gradients, b.optimizer_states, b.master_weights),
             (4000.0, 4000.0, 8004.0, 0.0)
         );
-        // DeepSpeed: bf16 weights and gradients, sharded fp32 master and Adam.
+        // DeepSpeed ZeRO-1: a bf16 flat buffer padded to a multiple of 2·8 = 16 (1008), partitions
+        // of 126 cloned to fp32 with Adam on them, full bf16 gradients until the end of backward,
+        // and a 5e8-element bf16 reduction bucket.
         let b = training(&one(), 100, None, &setup(Strategy::Zero1, false));
         assert_eq!(
             (b.weights, b.gradients, b.optimizer_states, b.master_weights),
-            (2000.0, 2000.0, 1000.0, 500.0)
+            (2016.0, 2000.0, 1012.0, 504.0)
         );
+        assert_eq!(b.reduce_bucket, 1e9);
+        // ZeRO-2: a rank keeps the whole gradient of every parameter its partition overlaps; the
+        // last rank also a zero tensor for the 8 padding elements.
         let b = training(&one(), 100, None, &setup(Strategy::Zero2, false));
-        assert_eq!(b.gradients, 250.0);
+        assert_eq!(b.gradients, 2000.0);
+        let b = training_on_rank(&one(), 100, None, &setup(Strategy::Zero2, false), 7);
+        assert_eq!(b.gradients, 2016.0);
+        // Two parameters of 600 elements over 2 ranks: the flat buffer is 1200, partitions of 600.
+        let two = [Param {
+            numel: 600,
+            rows: 6,
+        }; 2];
+        let t = Training {
+            num_gpus: 2,
+            ..setup(Strategy::Zero2, false)
+        };
+        assert_eq!(training_on_rank(&two, 600, None, &t, 1).gradients, 1200.0);
+        // ZeRO-3: partitions of ceil(1000/8) = 125; the tensor is under the persistence threshold,
+        // so it also stays whole on every rank once gathered.
         let b = training(&one(), 100, None, &setup(Strategy::Zero3, false));
-        assert_eq!((b.weights, b.gather_buffer), (250.0, 400.0));
+        assert_eq!(
+            (b.weights, b.gradients, b.optimizer_states, b.master_weights),
+            (2250.0, 250.0, 1004.0, 500.0)
+        );
+        assert_eq!((b.gather_buffer, b.reduce_bucket), (400.0, 1e9));
+        let big = [Param {
+            numel: 100_001,
+            rows: 100_001,
+        }];
+        let b = training(&big, 100, None, &setup(Strategy::Zero3, false));
+        assert_eq!(b.weights, 2.0 * 12_501.0);
+        // An odd tensor: partitions of 126, gathered whole into 8·126 elements.
+        let odd = [Param {
+            numel: 1001,
+            rows: 1001,
+        }];
+        let b = training(&odd, 100, None, &setup(Strategy::Zero3, false));
+        assert_eq!((b.weights, b.gradients), (2.0 * (126.0 + 1008.0), 252.0));
         let b = training(&one(), 100, None, &setup(Strategy::Zero2, true));
-        assert_eq!((b.optimizer_states, b.cpu_offloaded), (0.0, 1500.0));
+        assert_eq!((b.optimizer_states, b.cpu_offloaded), (0.0, 1516.0));
         // FSDP2: 100 rows over 8 ranks are chunks of 13; rank 7 holds 9 rows, stored padded to 13.
         let b = training(&one(), 100, None, &setup(Strategy::Fsdp, false));
         assert_eq!((b.weights, b.optimizer_states), (520.0, 1044.0));

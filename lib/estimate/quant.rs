@@ -130,7 +130,14 @@ impl Scheme {
         }
         let rows = t.rows;
         let cols = t.numel / rows.max(1);
-        let (out, inp, numel) = (rows as f64, cols as f64, t.numel as f64);
+        // GPT-2's Conv1D stores its weight (in, out), the transpose of nn.Linear's (out, in);
+        // bitsandbytes reads its features that way round too (transformers' integrations/bitsandbytes.py).
+        let (out, inp) = if matches!(last, "c_attn" | "c_proj" | "c_fc") {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        let (out, inp, numel) = (out as f64, inp as f64, t.numel as f64);
         Some(match self.kind {
             Kind::Bnb4 {
                 double_quant,

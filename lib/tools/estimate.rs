@@ -196,8 +196,9 @@ fn per_gpu_estimate(
             let params: u64 = trained.iter().map(|p| p.numel).sum();
             let largest_params = (sizes.largest_layer.value / 4.0) as u64;
             let breakdown = per_gpu::training(&trained, largest_params, dims, &training);
-            // FSDP2's uneven shards make ranks differ; small worlds list every rank.
-            let ranks: Vec<Value> = if strategy == per_gpu::Strategy::Fsdp && num_gpus <= 64 {
+            // FSDP2's uneven shards and ZeRO-2's partition edges make ranks differ; small worlds
+            // list every rank.
+            let ranks: Vec<Value> = if strategy != per_gpu::Strategy::Ddp && num_gpus <= 64 {
                 (0..num_gpus)
                     .map(|r| {
                         let b =
@@ -337,6 +338,7 @@ impl PerGpu {
             ("Optimizer states (Adam)", b.optimizer_states),
             ("Master weights (fp32)", b.master_weights),
             ("All-gather buffer", b.gather_buffer),
+            ("Reduce bucket (DeepSpeed)", b.reduce_bucket),
             ("Activations", b.activations),
             ("KV cache", b.kv_cache),
         ];
@@ -392,7 +394,8 @@ impl PerGpu {
             "bytes": {
                 "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
                 "optimizer_states": b.optimizer_states.ceil(), "master_weights": b.master_weights.ceil(),
-                "gather_buffer": b.gather_buffer.ceil(), "activations": b.activations.ceil(),
+                "gather_buffer": b.gather_buffer.ceil(), "reduce_bucket": b.reduce_bucket.ceil(),
+                "activations": b.activations.ceil(),
                 "kv_cache": b.kv_cache.ceil(), "gpu_total": b.gpu_total().ceil(),
                 "cpu_offloaded": b.cpu_offloaded.ceil(),
             },

@@ -3,6 +3,7 @@
 Adam, and write what this rank holds to OUT_DIR/rank<N>.json:
 
 - params, grads, optimizer, master: bytes of the distinct storages of those tensors (exact);
+- reduce_bucket: DeepSpeed's gradient reduction bucket (its storages while it exists);
 - activations: the peak of memory allocated during one forward+backward above what was allocated
   when it began, from torch.profiler's memory events (CPU) or torch.cuda.max_memory_allocated (GPU).
 
@@ -14,8 +15,18 @@ FSDP2's MixedPrecisionPolicy(param_dtype=bfloat16) under fsdp.
 Usage (under accel-launch, which sets RANK/WORLD_SIZE/MASTER_*):
   estimate-measure-rank.py CONFIG[,CONFIG...] STRATEGY PRECISION BxS[,BxS...] OUT_DIR [cpu|cuda]
 Each config is built once per run; each (batch, seq) point gets its own warm-up step and peak.
-STRATEGY: single, ddp, fsdp (FSDP2 fully_shard per decoder layer, then the root), zero2, zero3
-(DeepSpeed). PRECISION: fp32 or bf16.
+STRATEGY: single, ddp, fsdp (FSDP2 fully_shard per decoder layer, then the root), zero1, zero2,
+zero3 (DeepSpeed with its defaults; bf16 is DeepSpeed's bf16 mode, the module in bfloat16).
+PRECISION: fp32 or bf16.
+
+What DeepSpeed holds, where it holds it (deepspeed/runtime/zero): ZeRO-1/2 weights are views of
+the flat buffer, master weights `single_partition_of_fp32_groups`; ZeRO-1 keeps every `.grad` whole
+until `reduce_gradients` (read on entry to it), ZeRO-2 keeps `averaged_gradients` after backward;
+both allocate the reduction bucket per backward (read on entry to
+`independent_gradient_partition_epilogue`, which frees it). ZeRO-3 weights are the partitions
+(`ds_tensor`) plus whatever parameter data stays gathered (persistent parameters), gradients
+`grad_partitions_flat_buffer`, master weights `fp32_partitioned_groups_flat`, and the bucket lives
+from initialisation on.
 """
 
 import json
@@ -120,7 +131,7 @@ def measure(config_path, strategy, precision, points, dev, rank):
         for layer in layers_of(model):
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
-    elif strategy in ("zero2", "zero3"):
+    elif strategy.startswith("zero"):
         import deepspeed
 
         ds = {
@@ -132,6 +143,23 @@ def measure(config_path, strategy, precision, points, dev, rank):
         }
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
         autocast = False
+    seen = {}
+    if engine is not None and strategy != "zero3":
+        zopt = engine.optimizer
+
+        def wrap(name, record):
+            inner = getattr(zopt, name)
+
+            def wrapped(*a, **k):
+                record()
+                return inner(*a, **k)
+
+            setattr(zopt, name, wrapped)
+
+        wrap("reduce_gradients",
+             lambda: seen.__setitem__("grads", storages(p.grad for p in engine.module.parameters())))
+        wrap("independent_gradient_partition_epilogue",
+             lambda: seen.__setitem__("bucket", storages(b for k in zopt.ipg_buckets.values() for b in k.buffer)))
     if engine is None:
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     vocab = config.get_text_config().vocab_size
@@ -165,26 +193,28 @@ def measure(config_path, strategy, precision, points, dev, rank):
             step()
         with peak_of() as peak:
             forward_backward(ids)
+        if strategy == "zero2":
+            seen["grads"] = storages(g for group in engine.optimizer.averaged_gradients.values() for g in group or [])
         step()
         peaks.append({"batch_size": batch, "seq_len": seq, "activations": int(peak.peak)})
 
+    bucket_bytes = 0
     if engine is not None:
         module = engine.module
         params = list(module.parameters())
         opt = engine.optimizer
         if strategy == "zero3":
+            param_bytes = storages(list(p.ds_tensor for p in params) + [p.data for p in params if p.data.numel() > 0])
+            grad_bytes = storages([opt.grad_partitions_flat_buffer])
             master = list(opt.fp32_partitioned_groups_flat)
-            flat = getattr(opt, "grad_partitions_flat_buffer", None)
-            grads = [flat] if flat is not None else []
-            param_bytes = storages(p.ds_tensor for p in params)
+            bucket_bytes = storages(k.buffer for k in opt.ipg_buckets.values() if torch.is_tensor(k.buffer))
         else:
-            master = list(opt.single_partition_of_fp32_groups)
-            grads = [g for group in getattr(opt, "averaged_gradients", {}).values() for g in group]
             param_bytes = storages(params)
-        # DeepSpeed's fp32 partitions are master weights only when the model trains in 16 bits.
-        master_bytes = storages(master) if bf16 else 0
+            grad_bytes = seen["grads"]
+            master = list(opt.single_partition_of_fp32_groups)
+            bucket_bytes = seen["bucket"]
+        master_bytes = storages(master)
         opt_bytes = storages(optimizer_tensors(opt.optimizer))
-        grad_bytes = storages(grads)
     else:
         params = list(model.parameters())
         param_bytes = storages(params)
@@ -197,6 +227,7 @@ def measure(config_path, strategy, precision, points, dev, rank):
         "grads": grad_bytes,
         "optimizer": opt_bytes,
         "master": master_bytes,
+        "reduce_bucket": bucket_bytes,
         "numel": sum(p.numel() for p in params),
         "points": peaks,
     }
@@ -216,12 +247,15 @@ def main():
         dev = torch.device("cpu")
     if strategy != "single":
         if strategy.startswith("zero"):
+            import importlib
+
             import deepspeed
-            import deepspeed.comm.torch as ds_torch
 
             # On the CPU accelerator DeepSpeed JIT-compiles a shared-memory all-reduce op at
             # init (deepspeed/comm/torch.py::build_shm_op); gloo does the same job without it.
-            ds_torch.build_shm_op = lambda: None
+            # `import deepspeed.comm.torch as m` would bind torch itself (deepspeed.comm imports
+            # torch under that name), so take the module from the import system.
+            importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
             deepspeed.init_distributed("nccl" if device == "cuda" else "gloo")
         else:
             dist.init_process_group("nccl" if device == "cuda" else "gloo")
