@@ -2,6 +2,7 @@
 //! `torch` feature (the whole module is gated in tests/main.rs).
 #![allow(clippy::unwrap_used)]
 
+use crate::util::free_port;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -37,14 +38,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 const COLLECTIVES: &[&str] = &[

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use crate::util::alive;
+use crate::util::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -24,17 +25,6 @@ fn python() -> PathBuf {
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/control.py")
-}
-
-fn free_port() -> String {
-    // Two consecutive free ports: the master port and the control plane's (master port + 1).
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
-            return p.to_string();
-        }
-    }
 }
 
 /// One node's launcher: `ranks` local ranks (`--nproc_per_node` when given), 2 + 2 by default.
@@ -141,7 +131,7 @@ fn all_gone(dir: &Path, limit: Duration) -> f64 {
 #[test]
 fn a_rank_failing_on_node_1_stops_every_node() {
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let report = d.path().join("report0.json");
     let n0 = node(
         d.path(),
@@ -202,7 +192,7 @@ fn a_rank_failing_on_node_1_stops_every_node() {
 fn a_sigkilled_launcher_on_either_node_stops_the_other() {
     for victim in [1u32, 0] {
         let d = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = free_port().to_string();
         let mut kids = vec![
             Some(node(d.path(), &port, 0, "sleep", &[])),
             Some(node(d.path(), &port, 1, "sleep", &[])),
@@ -237,7 +227,7 @@ fn a_sigkilled_launcher_on_either_node_stops_the_other() {
 #[test]
 fn max_restarts_restarts_the_whole_world_together() {
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let n0 = node(d.path(), &port, 0, "restart", &["--max_restarts", "1"]);
     let n1 = node(d.path(), &port, 1, "restart", &["--max_restarts", "1"]);
     let (c1, e1) = finish(n1);
@@ -264,7 +254,7 @@ fn max_restarts_restarts_the_whole_world_together() {
 #[test]
 fn uneven_nodes_get_their_rank_offsets_from_the_rendezvous() {
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let n0 = node(d.path(), &port, 0, "allreduce", &["--nproc_per_node", "3"]);
     let n1 = node(d.path(), &port, 1, "allreduce", &["--nproc_per_node", "1"]);
     let (c1, e1) = finish(n1);
@@ -321,7 +311,7 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
         text.contains("control plane = 10.1.2.3:29501 (master port + 1"),
         "{text}"
     );
-    let port = free_port();
+    let port = free_port().to_string();
     let t = Instant::now();
     let n1 = Command::new(BIN)
         .env_clear()

@@ -1,6 +1,7 @@
 //! `--rdzv_backend c10d` hands the job to the real torchrun: accel's console and log options are
 //! translated to torchrun's own, or refused — never silently dropped.
 
+use crate::util::free_port;
 use std::path::Path;
 
 use crate::util::{repo, tempdir, Output, Run};
@@ -13,20 +14,11 @@ fn launch(home: &Path, args: &[&str]) -> Output {
         .run()
 }
 
-fn free_port() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string()
-}
-
 #[test]
 fn console_and_log_options_reach_torchrun() {
     let d = tempdir();
     let logs = d.path().join("logs");
-    let port = free_port();
+    let port = free_port().to_string();
     let script = d.path().join("hello.py");
     std::fs::write(
         &script,

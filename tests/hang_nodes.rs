@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use crate::util::alive;
+use crate::util::free_port;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,17 +38,6 @@ fn at(name: &str) -> String {
         .position(|l| l.trim_end().ends_with(&marker))
         .unwrap_or_else(|| panic!("no line marked {marker}"));
     format!("hang_cases.py:{}", n + 1)
-}
-
-fn free_port() -> String {
-    // Two consecutive free ports: the master port and the control plane's (master port + 1).
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
-            return p.to_string();
-        }
-    }
 }
 
 fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Command {
@@ -260,7 +250,7 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
                 let dir = tmp.path().join("run");
                 let logs = tmp.path().join("logs");
                 std::fs::create_dir_all(&dir).unwrap();
-                let port = free_port();
+                let port = free_port().to_string();
                 let n0 = Node::start(&dir, &logs, &port, 0, case.mode, case.suspect);
                 let n1 = Node::start(&dir, &logs, &port, 1, case.mode, case.suspect);
                 let what = case.mode;
@@ -331,7 +321,7 @@ fn a_node_that_does_not_answer_is_named_in_the_verdict() {
     let dir = tmp.path().join("run");
     let logs = tmp.path().join("logs");
     std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let n0 = Node::start(&dir, &logs, &port, 0, "skip_allreduce", 3);
     let n1 = Node::start(&dir, &logs, &port, 1, "skip_allreduce", 3);
     let limit = Duration::from_secs(240);
@@ -376,7 +366,7 @@ fn stacks_on_failure_each_node_dumps_its_own_survivors() {
     let dir = tmp.path().join("run");
     let logs = tmp.path().join("logs");
     std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let flag = ["--stacks_on_failure"];
     let n0 = Node::with(&dir, &logs, &port, 0, "fail", 3, &flag);
     let n1 = Node::with(&dir, &logs, &port, 1, "fail", 3, &flag);
@@ -412,7 +402,7 @@ fn stacks_on_failure_each_node_dumps_its_own_survivors() {
 #[test]
 fn a_mismatched_hang_timeout_is_refused_at_the_join() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().to_string();
     let run = |node: u32, timeout: &str| {
         base(tmp.path(), &port, node, "5", &["--hang_timeout", timeout])
             .args(["--no_python", "true"])

@@ -3,6 +3,7 @@
 //! and against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
 //! bit for bit with DeepSpeed's own `zero_to_fp32`.
 
+use crate::util::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
@@ -20,13 +21,6 @@ fn root() -> &'static Path {
     static ROOT: OnceLock<tempfile::TempDir> = OnceLock::new();
     ROOT.get_or_init(|| tempfile::tempdir().expect("tempdir"))
         .path()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 fn py(args: &[&str]) -> Output {

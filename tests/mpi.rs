@@ -4,19 +4,12 @@
 //! refuses root unless told (`--allow-run-as-root`, or OMPI_ALLOW_RUN_AS_ROOT* for a command accel
 //! builds).
 
+use crate::util::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::slurm::{record, text, PROBE};
 use crate::util::{bin, repo, tempdir};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `program` with the built tools and the venv first on PATH; an MPI launcher must be installed.
 fn mpi(program: &str, cwd: &Path) -> Command {

@@ -754,8 +754,13 @@ fn scripts_cluster_up_is_idempotent_and_down_leaves_nothing() {
     let owner = std::process::id().to_string();
     let (code, out, all) = cluster(&["up", "--nodes", "2", "--owner", &owner]);
     assert_eq!((code, out.as_str()), (Some(0), export.as_str()), "{all}");
+    // munged, slurmctld, one slurmd per node and the owner's watcher (which notes its pid itself,
+    // moments after `up` returns).
+    let t = Instant::now();
+    while pids().len() < 5 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let first = pids();
-    // munged, slurmctld, one slurmd per node and the owner's watcher.
     assert_eq!(first.len(), 5, "{first:?}");
     assert!(first.iter().all(|p| alive(*p)), "{first:?}");
     let id = std::fs::read_to_string(dir.join("cluster.env"))
@@ -778,7 +783,7 @@ fn scripts_cluster_up_is_idempotent_and_down_leaves_nothing() {
 
     let (code, _, all) = cluster(&["down"]);
     assert_eq!(code, Some(0), "{all}");
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     while first.iter().any(|p| alive(*p)) && t.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(100));
     }

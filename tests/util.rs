@@ -198,3 +198,24 @@ pub fn alive(pid: i32) -> bool {
         .and_then(|i| stat[i + 1..].split_whitespace().next())
         .is_some_and(|state| state != "Z" && state != "X")
 }
+
+/// A port for a test's rendezvous (and the one after it, the control plane's), reserved for this
+/// test process: ports from 10000–14999 in turn (below the kernel's ephemeral range, where a rank's
+/// outgoing connection could take a port that was merely free when it was chosen, and below the
+/// ports accel derives from a SLURM job id), each handed out once per process and bindable, with
+/// its successor, when handed out. Parallel tests of one process never share one.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Test processes running side by side (two worktrees, two suites) start at different offsets.
+    let start = (std::process::id() * 7919) % 2500;
+    loop {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(i < 2500, "no free port pair left in 10000-14999");
+        let p = 10000 + 2 * ((start + i) % 2500) as u16;
+        let free = |port: u16| std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
+        if free(p) && free(p + 1) {
+            return p;
+        }
+    }
+}
