@@ -48,22 +48,27 @@ fn stderr(out: &Output) -> String {
 
 /// Runs tests/estimate_reference.py: accelerate's `estimate_command` on models built from configs.
 fn reference(dir: &Path, jobs: &Value) -> Vec<Value> {
+    run_reference(REFERENCE, &dir.join("jobs.json"), jobs)
+}
+
+/// Runs a reference script of the venv's python on `jobs` (written to `jobs_path`): its stdout is
+/// a JSON list, one result per job.
+fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
     assert!(
         Path::new(PYTHON).exists(),
         "{PYTHON} is missing: these tests need the project's .venv (torch, transformers, accelerate)"
     );
-    let jobs_path = dir.join("jobs.json");
-    std::fs::write(&jobs_path, jobs.to_string()).expect("write jobs");
+    std::fs::write(jobs_path, jobs.to_string()).expect("write jobs");
     let out = Command::new(PYTHON)
-        .arg(REFERENCE)
-        .arg(&jobs_path)
+        .arg(script)
+        .arg(jobs_path)
         .env("TRANSFORMERS_VERBOSITY", "error")
         .env("HF_HUB_OFFLINE", "1")
         .output()
         .expect("run python");
     assert!(
         out.status.success(),
-        "reference failed:\n{}",
+        "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice::<Value>(&out.stdout)
@@ -1473,25 +1478,7 @@ const TRAINED_REFERENCE: &str = concat!(
 /// Runs tests/estimate_trained_reference.py: the trained or served model as transformers builds
 /// it on the meta device (through its own quantizer where that runs without GPU kernels).
 fn trained_reference(dir: &Path, jobs: &Value) -> Vec<Value> {
-    let jobs_path = dir.join("trained-jobs.json");
-    std::fs::write(&jobs_path, jobs.to_string()).expect("write jobs");
-    let out = Command::new(PYTHON)
-        .arg(TRAINED_REFERENCE)
-        .arg(&jobs_path)
-        .env("TRANSFORMERS_VERBOSITY", "error")
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "trained reference failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .expect("reference JSON")
-        .as_array()
-        .cloned()
-        .expect("a list")
+    run_reference(TRAINED_REFERENCE, &dir.join("trained-jobs.json"), jobs)
 }
 
 /// Multimodal and Gemma 3 configs, tiny but with every optional part exercised.

@@ -104,7 +104,8 @@ fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
     c
 }
 
-fn hung_at(dir: &Path) -> Option<SystemTime> {
+/// When the fixture's suspect rank began to hang (it writes the time to `hung`).
+pub fn hung_at(dir: &Path) -> Option<SystemTime> {
     let s = std::fs::read_to_string(dir.join("hung")).ok()?;
     let secs: f64 = s.trim().parse().ok()?;
     Some(UNIX_EPOCH + Duration::from_secs_f64(secs))
@@ -152,6 +153,12 @@ fn run(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Ran {
 
 /// Every pid the run recorded (ranks and their grandchildren) is gone.
 fn assert_no_survivors(dir: &Path, what: &str) {
+    assert_none_left(dir, what, 4, Duration::from_secs(10));
+}
+
+/// Every pid the run recorded in `dir` (`pid.*` of ranks, `gc.*` of their children; at least
+/// `at_least` of them) is gone within `limit`; survivors are killed, then reported.
+pub fn assert_none_left(dir: &Path, what: &str, at_least: usize, limit: Duration) {
     let pids: Vec<i32> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| {
@@ -162,8 +169,8 @@ fn assert_no_survivors(dir: &Path, what: &str) {
         })
         .collect();
     assert!(
-        pids.len() >= 4,
-        "{what}: expected rank and child pids, got {pids:?}"
+        pids.len() >= at_least,
+        "{what}: expected at least {at_least} rank and child pids, got {pids:?}"
     );
     let t = Instant::now();
     loop {
@@ -171,7 +178,7 @@ fn assert_no_survivors(dir: &Path, what: &str) {
         if left.is_empty() {
             return;
         }
-        if t.elapsed() > Duration::from_secs(10) {
+        if t.elapsed() > limit {
             for p in &left {
                 let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
             }

@@ -7,14 +7,13 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::alive;
 use crate::util::free_port;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const TIMEOUT: u64 = 10;
@@ -168,41 +167,9 @@ impl Node {
     }
 }
 
-fn hung_at(dir: &Path) -> Option<SystemTime> {
-    let s = std::fs::read_to_string(dir.join("hung")).ok()?;
-    let secs: f64 = s.trim().parse().ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs_f64(secs))
-}
-
 /// Every pid the run recorded (ranks and their grandchildren, both nodes) is gone.
 fn assert_no_survivors(dir: &Path, what: &str) {
-    let pids: Vec<i32> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            (name.starts_with("pid.") || name.starts_with("gc."))
-                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())?
-        })
-        .collect();
-    assert!(
-        pids.len() >= 8,
-        "{what}: expected 4 ranks and their children, got {pids:?}"
-    );
-    let t = Instant::now();
-    loop {
-        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-        if left.is_empty() {
-            return;
-        }
-        if t.elapsed() > Duration::from_secs(GRACE + 10) {
-            for p in &left {
-                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-            }
-            panic!("{what}: processes of the run survived: {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::hang::assert_none_left(dir, what, 8, Duration::from_secs(GRACE + 10));
 }
 
 struct Case {
@@ -287,7 +254,7 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
                     );
                 }
                 let to_verdict = verdict0
-                    .and_then(|(t, _)| t.duration_since(hung_at(&dir).unwrap()).ok())
+                    .and_then(|(t, _)| t.duration_since(crate::hang::hung_at(&dir).unwrap()).ok())
                     .unwrap();
                 assert!(
                     to_verdict <= Duration::from_secs(TIMEOUT + 20),
