@@ -96,7 +96,8 @@ fn man_pages_name_only_existing_flags() {
     }
     known.extend(["help", "version"].map(String::from));
     // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
-    // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py).
+    // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py), the
+    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid).
     known.extend(
         [
             "include",
@@ -113,6 +114,7 @@ fn man_pages_name_only_existing_flags() {
             "signal",
             "requeue",
             "no-requeue",
+            "grid",
         ]
         .map(String::from),
     );
