@@ -18,8 +18,10 @@ pub enum ExitStatus {
     Input,
     /// An output could not be written, or would overwrite something without `--force`.
     Output,
-    /// Interrupted by a signal (SIGINT/SIGTERM) before finishing.
+    /// Interrupted before finishing: Ctrl-C or end of input at a questionnaire prompt.
     Interrupted,
+    /// Stopped by signal N (SIGINT, SIGTERM, SIGHUP) before finishing: 128+N, as a shell reports it.
+    Signal(i32),
     /// accel-launch / accel-env could not start the run (no free port, bad topology, spawn failure).
     LauncherFailed,
     /// The program to run was found but could not be executed.
@@ -47,6 +49,7 @@ impl ExitStatus {
             ExitStatus::Input => 3,
             ExitStatus::Output => 4,
             ExitStatus::Interrupted => 130,
+            ExitStatus::Signal(n) => (128 + n).clamp(129, 255) as u8,
             ExitStatus::LauncherFailed => 125,
             ExitStatus::CannotExecute => 126,
             ExitStatus::NotFound => 127,
@@ -87,8 +90,8 @@ impl ExitStatus {
             ]);
         } else {
             rows.push((
-                "130".to_string(),
-                "Interrupted by SIGINT, SIGTERM or SIGHUP.",
+                "130, 143, 129".to_string(),
+                "Interrupted by SIGINT (or end of input at a questionnaire prompt), SIGTERM or SIGHUP (128+N); nothing was left half-written.",
             ));
         }
         rows

@@ -25,10 +25,13 @@ fn accelerate_load_many(paths: &[std::path::PathBuf]) -> Vec<Value> {
          for p in [{}]: print(json.dumps(l(p).to_dict(), sort_keys=True))",
         list.join(", ")
     );
-    python(&code, &BTreeMap::new())
+    let loaded: Vec<Value> = python(&code, &BTreeMap::new())
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    // Callers zip these with their paths: one result per path, or the zip would hide the missing.
+    assert_eq!(loaded.len(), paths.len(), "accelerate loaded {loaded:?}");
+    loaded
 }
 
 fn show_json(home: &Path, file: &Path) -> Value {

@@ -71,11 +71,18 @@ fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
         "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice::<Value>(&out.stdout)
+    let results = serde_json::from_slice::<Value>(&out.stdout)
         .expect("reference JSON")
         .as_array()
         .cloned()
-        .expect("a list")
+        .expect("a list");
+    // Callers zip these with their cases: one result per job, or the zip would hide the missing.
+    assert_eq!(
+        Some(results.len()),
+        jobs.as_array().map(Vec::len),
+        "{script}: one result per job"
+    );
+    results
 }
 
 /// (case name, config.json) for every family, tiny and real-sized.

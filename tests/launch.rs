@@ -221,14 +221,7 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
     let cfg = dir.join("config.yaml");
     std::fs::write(&cfg, case.yaml).unwrap();
     let probe = fixture("probe.py");
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-            .to_string()
-    };
+    let free = || crate::util::free_port().to_string();
     let (port_a, port_b) = if case.nodes > 1 {
         (free(), free())
     } else {
@@ -794,12 +787,7 @@ fn two_nodes_all_reduce_with_flags_and_under_slurm() {
         eprintln!("SKIP two_nodes_all_reduce_with_flags_and_under_slurm: `ip netns` is unavailable here (needs root and iproute2); the two-node run across two hosts was NOT tested");
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = crate::util::free_port().to_string();
     let master = ns
         .as_ref()
         .map_or("127.0.0.1".to_string(), |n| n.ips[0].clone());
@@ -865,12 +853,7 @@ fn elastic_rendezvous_runs_torchrun_for_real() {
         &std::env::var_os("PATH").unwrap_or_default(),
     )))
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = crate::util::free_port().to_string();
     let o = base_cmd(BIN, d.path())
         .env("PATH", path)
         .args([
@@ -919,8 +902,7 @@ fn the_demo_says_what_the_default_chose() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     let gpus = accel::devices::visible_gpus(&accel::env_vars::Environment::capture());
     let want = match gpus {
-        0 if accel::devices::detect_cpu().physical_cores >= 2 => "2 CPU ranks (gloo)".to_string(),
-        0 => "1 CPU ranks (gloo)".to_string(),
+        0 => format!("{} CPU ranks (gloo)", crate::util::cpu_default_ranks()),
         n => format!("{n} GPU ranks (nccl)"),
     };
     assert!(

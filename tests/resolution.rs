@@ -151,8 +151,7 @@ fn dry_run_reports_the_derived_values() {
         .args(["--dry-run", "--no_python", "true"])
         .run();
     out.success();
-    let cores = accel::devices::detect_cpu().physical_cores;
-    let n = if cores >= 2 { 2 } else { 1 };
+    let n = crate::util::cpu_default_ranks();
     out.stdout_contains(&format!(
         "num_processes = {n}  (default (embedded default: no config file))"
     ));
@@ -212,11 +211,7 @@ fn visible_gpus_agree_between_launch_test_and_env() {
             .collect();
         // accel-launch: one rank per visible GPU; none visible: the CPU default.
         let v = json(&dry_run(d.path(), &bin, &envs, &[]));
-        let cpu_default = if accel::devices::detect_cpu().physical_cores >= 2 {
-            2
-        } else {
-            1
-        };
+        let cpu_default = crate::util::cpu_default_ranks();
         let want = if visible == 0 { cpu_default } else { visible };
         assert_eq!(v["launch"]["num_processes"], want, "{case}");
         // accel-test: the same world size in its report (one collective after the pre-flight).

@@ -219,3 +219,25 @@ pub fn free_port() -> u16 {
         }
     }
 }
+
+/// The CPU default's rank count as accel-launch should plan it (2 with at least two physical cores,
+/// else 1: the embedded default config), from `lscpu`, not from accel's own detection, so that a
+/// detection bug cannot also move the expectation. Cores are unique (core, socket) pairs, bounded by
+/// the CPUs this process may use.
+pub fn cpu_default_ranks() -> u32 {
+    let out = Command::new("lscpu")
+        .arg("-p=Core,Socket")
+        .output()
+        .expect("lscpu (util-linux) is needed");
+    let cores: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores.len().min(usable) >= 2 {
+        2
+    } else {
+        1
+    }
+}

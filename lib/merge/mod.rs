@@ -185,8 +185,8 @@ pub enum MergeError {
     Exists(PathBuf),
     #[error("{0}")]
     Selection(String),
-    #[error("interrupted; nothing was written")]
-    Interrupted,
+    #[error("interrupted by {}; nothing was written", crate::launch::supervise::signal_name(*.0))]
+    Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },
 }
@@ -254,7 +254,7 @@ impl Diagnostic for MergeError {
                 ExitStatus::Output
             }
             MergeError::Selection(_) => ExitStatus::Usage,
-            MergeError::Interrupted => ExitStatus::Interrupted,
+            MergeError::Interrupted(sig) => ExitStatus::Signal(*sig),
             _ => ExitStatus::Input,
         }
     }

@@ -518,7 +518,7 @@ pub fn write_files(
     entries: &[Entry],
     inputs: &[Input],
     progress: &(dyn Fn(u64) + Sync),
-    interrupted: &std::sync::atomic::AtomicBool,
+    interrupted: &std::sync::atomic::AtomicUsize,
 ) -> Result<Vec<PathBuf>, MergeError> {
     let mut handles = Vec::new();
     for fp in &plan.files {
@@ -544,8 +544,9 @@ pub fn write_files(
         .flat_map(|(k, fp)| fp.tensors.iter().map(move |&(i, at)| (k, i, at)))
         .collect();
     jobs.par_iter().try_for_each(|&(k, i, at)| {
-        if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(MergeError::Interrupted);
+        let sig = interrupted.load(std::sync::atomic::Ordering::Relaxed);
+        if sig != 0 {
+            return Err(MergeError::Interrupted(sig as i32));
         }
         let t = &sel[i];
         let e = &entries[t.entry];

@@ -175,7 +175,9 @@ pub fn supervise(
     }
     followed?;
     match outcome.signal {
-        Some(s) if s == libc::SIGINT || s == libc::SIGTERM => return Ok(ExitStatus::Interrupted),
+        Some(s) if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(&s) => {
+            return Ok(ExitStatus::Signal(s))
+        }
         Some(_) => return Ok(outcome.status),
         None => {}
     }

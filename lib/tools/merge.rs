@@ -98,13 +98,14 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     }
     // From here on SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) stop the merge between
     // tensors, so that what was staged is removed instead of left behind.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Holds the signal's number once one came (0: none), for the exit status 128+N.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
     ] {
-        let _ = signal_hook::flag::register(sig, interrupted.clone());
+        let _ = signal_hook::flag::register_usize(sig, interrupted.clone(), sig as usize);
     }
     if !created {
         for (dir, pid) in write::staging_dirs(&out_dir) {
@@ -200,7 +201,7 @@ fn write_staged(
     staging: &Path,
     hf: &[PathBuf],
     names: &[String],
-    interrupted: &std::sync::atomic::AtomicBool,
+    interrupted: &std::sync::atomic::AtomicUsize,
 ) -> Result<(f64, u64), MergeError> {
     std::fs::create_dir(staging).map_err(|e| MergeError::io("create", staging, e))?;
     let start = Instant::now();
@@ -229,8 +230,9 @@ fn write_staged(
             std::fs::copy(src, &dst).map_err(|e| MergeError::io("copy", src, e))?;
         }
     }
-    if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(MergeError::Interrupted);
+    let sig = interrupted.load(std::sync::atomic::Ordering::Relaxed);
+    if sig != 0 {
+        return Err(MergeError::Interrupted(sig as i32));
     }
     commit(out_dir, staging, names, cli.force)?;
     std::fs::remove_dir_all(staging).map_err(|e| MergeError::io("remove", staging, e))?;
