@@ -29,3 +29,4 @@ mod questionnaire;
 mod requeue;
 mod resolution;
 mod slurm;
+mod slurm_control;
