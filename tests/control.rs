@@ -6,10 +6,11 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::alive;
-use crate::util::free_port;
+use crate::util::{alive, free_port, Netns};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -27,37 +28,129 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/control.py")
 }
 
-/// One node's launcher: `ranks` local ranks (`--nproc_per_node` when given), 2 + 2 by default.
+/// One node's launcher: 2 + 2 ranks by default (`--nproc_per_node` in `extra` changes it).
 fn node(dir: &Path, port: &str, node: u32, mode: &str, extra: &[&str]) -> Child {
-    Command::new(BIN)
-        .env_clear()
+    launcher(None, dir, "127.0.0.1", port, node, mode, extra)
+        .spawn()
+        .unwrap()
+}
+
+/// The command of one node's launcher, in network namespace `ns.names[node]` when given (then gloo
+/// is told that namespace's interface).
+fn launcher(
+    ns: Option<&Netns>,
+    dir: &Path,
+    master: &str,
+    port: &str,
+    node: u32,
+    mode: &str,
+    extra: &[&str],
+) -> Command {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.names[node as usize], BIN]);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", dir)
         .env("HF_HOME", dir)
         .env("ACCEL_PYTHON", python())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
-        .args([
-            "--main_process_ip",
-            "127.0.0.1",
-            "--main_process_port",
-            port,
-        ])
-        .args(["--machine_rank", &node.to_string()])
-        .args([
-            "--grace_period",
-            &GRACE.to_string(),
-            "--rdzv_timeout",
-            "120",
-        ])
-        .args(extra)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    if let Some(ns) = ns {
+        c.env("GLOO_SOCKET_IFNAME", &ns.ifaces[node as usize]);
+    }
+    c.args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
+        .args(["--main_process_ip", master, "--main_process_port", port])
+        .args(["--machine_rank", &node.to_string()]);
+    // Defaults, unless `extra` sets them.
+    if !extra.contains(&"--grace_period") {
+        c.args(["--grace_period", &GRACE.to_string()]);
+    }
+    if !extra.contains(&"--rdzv_timeout") {
+        c.args(["--rdzv_timeout", "120"]);
+    }
+    c.args(extra)
         .arg(script())
         .arg(dir)
         .arg(mode)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A launcher whose stderr is read as it comes, each line with the time it was seen.
+struct Watched {
+    child: Child,
+    lines: Arc<Mutex<Vec<(f64, String)>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Watched {
+    fn spawn(mut c: Command) -> Watched {
+        let mut child = c.spawn().unwrap();
+        let err = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                l.lock().unwrap().push((now(), line));
+            }
+        });
+        Watched {
+            child,
+            lines,
+            reader,
+        }
+    }
+
+    /// When (UNIX seconds) a line containing `pat` was printed, waiting for it at most `limit`.
+    fn wait_line(&self, pat: &str, limit: Duration) -> f64 {
+        let t = Instant::now();
+        loop {
+            if let Some((at, _)) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(_, l)| l.contains(pat))
+            {
+                return *at;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "no line with {pat:?} within {limit:?}:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn text(&self) -> String {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().map(|(_, l)| format!("{l}\n")).collect()
+    }
+
+    fn finish(self) -> (i32, String) {
+        let Watched {
+            mut child,
+            lines,
+            reader,
+        } = self;
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        let text = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| format!("{l}\n"))
+            .collect();
+        (status.code().unwrap_or(-1), text)
+    }
 }
 
 fn finish(child: Child) -> (i32, String) {
@@ -68,7 +161,7 @@ fn finish(child: Child) -> (i32, String) {
     )
 }
 
-fn wait_for(dir: &Path, names: &[String], limit: Duration) {
+pub(crate) fn wait_for(dir: &Path, names: &[String], limit: Duration) {
     let t = Instant::now();
     while !names.iter().all(|n| dir.join(n).exists()) {
         assert!(t.elapsed() < limit, "ranks never became ready: {names:?}");
@@ -76,13 +169,13 @@ fn wait_for(dir: &Path, names: &[String], limit: Duration) {
     }
 }
 
-fn ready(dir: &Path, attempt: u32) {
+pub(crate) fn ready(dir: &Path, attempt: u32) {
     let names: Vec<String> = (0..4).map(|r| format!("ready.{r}.{attempt}")).collect();
     wait_for(dir, &names, Duration::from_secs(120));
 }
 
 /// Every rank and grandchild pid of the run, both nodes.
-fn pids(dir: &Path) -> Vec<i32> {
+pub(crate) fn pids(dir: &Path) -> Vec<i32> {
     std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| {
@@ -95,7 +188,7 @@ fn pids(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-fn now() -> f64 {
+pub(crate) fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -103,7 +196,7 @@ fn now() -> f64 {
 }
 
 /// Waits until every recorded process of the run is gone; returns when (UNIX seconds) it saw that.
-fn all_gone(dir: &Path, limit: Duration) -> f64 {
+pub(crate) fn all_gone(dir: &Path, limit: Duration) -> f64 {
     let pids = pids(dir);
     assert!(
         pids.len() >= 8,
@@ -340,4 +433,231 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
     assert!(e.contains("could not join the control plane"), "{e}");
     assert!(e.contains("still waiting for node rank(s) [1]"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+/// The heartbeat window: a side silent this long is lost (HEARTBEAT × MISSES, lib/launch/control.rs).
+const WINDOW: u64 = 5;
+
+fn kill9(pid: u32) {
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+/// The first line the launcher printed of its own (not a rank's).
+fn first_word(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("accel-launch:"))
+        .unwrap_or_default()
+}
+
+/// Node 1's network cut (its veth link down; the nodes are two network namespaces with their own
+/// addresses): nothing closes, the heartbeats just stop. Both launchers count the other as lost after
+/// the heartbeat window, stop their ranks and exit 122; every process of the run on both nodes is gone
+/// within the window + grace + 3 s of the cut.
+#[test]
+fn a_network_cut_stops_both_nodes_within_the_heartbeat_window() {
+    let Some(ns) = Netns::create("c") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "network namespaces (`ip netns add`, veth) are unavailable: the network cut cannot be tested"
+        );
+        eprintln!("SKIP a_network_cut_stops_both_nodes_within_the_heartbeat_window: `ip netns` is unavailable here (needs root and iproute2); the network cut was NOT tested");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let master = ns.ips[0].clone();
+    let n0 = Watched::spawn(launcher(
+        Some(&ns),
+        d.path(),
+        &master,
+        &port,
+        0,
+        "sleep",
+        &[],
+    ));
+    let n1 = Watched::spawn(launcher(
+        Some(&ns),
+        d.path(),
+        &master,
+        &port,
+        1,
+        "sleep",
+        &[],
+    ));
+    ready(d.path(), 0);
+    let cut = now();
+    ns.cut(1);
+    let gone_at = all_gone(d.path(), Duration::from_secs(WINDOW + GRACE + 60));
+    let (c0, e0) = n0.finish();
+    let (c1, e1) = n1.finish();
+    assert_eq!(c0, 122, "node 0: {e0}");
+    assert_eq!(c1, 122, "node 1: {e1}");
+    let first = first_word(&e0);
+    assert!(
+        first.contains("node 1 (") && first.contains("was lost: no heartbeat for 5 s"),
+        "node 0 must name the lost node first: {e0}"
+    );
+    assert!(
+        first_word(&e1).contains("node 0 (") && e1.contains("was lost"),
+        "node 1: {e1}"
+    );
+    let took = gone_at - cut;
+    eprintln!("network cut: every process of the run gone {took:.2} s after the cut");
+    assert!(
+        took < (WINDOW + GRACE + 3) as f64,
+        "every process gone {took:.2} s after the cut (window {WINDOW} s, grace {GRACE} s)"
+    );
+}
+
+/// A SIGKILLed launcher whose ranks outlive it for a while (they ignore SIGTERM, so its guards wait
+/// out a 10 s grace period before SIGKILL): the guards must not hold its control-plane connection
+/// open, so node 0 sees the connection close at once, not the heartbeats stop 5 s later.
+#[test]
+fn a_sigkilled_launchers_connection_closes_though_its_guards_live_on() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "sleep",
+        &[],
+    ));
+    let mut n1 = node(d.path(), &port, 1, "stubborn", &["--grace_period", "10"]);
+    ready(d.path(), 0);
+    let t = now();
+    kill9(n1.id());
+    n1.wait().unwrap();
+    let seen = n0.wait_line("was lost", Duration::from_secs(60));
+    let (c0, e0) = n0.finish();
+    all_gone(d.path(), Duration::from_secs(60));
+    assert_eq!(c0, 122, "{e0}");
+    assert!(
+        first_word(&e0).contains("node 1 (") && e0.contains("its launcher's connection closed"),
+        "node 0 must see the connection close, not the heartbeats stop: {e0}"
+    );
+    let took = seen - t;
+    eprintln!("SIGKILLed launcher with live guards: node 0 knew after {took:.2} s");
+    assert!(
+        took < WINDOW as f64,
+        "node 0 learned of the SIGKILL after {took:.2} s: by the heartbeats, not by the connection closing"
+    );
+}
+
+/// A node's launcher is SIGKILLed with a restart left: node 0 waits for a new launcher of that node,
+/// which joins the next attempt; both nodes then run it together (TORCHELASTIC_RESTART_COUNT=1 on
+/// every rank, an all_reduce over all 4) and exit 0. A second launcher with a node rank that is still
+/// in the run is refused, naming both hosts.
+#[test]
+fn a_lost_nodes_replacement_joins_the_next_attempt() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let restarts = ["--max_restarts", "1"];
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "replace",
+        &restarts,
+    ));
+    let mut n1 = node(d.path(), &port, 1, "replace", &restarts);
+    ready(d.path(), 0);
+    let twin = node(d.path(), &port, 1, "replace", &restarts);
+    let (c, e) = finish(twin);
+    assert_eq!(c, 125, "{e}");
+    assert!(
+        e.contains("node 1 is already in the run from host ")
+            && e.contains("and this launcher (host "),
+        "{e}"
+    );
+    kill9(n1.id());
+    n1.wait().unwrap();
+    n0.wait_line(
+        "waiting up to 120 s for a new launcher of node 1 (",
+        Duration::from_secs(60),
+    );
+    let replacement = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        1,
+        "replace",
+        &restarts,
+    ));
+    let (c1, e1) = replacement.finish();
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0: {e0}\nnode 1: {e1}");
+    assert!(
+        first_word(&e0).contains("node 1 (") && e0.contains("was lost"),
+        "{e0}"
+    );
+    assert!(
+        e0.contains("restarting the ranks of every node (restart 1 of 1)"),
+        "{e0}"
+    );
+    assert!(
+        e1.contains("node 1 replaces its lost launcher: joining restart 1 of 1"),
+        "{e1}"
+    );
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["TORCHELASTIC_RESTART_COUNT"], "1", "rank {r}: {v}");
+    }
+    // Nothing of attempt 0 is left (node 1's old ranks went with its launcher's guards).
+    all_gone(d.path(), Duration::from_secs(30));
+}
+
+/// No launcher replaces the lost node within --rdzv_timeout: node 0 stops waiting and exits 122,
+/// saying so.
+#[test]
+fn a_lost_node_not_replaced_in_time_ends_the_run() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let args = [
+        "--max_restarts",
+        "1",
+        "--rdzv_timeout",
+        "3",
+        "--nproc_per_node",
+        "1",
+    ];
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "replace",
+        &args,
+    ));
+    let mut n1 = node(d.path(), &port, 1, "replace", &args);
+    let names: Vec<String> = (0..2).map(|r| format!("ready.{r}.0")).collect();
+    wait_for(d.path(), &names, Duration::from_secs(120));
+    kill9(n1.id());
+    n1.wait().unwrap();
+    let t = Instant::now();
+    let (c0, e0) = n0.finish();
+    assert_eq!(c0, 122, "{e0}");
+    assert!(
+        e0.contains("waiting up to 3 s for a new launcher of node 1 ("),
+        "{e0}"
+    );
+    assert!(
+        e0.contains("no launcher replaced node 1 (") && e0.contains(") within 3 s"),
+        "{e0}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(GRACE + 3 + 30), "{e0}");
 }

@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+use crate::util::Netns;
+
 const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const ENV_BIN: &str = env!("CARGO_BIN_EXE_accel-env");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -645,83 +647,6 @@ fn accel_env_execs_a_slurm_task_with_its_contract() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot derive a rank contract"));
-}
-
-/// Two network namespaces joined by a veth pair (`None` where they cannot be made).
-struct Netns {
-    names: [String; 2],
-    ips: [String; 2],
-    /// The veth end in each namespace (gloo must be told: the host name resolves to loopback).
-    ifaces: [String; 2],
-}
-
-impl Netns {
-    fn create(tag: &str) -> Option<Netns> {
-        let id = std::process::id() % 200 + 20;
-        let names = [format!("accel{tag}{id}a"), format!("accel{tag}{id}b")];
-        let sub = if tag == "s" { 201 } else { 200 };
-        let ips = [format!("10.{sub}.{id}.1"), format!("10.{sub}.{id}.2")];
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let va = format!("va{tag}{id}");
-        let vb = format!("vb{tag}{id}");
-        let ns = Netns {
-            names: names.clone(),
-            ips: ips.clone(),
-            ifaces: [va.clone(), vb.clone()],
-        };
-        let ok = ip(&["netns", "add", &names[0]])
-            && ip(&["netns", "add", &names[1]])
-            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
-            && ip(&["link", "set", &va, "netns", &names[0]])
-            && ip(&["link", "set", &vb, "netns", &names[1]])
-            && ip(&[
-                "-n",
-                &names[0],
-                "addr",
-                "add",
-                &format!("{}/24", ips[0]),
-                "dev",
-                &va,
-            ])
-            && ip(&[
-                "-n",
-                &names[1],
-                "addr",
-                "add",
-                &format!("{}/24", ips[1]),
-                "dev",
-                &vb,
-            ])
-            && ip(&["-n", &names[0], "link", "set", &va, "up"])
-            && ip(&["-n", &names[1], "link", "set", &vb, "up"])
-            && ip(&["-n", &names[0], "link", "set", "lo", "up"])
-            && ip(&["-n", &names[1], "link", "set", "lo", "up"]);
-        ok.then_some(ns)
-    }
-
-    /// `/etc/netns/NAME/hosts`, which `ip netns exec` mounts over /etc/hosts.
-    fn hosts(&self, text: &str) {
-        for n in &self.names {
-            let dir = Path::new("/etc/netns").join(n);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("hosts"), format!("127.0.0.1 localhost\n{text}")).unwrap();
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(n));
-        }
-    }
 }
 
 fn check_allreduce(out: &Path, want_hosts: Option<&[String; 2]>) {

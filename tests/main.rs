@@ -31,3 +31,4 @@ mod questionnaire;
 mod requeue;
 mod resolution;
 mod slurm;
+mod slurm_control;

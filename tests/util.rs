@@ -199,6 +199,98 @@ pub fn alive(pid: i32) -> bool {
         .is_some_and(|state| state != "Z" && state != "X")
 }
 
+/// Two network namespaces joined by a veth pair (`None` where they cannot be made).
+pub struct Netns {
+    pub names: [String; 2],
+    pub ips: [String; 2],
+    /// The veth end in each namespace (gloo must be told: the host name resolves to loopback).
+    pub ifaces: [String; 2],
+}
+
+impl Netns {
+    pub fn create(tag: &str) -> Option<Netns> {
+        let id = std::process::id() % 200 + 20;
+        let names = [format!("accel{tag}{id}a"), format!("accel{tag}{id}b")];
+        // A subnet per tag: pairs made by tests running at once stay apart.
+        let sub = match tag {
+            "s" => 201,
+            "c" => 202,
+            _ => 200,
+        };
+        let ips = [format!("10.{sub}.{id}.1"), format!("10.{sub}.{id}.2")];
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let va = format!("va{tag}{id}");
+        let vb = format!("vb{tag}{id}");
+        let ns = Netns {
+            names: names.clone(),
+            ips: ips.clone(),
+            ifaces: [va.clone(), vb.clone()],
+        };
+        let ok = ip(&["netns", "add", &names[0]])
+            && ip(&["netns", "add", &names[1]])
+            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
+            && ip(&["link", "set", &va, "netns", &names[0]])
+            && ip(&["link", "set", &vb, "netns", &names[1]])
+            && ip(&[
+                "-n",
+                &names[0],
+                "addr",
+                "add",
+                &format!("{}/24", ips[0]),
+                "dev",
+                &va,
+            ])
+            && ip(&[
+                "-n",
+                &names[1],
+                "addr",
+                "add",
+                &format!("{}/24", ips[1]),
+                "dev",
+                &vb,
+            ])
+            && ip(&["-n", &names[0], "link", "set", &va, "up"])
+            && ip(&["-n", &names[1], "link", "set", &vb, "up"])
+            && ip(&["-n", &names[0], "link", "set", "lo", "up"])
+            && ip(&["-n", &names[1], "link", "set", "lo", "up"]);
+        ok.then_some(ns)
+    }
+
+    /// Cuts node `i`'s network: its veth end goes down, so nothing reaches the other namespace and
+    /// nothing says so (no reset, no error: packets are lost, as when a cable is pulled).
+    pub fn cut(&self, i: usize) {
+        let ok = Command::new("ip")
+            .args(["-n", &self.names[i], "link", "set", &self.ifaces[i], "down"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "could not down {} in {}", self.ifaces[i], self.names[i]);
+    }
+
+    /// `/etc/netns/NAME/hosts`, which `ip netns exec` mounts over /etc/hosts.
+    pub fn hosts(&self, text: &str) {
+        for n in &self.names {
+            let dir = Path::new("/etc/netns").join(n);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("hosts"), format!("127.0.0.1 localhost\n{text}")).unwrap();
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(n));
+        }
+    }
+}
+
 /// A port for a test's rendezvous (and the one after it, the control plane's), reserved for this
 /// test process: ports from 10000–14999 in turn (below the kernel's ephemeral range, where a rank's
 /// outgoing connection could take a port that was merely free when it was chosen, and below the

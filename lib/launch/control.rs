@@ -265,6 +265,36 @@ pub enum Msg {
         stacks: String,
         quiet_ms: u64,
     },
+    /// Server → the surviving nodes: every rank of the attempt is gone, and attempt `attempt` starts
+    /// once a launcher replaces each of the `lost` nodes (same --machine_rank) within `secs` seconds;
+    /// sent again, naming them all, when another node is lost meanwhile.
+    Wait {
+        attempt: u32,
+        lost: Vec<LostNode>,
+        secs: u64,
+    },
+}
+
+/// A node whose launcher was lost, as [`Msg::Wait`] names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostNode {
+    pub node: u32,
+    pub host: String,
+}
+
+impl LostNode {
+    /// `node 1 (host)`, `node 1 (host) and node 2 (host)`, …
+    pub fn list(lost: &[LostNode]) -> String {
+        let names: Vec<String> = lost
+            .iter()
+            .map(|l| format!("node {} ({})", l.node, l.host))
+            .collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        }
+    }
 }
 
 impl Msg {
@@ -287,6 +317,8 @@ pub enum To {
 enum Phase {
     Joining,
     Running,
+    /// Every rank of the attempt is gone; the next waits for replacements of the lost nodes.
+    Waiting,
     Finished,
 }
 
@@ -310,13 +342,16 @@ pub struct Coordinator {
     /// Nodes whose connection is gone (after `Bye`, or lost).
     gone: BTreeSet<u32>,
     /// A node was lost: the world cannot restart without it.
-    lost_any: bool,
     /// `--hang_timeout`, as the first node to join gave it (every node must give the same).
     hang_timeout_ms: Option<Option<u64>>,
     /// The world's hang judgement of the running attempt ([`verdict`]).
     world: Option<World>,
     /// The coordinator's clock: the time of the last [`tick`](Coordinator::tick).
     now: Instant,
+    /// Nodes lost and not replaced yet: the next attempt waits for a launcher of each.
+    lost: BTreeMap<u32, String>,
+    /// How long the survivors wait for replacements (the server's join timeout).
+    replace_within: Duration,
 }
 
 impl Coordinator {
@@ -331,11 +366,23 @@ impl Coordinator {
             failure: None,
             ended: BTreeSet::new(),
             gone: BTreeSet::new(),
-            lost_any: false,
             hang_timeout_ms: None,
             world: None,
             now: Instant::now(),
+            lost: BTreeMap::new(),
+            replace_within: Duration::from_secs(300),
         }
+    }
+
+    /// How long the survivors of a lost node wait for its replacement (default 300 s).
+    pub fn replacing_within(mut self, d: Duration) -> Coordinator {
+        self.replace_within = d;
+        self
+    }
+
+    /// Every rank of the attempt is gone, and the next attempt waits for replacement launchers.
+    pub fn waiting(&self) -> bool {
+        self.phase == Phase::Waiting
     }
 
     /// The nodes not joined yet, while joining.
@@ -354,18 +401,13 @@ impl Coordinator {
         self.phase == Phase::Finished && self.gone.len() == self.members.len()
     }
 
-    /// A node's join: `Err` is the reason it is refused.
+    /// A node's join: `Err` is the reason it is refused. Once the run has started, only a launcher
+    /// replacing a lost node may join, for the next attempt.
     pub fn join(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
         if j.protocol != PROTOCOL {
             return Err(format!(
                 "protocol {} (this server speaks {PROTOCOL}): run the same accel-launch on every node",
                 j.protocol
-            ));
-        }
-        if self.phase != Phase::Joining {
-            return Err(format!(
-                "the run has already started (attempt {}); node {} cannot join late",
-                self.attempt, j.node
             ));
         }
         if j.nodes != self.nodes {
@@ -378,12 +420,6 @@ impl Coordinator {
             return Err(format!(
                 "--machine_rank {} is not below --num_machines {}",
                 j.node, self.nodes
-            ));
-        }
-        if let Some(m) = self.members.get(&j.node) {
-            return Err(format!(
-                "node {} has already joined from {}; two launchers have --machine_rank {}",
-                j.node, m.host, j.node
             ));
         }
         if let Some(r) = &self.run_id {
@@ -413,6 +449,19 @@ impl Coordinator {
                 say(h)
             ));
         }
+        match self.phase {
+            Phase::Joining => {}
+            Phase::Finished => {
+                return Err(format!(
+                    "the run has ended (attempt {}); node {} cannot join it",
+                    self.attempt, j.node
+                ))
+            }
+            Phase::Running | Phase::Waiting => return self.replace(j),
+        }
+        if let Some(m) = self.members.get(&j.node) {
+            return Err(duplicate(j, &m.host));
+        }
         self.run_id = Some(j.run_id.clone());
         self.max_restarts = Some(j.max_restarts);
         self.hang_timeout_ms = Some(j.hang_timeout_ms);
@@ -429,6 +478,89 @@ impl Coordinator {
             return Ok(self.starts());
         }
         Ok(Vec::new())
+    }
+
+    /// A join after the start: a launcher replacing a lost node joins the next attempt.
+    fn replace(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
+        let Some(m) = self.members.get(&j.node).cloned() else {
+            return Err(format!(
+                "the run has already started (attempt {}); node {} cannot join late",
+                self.attempt, j.node
+            ));
+        };
+        if !self.lost.contains_key(&j.node) {
+            return Err(duplicate(j, &m.host));
+        }
+        if j.node == 0 {
+            return Err("node 0 hosts the control plane and cannot be replaced".into());
+        }
+        if !self.can_restart() {
+            return Err(format!(
+                "node {} was lost in attempt {} and no restart is left (--max_restarts {}): the run ends without it",
+                j.node,
+                self.attempt,
+                self.max_restarts.unwrap_or(0)
+            ));
+        }
+        if m.local_ranks != j.local_ranks {
+            return Err(format!(
+                "node {} ran {} rank(s) and its replacement has {}: the other nodes' ranks were placed for {}",
+                j.node, m.local_ranks, j.local_ranks, m.local_ranks
+            ));
+        }
+        self.lost.remove(&j.node);
+        self.gone.remove(&j.node);
+        self.members.insert(
+            j.node,
+            Member {
+                host: j.host.clone(),
+                local_ranks: j.local_ranks,
+            },
+        );
+        // It has no ranks in this attempt: it counts as ended.
+        self.ended.insert(j.node);
+        if self.phase == Phase::Waiting && self.lost.is_empty() {
+            return Ok(self.restart());
+        }
+        Ok(Vec::new())
+    }
+
+    /// Whether the attempt that failed may be followed by another.
+    fn can_restart(&self) -> bool {
+        let requeue = self.failure.as_ref().is_some_and(|f| f.requeue);
+        // A hang is not restarted: the same run would most likely hang again.
+        let hang = self.failure.as_ref().is_some_and(|f| f.hang);
+        self.failure.is_some()
+            && !requeue
+            && !hang
+            && !self.lost.contains_key(&0)
+            && self.attempt < self.max_restarts.unwrap_or(0)
+    }
+
+    /// The wait for replacements passed its time: the run ends with the failure that began it.
+    pub fn give_up(&mut self) -> Vec<(To, Msg)> {
+        if self.phase != Phase::Waiting {
+            return Vec::new();
+        }
+        let why = format!(
+            "; no launcher replaced {} within {} s",
+            LostNode::list(&self.lost_nodes()),
+            self.replace_within.as_secs()
+        );
+        if let Some(f) = &mut self.failure {
+            f.what.push_str(&why);
+        }
+        self.finish()
+    }
+
+    fn lost_nodes(&self) -> Vec<LostNode> {
+        self.lost
+            .iter()
+            .map(|(n, h)| LostNode {
+                node: *n,
+                host: h.clone(),
+            })
+            .collect()
     }
 
     /// Each node's place in the world: rank offsets in node order.
@@ -594,12 +726,12 @@ impl Coordinator {
             }
             Phase::Running => {
                 self.gone.insert(node);
-                self.lost_any = true;
                 // Lost while every node's ranks were still: a silent node in the hang's verdict, not
                 // (yet) a failure.
                 let silent = self.failure.is_none()
                     && self.world.as_mut().is_some_and(|w| w.lost(node, why));
                 if silent {
+                    self.lost.insert(node, self.host(node));
                     self.ended.insert(node);
                     let now = self.now;
                     let mut out = self.tick(now);
@@ -607,10 +739,27 @@ impl Coordinator {
                     return out;
                 }
                 let host = self.host(node);
+                self.lost.insert(node, host.clone());
                 let mut out = self.fail(FailureReport::lost(node, &host, why));
                 self.ended.insert(node);
                 out.extend(self.maybe_next());
                 out
+            }
+            Phase::Waiting => {
+                self.gone.insert(node);
+                let host = self.host(node);
+                self.lost.insert(node, host);
+                if self.can_restart() {
+                    // The survivors learn that they now wait for this one too.
+                    vec![(To::All, self.wait_msg())]
+                } else {
+                    if let Some(f) = &mut self.failure {
+                        f.what.push_str(&format!(
+                            "; then node {node} was lost too, which cannot be replaced"
+                        ));
+                    }
+                    self.finish()
+                }
             }
         }
     }
@@ -636,23 +785,32 @@ impl Coordinator {
         )]
     }
 
-    /// Once every node's ranks of the attempt are gone: all restart together, or all finish.
+    /// Once every node's ranks of the attempt are gone: all restart together (once every lost node
+    /// is replaced), or all finish.
     fn maybe_next(&mut self) -> Vec<(To, Msg)> {
         if self.phase != Phase::Running || self.ended.len() as u32 != self.nodes {
             return Vec::new();
         }
-        let restarts = self.max_restarts.unwrap_or(0);
-        let requeue = self.failure.as_ref().is_some_and(|f| f.requeue);
-        // A hang is not restarted: the same run would most likely hang again.
-        let hang = self.failure.as_ref().is_some_and(|f| f.hang);
-        if self.failure.is_some() && !self.lost_any && !requeue && !hang && self.attempt < restarts
-        {
-            self.attempt += 1;
-            self.failure = None;
-            self.ended.clear();
-            self.arm_world();
-            return self.starts();
+        if self.can_restart() {
+            if self.lost.is_empty() {
+                return self.restart();
+            }
+            self.phase = Phase::Waiting;
+            return vec![(To::All, self.wait_msg())];
         }
+        self.finish()
+    }
+
+    fn restart(&mut self) -> Vec<(To, Msg)> {
+        self.attempt += 1;
+        self.failure = None;
+        self.ended.clear();
+        self.phase = Phase::Running;
+        self.arm_world();
+        self.starts()
+    }
+
+    fn finish(&mut self) -> Vec<(To, Msg)> {
         self.phase = Phase::Finished;
         vec![(
             To::All,
@@ -661,6 +819,22 @@ impl Coordinator {
             },
         )]
     }
+
+    fn wait_msg(&self) -> Msg {
+        Msg::Wait {
+            attempt: self.attempt + 1,
+            lost: self.lost_nodes(),
+            secs: self.replace_within.as_secs(),
+        }
+    }
+}
+
+/// Two launchers with one node rank: the second is refused, naming both hosts.
+fn duplicate(j: &Join, host: &str) -> String {
+    format!(
+        "node {} is already in the run from host {host}, and this launcher (host {}) has the same --machine_rank {}; a replacement may join only once node {} is lost",
+        j.node, j.host, j.node, j.node
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -819,7 +993,8 @@ fn hub(
     heartbeat: Duration,
     done: Arc<AtomicBool>,
 ) {
-    let mut c = Coordinator::new(nodes);
+    let mut c = Coordinator::new(nodes).replacing_within(join_timeout);
+    let mut wait_deadline: Option<Instant> = None;
     let mut writers: BTreeMap<u32, Mutex<TcpStream>> = BTreeMap::new();
     let mut node_of: HashMap<u64, u32> = HashMap::new();
     let join_deadline = Instant::now() + join_timeout;
@@ -881,6 +1056,16 @@ fn hub(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
+        // A wait for replacements is bounded like the first join.
+        if !c.waiting() {
+            wait_deadline = None;
+        } else if wait_deadline.is_none() {
+            wait_deadline = Some(Instant::now() + join_timeout);
+        }
+        if wait_deadline.is_some_and(|d| Instant::now() >= d) {
+            let out = c.give_up();
+            send(&mut writers, out);
+        }
         if Instant::now() >= next_beat {
             next_beat = Instant::now() + heartbeat;
             send(&mut writers, vec![(To::All, Msg::Hb)]);
@@ -917,6 +1102,8 @@ pub struct Settings {
 pub struct Place {
     pub world_size: u32,
     pub rank_offset: u32,
+    /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
+    pub attempt: u32,
 }
 
 /// What follows an attempt whose ranks are all gone on this node.
@@ -926,6 +1113,14 @@ pub enum Decision {
     Restart(u32),
     /// No further attempt: how the run ended (`None`: every rank of every node succeeded).
     Finish(Option<FailureReport>),
+}
+
+/// The next attempt waits (at most `secs` seconds) for launchers replacing the lost nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub attempt: u32,
+    pub lost: Vec<LostNode>,
+    pub secs: u64,
 }
 
 enum Incoming {
@@ -947,6 +1142,7 @@ pub struct Link {
     lost: Mutex<Option<String>>,
     closing: Arc<AtomicBool>,
     server: Option<Server>,
+    first_attempt: u32,
 }
 
 impl std::fmt::Debug for Link {
@@ -1013,6 +1209,7 @@ impl Link {
             let _ = reader.get_ref().set_read_timeout(Some(left));
             match read_msg(&mut reader) {
                 Ok(Some(Msg::Start {
+                    attempt,
                     world_size,
                     rank_offset,
                     ..
@@ -1020,6 +1217,7 @@ impl Link {
                     break Place {
                         world_size,
                         rank_offset,
+                        attempt,
                     }
                 }
                 Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
@@ -1117,6 +1315,7 @@ impl Link {
                 lost: Mutex::new(None),
                 closing,
                 server,
+                first_attempt: place.attempt,
             },
             place,
         ))
@@ -1126,8 +1325,19 @@ impl Link {
         self.node
     }
 
+    /// The attempt this node's ranks start with: above 0 for a launcher that replaced a lost one.
+    pub fn first_attempt(&self) -> u32 {
+        self.first_attempt
+    }
+
     fn lost_report(&self, why: &str) -> FailureReport {
-        FailureReport::lost(0, &self.addr, why)
+        let mut f = FailureReport::lost(0, &self.addr, why);
+        if self.node != 0 {
+            // Unlike another node, node 0 cannot be replaced: the plane and its state die with it.
+            f.what
+                .push_str("; node 0 hosts the control plane, so the run cannot go on without it");
+        }
+        f
     }
 
     fn take(&self, wait: Option<Duration>) -> Option<Incoming> {
@@ -1195,7 +1405,14 @@ impl Link {
 
     /// Every rank of `attempt` on this node is gone: waits for the world's decision (bounded by the
     /// heartbeats: a lost server ends the wait).
-    pub fn attempt_ended(&self, attempt: u32, ok: bool) -> Decision {
+    /// `on_wait` is told each time the world waits for replacements of lost nodes (the server
+    /// bounds that wait).
+    pub fn attempt_ended(
+        &self,
+        attempt: u32,
+        ok: bool,
+        mut on_wait: impl FnMut(&Waiting),
+    ) -> Decision {
         if let Some(why) = self.lost.lock().ok().and_then(|l| l.clone()) {
             return Decision::Finish(Some(self.lost_report(&why)));
         }
@@ -1215,6 +1432,15 @@ impl Link {
                     return Decision::Restart(a)
                 }
                 Some(Incoming::Msg(Msg::Finish { failure })) => return Decision::Finish(failure),
+                Some(Incoming::Msg(Msg::Wait {
+                    attempt: a,
+                    lost,
+                    secs,
+                })) if a > attempt => on_wait(&Waiting {
+                    attempt: a,
+                    lost,
+                    secs,
+                }),
                 Some(Incoming::Lost(why)) => {
                     if let Ok(mut l) = self.lost.lock() {
                         *l = Some(why.clone());
@@ -1368,8 +1594,13 @@ mod tests {
     fn joins_that_do_not_fit_are_refused() {
         let mut c = Coordinator::new(2);
         c.join(&join(0, 2)).unwrap();
-        let e = c.join(&join(0, 2)).unwrap_err();
-        assert!(e.contains("already joined from h0"), "{e}");
+        let mut twin = join(0, 2);
+        twin.host = "h0b".into();
+        let e = c.join(&twin).unwrap_err();
+        assert!(
+            e.contains("node 0 is already in the run from host h0, and this launcher (host h0b)"),
+            "{e}"
+        );
         let mut other = join(1, 2);
         other.nodes = 3;
         assert!(c.join(&other).unwrap_err().contains("--num_machines 3"));
@@ -1380,10 +1611,11 @@ mod tests {
         c.closed(0, "gone");
         c.join(&join(0, 2)).unwrap();
         c.join(&join(1, 2)).unwrap();
+        // Once running, a second launcher of a node still in the run is a duplicate too.
         assert!(c
             .join(&join(1, 2))
             .unwrap_err()
-            .contains("cannot join late"));
+            .contains("node 1 is already in the run from host h1"));
     }
 
     #[test]
@@ -1461,11 +1693,197 @@ mod tests {
         assert!(c.done());
     }
 
+    fn started(nodes: u32, max_restarts: u32) -> Coordinator {
+        let mut c = Coordinator::new(nodes).replacing_within(Duration::from_secs(60));
+        for n in 0..nodes {
+            let mut j = join(n, 2);
+            j.nodes = nodes;
+            j.max_restarts = max_restarts;
+            c.join(&j).unwrap();
+        }
+        c
+    }
+
+    fn ended(c: &mut Coordinator, node: u32, attempt: u32) -> Vec<(To, Msg)> {
+        c.message(node, Msg::Ended { attempt, ok: false })
+    }
+
+    fn lost(nodes: &[u32]) -> Vec<LostNode> {
+        nodes
+            .iter()
+            .map(|n| LostNode {
+                node: *n,
+                host: format!("h{n}"),
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_lost_node_stops_the_world_and_forbids_a_restart() {
-        let mut c = Coordinator::new(2);
-        c.join(&join(0, 2)).unwrap();
-        c.join(&join(1, 2)).unwrap();
+    fn a_lost_nodes_replacement_joins_the_next_attempt() {
+        let mut c = started(2, 1);
+        let out = c.closed(1, "its launcher's connection closed");
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Stop { attempt: 0, .. })]),
+            "{out:?}"
+        );
+        let out = ended(&mut c, 0, 0);
+        assert_eq!(
+            out,
+            vec![(
+                To::All,
+                Msg::Wait {
+                    attempt: 1,
+                    lost: lost(&[1]),
+                    secs: 60
+                }
+            )]
+        );
+        assert!(c.waiting());
+        // The replacement, on another host: both nodes start attempt 1, in the same places.
+        let mut r = join(1, 2);
+        r.host = "h1b".into();
+        let out = c.join(&r).unwrap();
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out.iter().all(|(_, m)| matches!(
+            m,
+            Msg::Start {
+                attempt: 1,
+                world_size: 4,
+                ..
+            }
+        )));
+        assert!(matches!(
+            out[1],
+            (To::Node(1), Msg::Start { rank_offset: 2, .. })
+        ));
+        // Attempt 1 ends well: the run succeeds.
+        assert!(c
+            .message(
+                0,
+                Msg::Ended {
+                    attempt: 1,
+                    ok: true
+                }
+            )
+            .is_empty());
+        let out = c.message(
+            1,
+            Msg::Ended {
+                attempt: 1,
+                ok: true,
+            },
+        );
+        assert_eq!(out, vec![(To::All, Msg::Finish { failure: None })]);
+    }
+
+    #[test]
+    fn a_replacement_that_comes_while_the_others_stop_joins_the_next_attempt() {
+        let mut c = started(2, 1);
+        c.closed(1, "gone");
+        // Node 0's ranks are still stopping.
+        assert!(c.join(&join(1, 2)).unwrap().is_empty());
+        let out = ended(&mut c, 0, 0);
+        assert!(
+            matches!(
+                &out[..],
+                [
+                    (To::Node(0), Msg::Start { attempt: 1, .. }),
+                    (To::Node(1), Msg::Start { attempt: 1, .. })
+                ]
+            ),
+            "no wait once every lost node is back: {out:?}"
+        );
+    }
+
+    #[test]
+    fn the_wait_names_every_lost_node_and_is_bounded() {
+        let mut c = started(3, 2);
+        c.closed(2, "gone");
+        ended(&mut c, 0, 0);
+        let out = ended(&mut c, 1, 0);
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Wait { lost, .. })] if *lost == self::lost(&[2]))
+        );
+        // Another node is lost while waiting: the survivors hear of both.
+        let out = c.closed(1, "no heartbeat for 5 s");
+        assert_eq!(
+            out,
+            vec![(
+                To::All,
+                Msg::Wait {
+                    attempt: 1,
+                    lost: lost(&[1, 2]),
+                    secs: 60
+                }
+            )]
+        );
+        // One replacement is not enough.
+        assert!(c.join(&join3(1)).unwrap().is_empty());
+        assert!(c.waiting());
+        // Nobody replaces node 2 in time: the run ends with the failure that began it.
+        let out = c.give_up();
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.node, 2);
+        assert_eq!(f.exit_status(), ExitStatus::NodeLost);
+        assert!(
+            f.headline()
+                .ends_with("was lost: gone; no launcher replaced node 2 (h2) within 60 s"),
+            "{}",
+            f.headline()
+        );
+        let e = c.join(&join3(2)).unwrap_err();
+        assert!(e.contains("the run has ended"), "{e}");
+    }
+
+    fn join3(node: u32) -> Join {
+        let mut j = join(node, 2);
+        j.nodes = 3;
+        j.max_restarts = 2;
+        j
+    }
+
+    #[test]
+    fn replacements_are_refused_without_a_restart_or_for_node_0() {
+        // No restart left: the run ends, and a replacement is told why.
+        let mut c = started(2, 0);
+        c.closed(1, "gone");
+        let mut r = join(1, 2);
+        r.max_restarts = 0;
+        let e = c.join(&r).unwrap_err();
+        assert!(
+            e.contains("node 1 was lost in attempt 0 and no restart is left (--max_restarts 0)"),
+            "{e}"
+        );
+        let out = ended(&mut c, 0, 0);
+        assert!(matches!(&out[..], [(To::All, Msg::Finish { failure: Some(f) })] if f.node == 1));
+        // Restarts left, but node 0 (which hosts the plane) is lost: no wait, no replacement.
+        let mut c = started(2, 1);
+        c.closed(0, "gone");
+        let e = c.join(&join(0, 2)).unwrap_err();
+        assert!(
+            e.contains("node 0 hosts the control plane and cannot be replaced"),
+            "{e}"
+        );
+        let out = ended(&mut c, 1, 0);
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Finish { failure: Some(f) })] if f.node == 0),
+            "{out:?}"
+        );
+        // A replacement must run as many ranks as the node it replaces.
+        let mut c = started(2, 1);
+        c.closed(1, "gone");
+        let e = c.join(&join(1, 3)).unwrap_err();
+        assert!(
+            e.contains("node 1 ran 2 rank(s) and its replacement has 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_lost_node_without_restarts_stops_the_world_and_ends_the_run() {
+        let mut c = started(2, 0);
         let out = c.closed(1, "no heartbeat for 5 s");
         let Msg::Stop { failure, .. } = &out[0].1 else {
             panic!("{out:?}")

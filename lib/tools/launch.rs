@@ -276,6 +276,12 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 world_size: place.world_size,
                 rank_offset: place.rank_offset,
             });
+            if place.attempt > 0 && !cli.quiet {
+                eprintln!(
+                    "{TOOL}: node {} replaces its lost launcher: joining restart {} of {}",
+                    t.node_rank, place.attempt, cli.max_restarts
+                );
+            }
             Some(Arc::new(link))
         }
         _ => None,

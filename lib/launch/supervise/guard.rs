@@ -237,6 +237,7 @@ pub(super) fn spawn_guard(rank: Pid, grace: Duration, strays: Option<&Strays>) -
         if pid > 0 {
             return Some(Pid::from_raw(pid));
         }
+        close_inherited_fds();
         libc::setpgid(0, 0);
         for s in [
             libc::SIGINT,
@@ -284,6 +285,34 @@ pub(super) fn spawn_guard(rank: Pid, grace: Duration, strays: Option<&Strays>) -
             signal_strays(shared, libc::SIGKILL);
         }
         libc::_exit(0);
+    }
+}
+
+/// Closes every descriptor above stderr in a guard just forked. A fork copies all of the launcher's
+/// descriptors, close-on-exec or not (no exec follows): a guard would hold the launcher's
+/// control-plane connection open after a SIGKILL, so node 0 would learn of the death only when the
+/// heartbeats stop, not when the connection closes, and likewise the ranks' pipes and listening
+/// sockets. Async-signal-safe (close_range, else close).
+unsafe fn close_inherited_fds() {
+    // SAFETY: plain syscalls; the guard uses no descriptor above 2 from here on.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) == 0 {
+            return;
+        }
+        // Kernels before 5.9: every descriptor up to the limit (capped: a huge hard limit would make
+        // the guard spin for a long time).
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            libc::close(fd);
+        }
     }
 }
 

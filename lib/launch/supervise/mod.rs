@@ -463,7 +463,8 @@ enum Outcome {
 impl Session<'_> {
     fn run_attempts(&mut self, mut plan: Plan) -> Result<RunOutcome> {
         let opts = self.opts;
-        let mut attempt = 0u32;
+        // A launcher replacing a lost node's joins the world's next attempt.
+        let mut attempt = opts.control.as_ref().map_or(0, |l| l.first_attempt());
         let mut port_retries = 0u32;
         loop {
             let (outcome, ranks) = self.run_once(&plan, attempt)?;
@@ -477,7 +478,19 @@ impl Session<'_> {
             // Multi-node: the world decides together whether to restart.
             if let Some(link) = &opts.control {
                 let ok = matches!(outcome, Outcome::Success);
-                match link.attempt_ended(attempt, ok) {
+                let decision = link.attempt_ended(attempt, ok, |w| {
+                    note(
+                        opts,
+                        &format!(
+                            "waiting up to {} s for a new launcher of {} (the same --machine_rank) to join restart {} of {}",
+                            w.secs,
+                            control::LostNode::list(&w.lost),
+                            w.attempt,
+                            opts.max_restarts
+                        ),
+                    )
+                });
+                match decision {
                     Decision::Restart(a) => {
                         attempt = a;
                         note(
