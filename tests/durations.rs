@@ -107,3 +107,22 @@ fn bad_accel_test_timeouts_are_usage_errors() {
             .stderr_lacks("panicked");
     }
 }
+
+/// `--bench --max_size` below the first message size would measure nothing and print nothing: a usage
+/// error naming the flag and the smallest size, before any rank starts.
+#[test]
+fn a_bench_max_size_below_the_first_message_is_a_usage_error() {
+    let home = tempdir();
+    for value in ["1", "1023", "0"] {
+        Run::new("accel-test", home.path())
+            .args(["--cpu", "--bench", "--max_size", value])
+            .run()
+            .code_is(2)
+            .stderr_contains("--max_size")
+            .stderr_lacks("panicked");
+    }
+    Run::new("accel-test", home.path())
+        .args(["--cpu", "--bench", "--max_size", "1"])
+        .run()
+        .stderr_contains("below the smallest --bench size, 1K (1024 bytes)");
+}
