@@ -16,16 +16,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const TIMEOUT: u64 = 10;
 
-fn venv_bin() -> PathBuf {
+pub fn venv_bin() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin"))
 }
 
-fn fixture() -> PathBuf {
+pub fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/hang_cases.py")
 }
 
 /// `hang_cases.py:N` of the line marked `# at:NAME`.
-fn at(name: &str) -> String {
+pub fn at(name: &str) -> String {
     let text = std::fs::read_to_string(fixture()).unwrap();
     let marker = format!("# at:{name}");
     let n = text

@@ -7,9 +7,10 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
+use crate::hang::{at, fixture, venv_bin};
 use crate::util::free_port;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -19,25 +20,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const TIMEOUT: u64 = 10;
 const GRACE: u64 = 3;
 const VERDICT: &str = "accel-launch: hang:";
-
-fn venv_bin() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin"))
-}
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/hang_cases.py")
-}
-
-/// `hang_cases.py:N` of the line marked `# at:NAME`.
-fn at(name: &str) -> String {
-    let text = std::fs::read_to_string(fixture()).unwrap();
-    let marker = format!("# at:{name}");
-    let n = text
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no line marked {marker}"));
-    format!("hang_cases.py:{}", n + 1)
-}
 
 fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Command {
     let mut c = Command::new(BIN);
@@ -294,6 +276,10 @@ fn a_node_that_does_not_answer_is_named_in_the_verdict() {
     let limit = Duration::from_secs(240);
     n1.first("accel-launch: no rank of node 1 made progress", limit)
         .unwrap_or_else(|| panic!("node 1 never reported: {}", n1.all.lock().unwrap()));
+    // Node 0's ranks must be still too before node 1 goes silent: a node lost while another node's
+    // ranks still move is a lost node, not a silent one (ranks start seconds apart under load).
+    n0.first("accel-launch: no rank of node 0 made progress", limit)
+        .unwrap_or_else(|| panic!("node 0 never reported: {}", n0.all.lock().unwrap()));
     let stopped = n1.child.id().to_string();
     Command::new("kill")
         .args(["-STOP", &stopped])
