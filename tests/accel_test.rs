@@ -2,7 +2,7 @@
 //! `torch` feature (the whole module is gated in tests/main.rs).
 #![allow(clippy::unwrap_used)]
 
-use crate::util::free_port;
+use crate::util::{free_port, ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
 fn cmd() -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env(
             "PATH",
             format!(
@@ -29,7 +30,7 @@ fn cmd() -> Command {
 }
 
 fn accel_test(args: &[&str]) -> Output {
-    cmd().args(args).output().expect("run accel-test")
+    cmd().args(args).output_within(WAIT)
 }
 
 fn text(o: &Output) -> String {
@@ -163,6 +164,7 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let _bound = crate::util::proc::Deadline::new(child.id(), Duration::from_secs(120));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
     // Wait until the world is up and running collectives.
@@ -190,7 +192,7 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
         seen.push_str(&line.unwrap());
         seen.push('\n');
     }
-    let status = child.wait().unwrap();
+    let status = child.wait_within(WAIT);
     let took = killed_at.elapsed();
     // A failed pre-flight is exit 1 (man page EXIT STATUS), not the dead rank's 137 and not a panic.
     assert_eq!(status.code(), Some(1), "{seen}");
@@ -286,7 +288,7 @@ fn a_sigkilled_accel_test_leaves_no_process_behind() {
     let d = tempfile::tempdir().unwrap();
     let (mut child, ranks, sleepers) = busy_world(d.path());
     child.kill().unwrap();
-    child.wait().unwrap();
+    child.wait_within(WAIT);
     // PDEATHSIG ends the ranks; each rank's guard then takes down its group, the rank's own children
     // included, which PDEATHSIG alone never reaches.
     let left = all_gone_within(&[ranks, sleepers].concat(), Duration::from_secs(10));
@@ -303,7 +305,7 @@ fn sigint_stops_the_world_with_status_130() {
     )
     .unwrap();
     let started = Instant::now();
-    let status = child.wait().unwrap();
+    let status = child.wait_within(WAIT);
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     let left = all_gone_within(&[ranks, sleepers].concat(), Duration::from_secs(1));
@@ -410,8 +412,7 @@ fn wrong_master_port_fails_reach_within_the_timeout() {
             ("MASTER_ADDR", "127.0.0.1"),
             ("MASTER_PORT", port.as_str()),
         ])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let ev = events(&o);
     let reach = ev
@@ -440,8 +441,7 @@ fn invalid_contract_is_named() {
         .envs([("RANK", "2"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")])
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", "29500")
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert_eq!(o.status.code(), Some(1));
     let ev = events(&o);
     assert_eq!(ev[0]["name"], "preflight.contract");
@@ -516,12 +516,8 @@ fn world_of_three_on(
         .arg(script)
         .args(args)
         .envs(contract("2"))
-        .output()
-        .unwrap();
-    let outs = workers
-        .into_iter()
-        .map(|w| w.wait_with_output().unwrap())
-        .collect();
+        .output_within(WAIT);
+    let outs = workers.into_iter().map(|w| w.output_within(WAIT)).collect();
     (py, outs)
 }
 
@@ -564,8 +560,7 @@ fn python_side_is_checked_with_the_users_python() {
         ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .env("ACCEL_PYTHON", PYTHON)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     for c in [
@@ -590,8 +585,7 @@ fn python_side_is_checked_with_the_users_python() {
         ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .env("ACCEL_PYTHON", "/usr/bin/python3")
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("FAIL  python.import torch"), "{t}");
@@ -722,7 +716,7 @@ fn different_world_sizes_are_named_as_a_mismatch() {
     let r0 = worker("0", "3");
     let r1 = worker("1", "2");
     for (rank, child) in [(0, r0), (1, r1)] {
-        let o = child.wait_with_output().unwrap();
+        let o = child.output_within(WAIT);
         assert_eq!(o.status.code(), Some(1), "rank {rank}: {}", text(&o));
         let ev = events(&o);
         let rdzv = ev

@@ -1,6 +1,8 @@
 //! accel-config against the real accelerate 1.15 in `.venv`: files each side writes load on the other with
 //! the same values; formats, normalisation, errors and the no-TTY refusal.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -57,8 +59,7 @@ fn reads_what_accelerate_config_default_writes() {
         ])
         .arg(&file)
         .env("HOME", home.path())
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "{}",

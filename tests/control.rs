@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use crate::util::{alive, free_port, Netns};
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -55,6 +57,7 @@ fn launcher(
         None => Command::new(BIN),
     };
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", dir)
         .env("HF_HOME", dir)
@@ -141,7 +144,7 @@ impl Watched {
             lines,
             reader,
         } = self;
-        let status = child.wait().unwrap();
+        let status = child.wait_within(WAIT);
         reader.join().unwrap();
         let text = lines
             .lock()
@@ -154,7 +157,7 @@ impl Watched {
 }
 
 fn finish(child: Child) -> (i32, String) {
-    let out = child.wait_with_output().unwrap();
+    let out = child.output_within(WAIT);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -295,8 +298,7 @@ fn a_sigkilled_launcher_on_either_node_stops_the_other() {
         let t = now();
         Command::new("kill")
             .args(["-9", &killed.id().to_string()])
-            .status()
-            .unwrap();
+            .status_within(WAIT);
         let (code, _) = finish(killed);
         assert_eq!(code, -1, "SIGKILLed");
         let survivor = kids.into_iter().flatten().next().unwrap();
@@ -378,6 +380,7 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
     let d = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", d.path())
         .args([
@@ -397,8 +400,7 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
             "--dry-run",
         ])
         .args(["--no_python", "true"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("control plane = 10.1.2.3:29501 (master port + 1"),
@@ -408,6 +410,7 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
     let t = Instant::now();
     let n1 = Command::new(BIN)
         .env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", d.path())
         .args([
@@ -426,8 +429,7 @@ fn dry_run_shows_the_control_plane_and_a_missing_node_times_out() {
             &port,
         ])
         .args(["--rdzv_timeout", "3", "--no_python", "true"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let e = String::from_utf8_lossy(&n1.stderr);
     assert_eq!(n1.status.code(), Some(125), "{e}");
     assert!(e.contains("could not join the control plane"), "{e}");
@@ -441,8 +443,7 @@ const WINDOW: u64 = 5;
 fn kill9(pid: u32) {
     Command::new("kill")
         .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
 }
 
 /// The first line the launcher printed of its own (not a rank's).
@@ -533,7 +534,7 @@ fn a_sigkilled_launchers_connection_closes_though_its_guards_live_on() {
     ready(d.path(), 0);
     let t = now();
     kill9(n1.id());
-    n1.wait().unwrap();
+    n1.wait_within(WAIT);
     let seen = n0.wait_line("was lost", Duration::from_secs(60));
     let (c0, e0) = n0.finish();
     all_gone(d.path(), Duration::from_secs(60));
@@ -579,7 +580,7 @@ fn a_lost_nodes_replacement_joins_the_next_attempt() {
         "{e}"
     );
     kill9(n1.id());
-    n1.wait().unwrap();
+    n1.wait_within(WAIT);
     n0.wait_line(
         "waiting up to 120 s for a new launcher of node 1 (",
         Duration::from_secs(60),
@@ -647,7 +648,7 @@ fn a_lost_node_not_replaced_in_time_ends_the_run() {
     let names: Vec<String> = (0..2).map(|r| format!("ready.{r}.0")).collect();
     wait_for(d.path(), &names, Duration::from_secs(120));
     kill9(n1.id());
-    n1.wait().unwrap();
+    n1.wait_within(WAIT);
     let t = Instant::now();
     let (c0, e0) = n0.finish();
     assert_eq!(c0, 122, "{e0}");

@@ -8,6 +8,8 @@
 //! that message under both launchers, then trains with `deepspeed.initialize` (ZeRO-2, gloo) in the same
 //! ranks and compares the losses.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -37,6 +39,7 @@ fn launch(program: &Path, sub: Option<&str>, home: &Path, out: &Path) -> BTreeMa
     let venv = repo().join(".venv/bin");
     let mut cmd = Command::new(program);
     cmd.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env(
             "PATH",
             format!(
@@ -58,8 +61,7 @@ fn launch(program: &Path, sub: Option<&str>, home: &Path, out: &Path) -> BTreeMa
         .arg(home.join("ds.yaml"))
         .arg(repo().join("tests/fixtures/deepspeed_accelerate_probe.py"))
         .arg(out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(
         o.status.success(),
         "{}: {}\n{}",

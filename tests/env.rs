@@ -1,6 +1,8 @@
 //! accel-env: the report's JSON holds every field a bug report needs, Markdown mirrors `accelerate env`,
 //! leaking variables are warned about, and no non-torch binary links libtorch.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::fs;
 
 use serde_json::Value;
@@ -86,6 +88,7 @@ fn markdown_like_accelerate_env() {
     let theirs = std::process::Command::new(repo().join(".venv/bin/accelerate"))
         .arg("env")
         .env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env(
             "PATH",
             format!(
@@ -96,8 +99,7 @@ fn markdown_like_accelerate_env() {
         )
         .env("HOME", home.path())
         .current_dir(home.path())
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(theirs.status.success(), "accelerate env failed");
     let theirs = fields(&String::from_utf8_lossy(&theirs.stdout));
     let ours = fields(&out.stdout);
@@ -157,8 +159,7 @@ fn non_torch_binaries_do_not_link_libtorch() {
     ] {
         let out = std::process::Command::new("ldd")
             .arg(bin(tool))
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "ldd {tool} failed");
         assert!(

@@ -1,6 +1,8 @@
 //! accel-estimate-memory against accelerate's own arithmetic (run in .venv), hand-computed per-GPU
 //! figures, a loopback Hub with range support, and the errors users meet.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -20,12 +22,15 @@ fn empty_path() -> String {
 
 fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args).current_dir(dir).env_clear();
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner());
     cmd.env("PATH", empty_path());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run accel-estimate-memory")
+    cmd.output_within(WAIT)
 }
 
 fn run(args: &[&str]) -> Output {
@@ -64,8 +69,7 @@ fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
         .arg(jobs_path)
         .env("TRANSFORMERS_VERBOSITY", "error")
         .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("run python");
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "{script} failed:\n{}",
@@ -405,8 +409,7 @@ print(json.dumps({"total": sum(t.numel() * 4 for t in sd.values()), "tensors": l
         .arg(&dir)
         .arg(&odd)
         .env("TRANSFORMERS_VERBOSITY", "error")
-        .output()
-        .expect("python");
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "{}",
@@ -1172,7 +1175,7 @@ fn measured(configs: &[&Path], strategies: &[&str], precisions: &str) -> (Vec<Va
         cmd.args(["--strategy", s]);
     }
     cmd.args(configs);
-    let out = cmd.output().expect("run estimate-vs-measured");
+    let out = cmd.output_within(WAIT);
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
             "estimate-vs-measured: {}\n{}",

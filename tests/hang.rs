@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use crate::util::alive;
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -90,6 +92,7 @@ fn without_py_spy(dir: &Path) -> Setup {
 fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", &setup.path)
         .env("HOME", dir)
         .env("HF_HOME", dir)
@@ -134,7 +137,7 @@ fn run(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Ran {
         }
         if started.elapsed() > Duration::from_secs(240) {
             let _ = child.kill();
-            break child.wait().unwrap();
+            break child.wait_within(WAIT);
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -378,10 +381,10 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
         while t.elapsed() < Duration::from_secs(60) {
             let out = Command::new(BIN)
                 .env_clear()
+                .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
                 .env("PATH", with_py_spy().path)
                 .args(["--stacks", &child.id().to_string()])
-                .output()
-                .unwrap();
+                .output_within(WAIT);
             assert_eq!(out.status.code(), Some(0));
             last = String::from_utf8_lossy(&out.stdout).into_owned();
             if last.contains(&want0) && last.contains(want1) {
@@ -399,15 +402,13 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
         assert!(child.try_wait().unwrap().is_none());
         Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert_eq!(child.wait().unwrap().code(), Some(143));
+            .status_within(WAIT);
+        assert_eq!(child.wait_within(WAIT).code(), Some(143));
         assert_no_survivors(dir, "--stacks");
         // Not a launcher: a usage error naming the PID.
         let out = Command::new(BIN)
             .args(["--stacks", &std::process::id().to_string()])
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("is not an accel-launch"));
     }));

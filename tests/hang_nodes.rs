@@ -9,6 +9,8 @@
 
 use crate::hang::{at, fixture, venv_bin};
 use crate::util::free_port;
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -24,6 +26,7 @@ const VERDICT: &str = "accel-launch: hang:";
 fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env(
             "PATH",
             format!(
@@ -120,7 +123,7 @@ impl Node {
             }
             if t.elapsed() > limit {
                 let _ = self.child.kill();
-                break self.child.wait().unwrap();
+                break self.child.wait_within(WAIT);
             }
             std::thread::sleep(Duration::from_millis(50));
         };
@@ -283,14 +286,12 @@ fn a_node_that_does_not_answer_is_named_in_the_verdict() {
     let stopped = n1.child.id().to_string();
     Command::new("kill")
         .args(["-STOP", &stopped])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
     let verdict = n0.first(VERDICT, Duration::from_secs(TIMEOUT + 30));
     let (c0, e0) = n0.finish(Duration::from_secs(60));
     Command::new("kill")
         .args(["-CONT", &stopped])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
     let (c1, e1) = n1.finish(Duration::from_secs(60));
     let (_, line) = verdict.unwrap_or_else(|| panic!("no verdict on node 0: {e0}"));
     assert_eq!(c0, 124, "node 0: {e0}");
@@ -366,8 +367,8 @@ fn a_mismatched_hang_timeout_is_refused_at_the_join() {
     };
     let n0 = run(0, "10");
     let n1 = run(1, "20");
-    let o1 = n1.wait_with_output().unwrap();
-    let o0 = n0.wait_with_output().unwrap();
+    let o1 = n1.output_within(WAIT);
+    let o0 = n0.output_within(WAIT);
     let e0 = String::from_utf8_lossy(&o0.stderr);
     let e1 = String::from_utf8_lossy(&o1.stderr);
     assert_eq!(

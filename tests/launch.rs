@@ -5,6 +5,8 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -31,6 +33,7 @@ fn fixture(name: &str) -> PathBuf {
 fn base_cmd(program: impl AsRef<std::ffi::OsStr>, hf_home: &Path) -> Command {
     let mut c = Command::new(program);
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", hf_home)
         .env("HF_HOME", hf_home)
@@ -261,10 +264,7 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
             );
         }
     }
-    let outs: Vec<Output> = handles
-        .into_iter()
-        .map(|h| h.wait_with_output().unwrap())
-        .collect();
+    let outs: Vec<Output> = handles.into_iter().map(|h| h.output_within(WAIT)).collect();
     let oa = outs
         .iter()
         .step_by(2)
@@ -512,7 +512,7 @@ fn example_trains_on_2_and_4_cpu_ranks_like_one_process() {
         );
     }
     for r in runs {
-        let out = r.wait_with_output().unwrap();
+        let out = r.output_within(WAIT);
         assert!(
             out.status.success(),
             "{}",
@@ -550,8 +550,7 @@ fn dry_run_shows_provenance_and_every_rank_and_aliases_agree() {
             .arg("--config_file")
             .arg(&cfg)
             .args(args)
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         assert!(
             out.status.success(),
             "{}",
@@ -621,8 +620,7 @@ fn accel_env_execs_a_slurm_task_with_its_contract() {
             ("SLURM_NTASKS", "4"),
         ])
         .args(["--", "env"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "{}",
@@ -643,8 +641,7 @@ fn accel_env_execs_a_slurm_task_with_its_contract() {
     }
     let out = base_cmd(ENV_BIN, d.path())
         .args(["--", "env"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot derive a rank contract"));
 }
@@ -688,7 +685,7 @@ fn two_nodes(d: &Path, ns: Option<&Netns>, per_node: impl Fn(usize, &mut Command
         })
         .collect();
     for c in children {
-        let o = c.wait_with_output().unwrap();
+        let o = c.output_within(WAIT);
         assert!(
             o.status.success(),
             "node failed: {}",
@@ -792,8 +789,7 @@ fn elastic_rendezvous_runs_torchrun_for_real() {
         ])
         .arg(fixture("allreduce.py"))
         .arg(&out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let ranks = read_ranks(&out);
     assert_eq!(ranks.len(), 2);
@@ -821,8 +817,7 @@ fn the_demo_says_what_the_default_chose() {
         .args(["--epochs", "1"])
         .env("ACCEL_SETUP_NO_BUILD", "1")
         .env_remove("CUDA_VISIBLE_DEVICES")
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let gpus = accel::devices::visible_gpus(&accel::env_vars::Environment::capture());

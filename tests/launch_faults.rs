@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use crate::util::alive;
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,6 +29,7 @@ fn drill() -> PathBuf {
 fn accel_launch(home: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("HF_HOME", home);
@@ -94,7 +97,7 @@ fn assert_no_survivors(dir: &Path, within: Duration) {
 
 fn finish(child: Child) -> (i32, String, Duration) {
     let t = Instant::now();
-    let out = child.wait_with_output().unwrap();
+    let out = child.output_within(WAIT);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -105,8 +108,7 @@ fn finish(child: Child) -> (i32, String, Duration) {
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .args([&format!("-{sig}"), &child.id().to_string()])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
     assert!(ok.success());
 }
 
@@ -159,8 +161,7 @@ fn stop_drill(sig: &str, code: i32) {
     let t = Instant::now();
     let ok = Command::new("kill")
         .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
     assert!(ok.success());
     let (got, err, _) = finish(child);
     assert_eq!(got, code, "{err}");
@@ -323,8 +324,7 @@ fn launcher_failures_have_their_own_codes() {
         let out = accel_launch(d.path())
             .env("ACCEL_PYTHON", python())
             .args(args)
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -371,8 +371,7 @@ fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
                 "-c",
                 "echo out $RANK; echo err $LOCAL_RANK >&2",
             ])
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         assert!(
             out.status.success(),
             "{}",
@@ -423,8 +422,7 @@ fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
             .env("PATH", path)
             .env("ACCEL_PYTHON", python())
             .args(args)
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -518,8 +516,7 @@ fn topology_errors_come_before_anything_is_spawned() {
             .args(args)
             .args(["--no_python", "touch"])
             .arg(d.path().join("spawned"))
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -590,8 +587,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
             "-c",
             &script,
         ])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("retrying on port"), "{err}");
@@ -608,8 +604,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
             "-c",
             record,
         ])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("error: ValueError: boom from rank 1"), "{err}");
@@ -741,15 +736,14 @@ fn ctrl_c_says_what_it_stops_and_a_second_ctrl_c_kills() {
     let ctrl_c = || {
         let ok = Command::new("kill")
             .args(["-INT", "--", &format!("-{}", child.id())])
-            .status()
-            .unwrap();
+            .status_within(WAIT);
         assert!(ok.success());
     };
     ctrl_c();
     wait_line(&lines, "stopping 2 ranks (Ctrl-C again to kill)");
     let t = Instant::now();
     ctrl_c();
-    let status = child.wait().unwrap();
+    let status = child.wait_within(WAIT);
     assert_eq!(status.code(), Some(130));
     assert!(
         t.elapsed() < Duration::from_secs(30),
@@ -777,8 +771,7 @@ fn ctrl_z_stops_the_ranks_and_fg_resumes_them() {
     let group = |sig: &str| {
         let ok = Command::new("kill")
             .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
-            .status()
-            .unwrap();
+            .status_within(WAIT);
         assert!(ok.success());
     };
     let ranks: Vec<i32> = (0..2)
@@ -798,7 +791,7 @@ fn ctrl_z_stops_the_ranks_and_fg_resumes_them() {
     wait_state(&ranks, |s| s != 'T', "fg must resume the ranks");
     wait_state(&[launcher_pid], |s| s != 'T', "and the launcher");
     group("TERM");
-    let status = child.wait().unwrap();
+    let status = child.wait_within(WAIT);
     assert_eq!(status.code(), Some(143));
     for r in 0..2 {
         let ckpt =
@@ -836,8 +829,7 @@ fn a_stopped_run_still_ends_on_sigterm() {
     let group = |sig: &str| {
         let ok = Command::new("kill")
             .args([&format!("-{sig}"), "--", &format!("-{}", child.id())])
-            .status()
-            .unwrap();
+            .status_within(WAIT);
         assert!(ok.success());
     };
     group("TSTP");
@@ -846,7 +838,7 @@ fn a_stopped_run_still_ends_on_sigterm() {
     // What a shell's `kill %1` does to a stopped job: SIGTERM, then SIGCONT.
     group("TERM");
     group("CONT");
-    let status = child.wait().unwrap();
+    let status = child.wait_within(WAIT);
     assert_eq!(status.code(), Some(143));
     for r in 0..2 {
         let ckpt =

@@ -2,6 +2,8 @@
 //! however the ranks interleave, floods and endless lines relayed in linear time, and log files that
 //! never collide and never overwrite an earlier run's.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
@@ -109,6 +111,7 @@ sys.stdout.write("\rprogress 100%\n")
         let _ = std::fs::remove_file(&seen);
         let mut cmd = std::process::Command::new(crate::util::bin("accel-launch"));
         cmd.env_clear()
+            .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", d.path())
             .env("ACCEL_PYTHON", crate::util::venv_python())
@@ -135,6 +138,7 @@ sys.stdout.write("\rprogress 100%\n")
                 Ok(b) => got.extend(b),
                 Err(_) => {
                     std::fs::write(&seen, "").unwrap();
+                    crate::util::proc::kill_tree(child.id() as i32);
                     let _ = child.wait();
                     panic!(
                         "the unfinished line never reached the console: {:?}",
@@ -147,7 +151,7 @@ sys.stdout.write("\rprogress 100%\n")
         while let Ok(b) = rx.recv_timeout(Duration::from_secs(60)) {
             got.extend(b);
         }
-        assert!(child.wait().unwrap().success());
+        assert!(child.wait_within(WAIT).success());
         let text = String::from_utf8_lossy(&got).into_owned();
         let want = match prefix {
             None => "\rprogress 50%\rprogress 100%\n",
@@ -163,6 +167,7 @@ sys.stdout.write("\rprogress 100%\n")
 fn relay_cost(home: &Path, args: &[&str]) -> (String, f64, u64) {
     let mut child = std::process::Command::new(crate::util::bin("accel-launch"))
         .env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("ACCEL_PYTHON", crate::util::venv_python())

@@ -3,10 +3,10 @@
 //! and against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
 //! bit for bit with DeepSpeed's own `zero_to_fp32`.
 
-use crate::util::free_port;
+use crate::util::{free_port, suite, ChildExt, CommandExt, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_accel-merge-weights");
 const HERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/merge");
@@ -33,8 +33,7 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         .envs(env.iter().copied())
         .env("PORT", free_port().to_string())
         .env("PYTHONWARNINGS", "ignore")
-        .output()
-        .expect("run python");
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "python {args:?} failed:\n{}",
@@ -43,40 +42,25 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     out
 }
 
-/// A checkpoint of `kind` made once per test run by make_dcp.py (or make_zero.py for `zero*`).
+/// A checkpoint of `kind` made once per suite run by make_dcp.py, shared by the test processes
+/// (`suite::fixture`).
 fn fixture(kind: &'static str) -> PathBuf {
-    static MADE: Mutex<Vec<(&'static str, PathBuf)>> = Mutex::new(Vec::new());
-    static LOCKS: OnceLock<Vec<(&'static str, Mutex<()>)>> = OnceLock::new();
-    let locks = LOCKS.get_or_init(|| {
-        [
-            "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
-        ]
-        .into_iter()
-        .map(|k| (k, Mutex::new(())))
-        .collect()
-    });
-    let lock = &locks
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .expect("known kind")
-        .1;
-    let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = MADE.lock().unwrap().iter().find(|(k, _)| *k == kind) {
-        return p.clone();
-    }
-    let dir = root().join(format!("fixture-{kind}"));
+    const KINDS: &[&str] = &[
+        "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
+    ];
+    assert!(KINDS.contains(&kind), "unknown fixture {kind}");
     // `big` is the drill's 1 GiB checkpoint.
     let env: &[(&str, &str)] = if kind == "big" {
         &[("BIG_MIB", "1024")]
     } else {
         &[]
     };
-    py_env(
-        &[&format!("{HERE}/make_dcp.py"), kind, dir.to_str().unwrap()],
-        env,
-    );
-    MADE.lock().unwrap().push((kind, dir.clone()));
-    dir
+    suite::fixture(&format!("merge-{kind}"), |dir| {
+        py_env(
+            &[&format!("{HERE}/make_dcp.py"), kind, dir.to_str().unwrap()],
+            env,
+        );
+    })
 }
 
 /// The DeepSpeed configurations make_zero.py saves, all in one 3-rank torchrun.
@@ -84,20 +68,16 @@ const ZERO_CONFIGS: &[&str] = &[
     "0-bf16", "1-bf16", "1-fp32", "2-bf16", "2-fp32", "3-bf16", "3-fp32",
 ];
 
-/// A checkpoint saved by the real DeepSpeed for `config` (e.g. `3-bf16`), made once per test run by
+/// A checkpoint saved by the real DeepSpeed for `config` (e.g. `3-bf16`), made once per suite run by
 /// make_zero.py with its zero_to_fp32 reconstruction (`reference.pt`) and module state (`module.pt`).
 fn zero_fixture(config: &str) -> PathBuf {
-    static DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut made = DIR.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = made.get_or_insert_with(|| {
-        let d = root().join("fixture-zero");
+    assert!(ZERO_CONFIGS.contains(&config), "unknown config {config}");
+    let dir = suite::fixture("merge-zero", |d| {
         let mut args = vec![format!("{HERE}/make_zero.py"), d.display().to_string()];
         args.extend(ZERO_CONFIGS.iter().map(|c| c.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         py(&args);
-        d
     });
-    assert!(ZERO_CONFIGS.contains(&config), "unknown config {config}");
     dir.join(format!("zero{config}"))
 }
 
@@ -106,8 +86,7 @@ fn merge(args: &[&Path], flags: &[&str]) -> Output {
         .args(args)
         .args(flags)
         .env("ACCEL_NO_PROGRESS", "1")
-        .output()
-        .expect("run accel-merge-weights")
+        .output_within(WAIT)
 }
 
 fn ok(out: &Output) -> String {
@@ -493,7 +472,7 @@ fn error_disk_full_leaves_nothing() {
             Ok(())
         });
     }
-    let o = cmd.output().unwrap();
+    let o = cmd.output_within(WAIT);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(4), "{err}");
     assert!(err.contains("cannot write"), "{err}");
@@ -502,7 +481,7 @@ fn error_disk_full_leaves_nothing() {
 
 #[test]
 fn accelerate_flag_spellings() {
-    let o = Command::new(BIN).arg("--help").output().unwrap();
+    let o = Command::new(BIN).arg("--help").output_within(WAIT);
     let help = String::from_utf8_lossy(&o.stdout);
     for flag in [
         "--unsafe_serialization",
@@ -512,7 +491,7 @@ fn accelerate_flag_spellings() {
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
-    let o = Command::new(BIN).output().unwrap();
+    let o = Command::new(BIN).output_within(WAIT);
     assert_eq!(o.status.code(), Some(2));
 }
 
@@ -780,7 +759,7 @@ fn error_output_path_is_a_file() {
 fn dead_pid() -> u32 {
     let mut c = Command::new("true").spawn().unwrap();
     let pid = c.id();
-    c.wait().unwrap();
+    c.wait_within(WAIT);
     pid
 }
 
@@ -858,7 +837,7 @@ fn drill_sighup_and_sigkill_during_a_1gib_merge() {
     let mut child = spawn();
     let staging = wait_for_staging(&mut child, &out);
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
-    let o = child.wait_with_output().unwrap();
+    let o = child.output_within(WAIT);
     let err = String::from_utf8_lossy(&o.stderr);
     // 128 + SIGHUP, as a shell reports a job the signal stopped.
     assert_eq!(o.status.code(), Some(129), "{err}");
@@ -877,7 +856,7 @@ fn drill_sighup_and_sigkill_during_a_1gib_merge() {
     let mut child = spawn();
     let staging = wait_for_staging(&mut child, &out);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let st = child.wait().unwrap();
+    let st = child.wait_within(WAIT);
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&st),
         Some(libc::SIGKILL)
@@ -1040,8 +1019,7 @@ fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
         .arg(BIN)
         .arg(&ckpt)
         .arg(&out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
     let err = v["stderr"].as_str().unwrap_or_default();

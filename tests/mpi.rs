@@ -5,6 +5,8 @@
 //! builds).
 
 use crate::util::free_port;
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -23,7 +25,8 @@ fn mpi(program: &str, cwd: &Path) -> Command {
         "`{program}` is not installed: scripts/setup installs openmpi-bin and mpich"
     );
     let mut cmd = Command::new(program);
-    cmd.env_clear();
+    cmd.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner());
     let tools = bin("accel-env").parent().unwrap().to_path_buf();
     let venv = repo().join(".venv/bin");
     let path = std::env::var("PATH").unwrap_or_default();
@@ -42,7 +45,7 @@ fn mpi(program: &str, cwd: &Path) -> Command {
 }
 
 fn run(mut cmd: Command) -> Output {
-    cmd.output().unwrap()
+    cmd.output_within(WAIT)
 }
 
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {

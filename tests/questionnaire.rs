@@ -6,6 +6,8 @@
 //! menu's keys only once the program has switched the terminal to raw mode: accelerate's menu flushes
 //! pending input when it does (`tty.setraw`), so keys sent earlier would be lost.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -190,7 +192,7 @@ impl Pty {
         let deadline = Instant::now() + limit;
         while self.child.try_wait().unwrap().is_none() {
             if Instant::now() >= deadline {
-                let _ = self.child.kill();
+                crate::util::proc::kill_tree(self.child.id() as i32);
                 let _ = self.child.wait();
                 panic!("the program did not end:\n{}", self.transcript());
             }
@@ -200,7 +202,7 @@ impl Pty {
     }
 
     fn finish(mut self) -> (ExitStatus, String) {
-        let status = self.child.wait().unwrap();
+        let status = self.child.wait_within(WAIT);
         if let Some(r) = self.reader.take() {
             r.join().unwrap();
         }
@@ -212,6 +214,7 @@ impl Pty {
 fn command(program: &Path, home: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("TERM", "xterm")

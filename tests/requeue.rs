@@ -2,6 +2,8 @@
 //! signal, the ranks' checkpoint, `scontrol requeue` once per job, and the requeued job resuming to the
 //! same final loss as a run that was never interrupted. Also its refusals before anything starts.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -46,8 +48,7 @@ fn submit(dir: &Path, script: &Path, extra: &[&str]) -> u32 {
         .args(["--parsable", "--output=job-%j.out"])
         .args(extra)
         .arg(script)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     String::from_utf8_lossy(&o.stdout)
         .trim()
         .split(';')
@@ -108,8 +109,7 @@ fn release(dir: &Path, id: u32) {
     // A requeued job waits for its BeginTime (about 2 minutes); the test need not.
     let o = slurm("scontrol", dir)
         .args(["update", &format!("jobid={id}"), "StartTime=now"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -142,8 +142,7 @@ fn a_warned_job_is_requeued_once_and_ends_with_the_uninterrupted_loss() {
     });
     let o = slurm("scancel", &w)
         .args(["--signal=USR1", &id.to_string()])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     wait_state(&w, id, &["PENDING"], minutes);
     assert_eq!(job_field(&w, id, "Restarts"), "1", "{}", log(&w, id));
@@ -182,8 +181,7 @@ fn a_warned_job_is_requeued_once_and_ends_with_the_uninterrupted_loss() {
         .unwrap_or_else(|| panic!("rank 2 of run 1 noted no launcher:\n{ranks}"));
     let o = std::process::Command::new("kill")
         .args(["-USR1", &launcher.to_string()])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     wait_state(&w, id, &["PENDING"], minutes);
     assert_eq!(job_field(&w, id, "Restarts"), "2", "{}", log(&w, id));
@@ -257,7 +255,7 @@ fn slurms_timed_warning_with_a_custom_signal_requeues_the_job() {
     let l = log(w, id);
     assert_eq!(state, "PENDING", "the job was not requeued:\n{l}");
     assert_eq!(job_field(w, id, "Restarts"), "1", "{l}");
-    let o = slurm("scancel", w).arg(id.to_string()).output().unwrap();
+    let o = slurm("scancel", w).arg(id.to_string()).output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     let run0 = run_part(&l, 0);
     assert_eq!(

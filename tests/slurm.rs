@@ -9,29 +9,41 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::util::{alive, bin, repo, venv_python};
+use crate::util::{alive, bin, proc, repo, suite, venv_python, ChildExt, CommandExt, WAIT};
 
 pub struct Cluster {
     pub conf: PathBuf,
 }
 
-/// The cluster of this test process, started on first use and taken down by its watcher when the
-/// process exits.
+/// The suite run's cluster: started by the first test process that needs it, shared by the others
+/// (nextest runs each test in a process of its own), and taken down by its watcher once the suite's
+/// runner has exited (`--owner`). A start that failed once fails every later SLURM test at once
+/// with the same reason instead of each trying again.
 pub fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("accel-cluster-{}", std::process::id()));
+        let runner = suite::runner();
+        let dir = std::env::temp_dir().join(format!("accel-cluster-{runner}"));
+        let _held = suite::lock(&suite::dir().join("cluster.lock"));
+        let failed = suite::dir().join("cluster.failed");
+        if let Ok(why) = std::fs::read_to_string(&failed) {
+            panic!("the suite's SLURM cluster failed to start earlier in this run:\n{why}");
+        }
+        // The daemons outlive this test process: they must not carry its mark, or the next test would
+        // take them for leftovers.
         let out = Command::new(repo().join("scripts/cluster"))
-            .args(["up", "--owner", &std::process::id().to_string()])
+            .args(["up", "--owner", &runner.to_string()])
             .env("ACCEL_CLUSTER_DIR", &dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run scripts/cluster");
-        assert!(
-            out.status.success(),
-            "scripts/cluster up failed (scripts/setup installs SLURM and munge; root is needed):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .env_remove(proc::OWNER_VAR)
+            .output_within(Duration::from_secs(120));
+        if !out.status.success() {
+            let why = format!(
+                "scripts/cluster up failed (scripts/setup installs SLURM and munge; root is needed):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let _ = std::fs::write(&failed, &why);
+            panic!("{why}");
+        }
         Cluster {
             conf: dir.join("slurm.conf"),
         }
@@ -56,7 +68,8 @@ pub fn slurm(program: &str, cwd: &Path) -> Command {
     .env("ACCEL_NO_PROGRESS", "1")
     .env("TORCH_CPP_LOG_LEVEL", "ERROR")
     .current_dir(cwd)
-    .stdin(Stdio::null());
+    .stdin(Stdio::null())
+    .marked();
     cmd
 }
 
@@ -153,8 +166,7 @@ fn srun_one_accel_launch_per_node_forms_the_world_from_slurm_alone() {
         .args(["-N2", "--ntasks-per-node=1", "--time=5", "accel-launch"])
         .arg(&probe)
         .arg(&out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     check_world(&out);
 }
@@ -169,8 +181,7 @@ fn srun_accel_env_per_task_forms_the_world_from_slurm_alone() {
         .args(["-N2", "-n4", "--time=5", "accel-env", "--", "python"])
         .arg(&probe)
         .arg(&out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     check_world(&out);
 }
@@ -180,8 +191,7 @@ fn srun_accel_test_passes_on_two_nodes() {
     let d = crate::util::tempdir();
     let o = slurm("srun", d.path())
         .args(["-N2", "--ntasks-per-node=1", "--time=5", "accel-test"])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let all = text(&o);
     assert!(o.status.success(), "{all}");
     for m in ["machine 0 of 2", "machine 1 of 2"] {
@@ -212,8 +222,7 @@ fn srun_layouts_accel_refuses_fail_before_python() {
             "accel-launch",
             &script,
         ])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let all = text(&o);
     assert_eq!(o.status.code(), Some(125), "{all}");
     assert!(all.contains("srun started 2 tasks per node"), "{all}");
@@ -246,8 +255,7 @@ fn srun_uneven_tasks_form_one_world() {
             "python",
             &script.display().to_string(),
         ])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let all = text(&o);
     assert!(o.status.success(), "{all}");
     let mut lines: Vec<&str> = all.lines().filter(|l| l.starts_with("RANK ")).collect();
@@ -273,8 +281,7 @@ fn sbatch_example(cwd: &Path, file: &str, overrides: &[&str], command: &[&str]) 
         .args(overrides)
         .arg(repo().join("scripts/sbatch").join(file))
         .args(command)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let id = String::from_utf8_lossy(&o.stdout)
         .trim()
         .split(';')
@@ -288,8 +295,7 @@ fn sbatch_example(cwd: &Path, file: &str, overrides: &[&str], command: &[&str]) 
 pub fn job_field(cwd: &Path, id: u32, field: &str) -> String {
     let o = slurm("scontrol", cwd)
         .args(["show", "job", &id.to_string()])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     let s = String::from_utf8_lossy(&o.stdout).into_owned();
     s.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{field}=")).map(str::to_string))
@@ -424,8 +430,7 @@ fn scancel_leaves_no_process_on_any_node() {
         .arg(repo().join("scripts/sbatch/one-task-per-node.sbatch"))
         .arg(&hang)
         .arg(&out)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     let id: u32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     let names: Vec<String> = (0..4).map(|r| format!("pids{r}")).collect();
@@ -443,8 +448,7 @@ fn scancel_leaves_no_process_on_any_node() {
     assert!(pids.iter().all(|p| alive(*p)), "{pids:?}");
     let o = slurm("scancel", d.path())
         .arg(id.to_string())
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     // KillWait is 10 s: SIGTERM, then SIGKILL for whatever is left; generous on a loaded machine.
     let t = Instant::now();
@@ -525,7 +529,7 @@ fn spawn_usr1_job(d: &Path, name: &str, extra: &[&str]) -> (Child, PathBuf) {
 fn srun_signal_counts() -> Vec<String> {
     let d = crate::util::tempdir();
     let (child, out) = spawn_usr1_job(d.path(), "usr1-timer", &["--time=1", "--signal=USR1@40"]);
-    let o = child.wait_with_output().unwrap();
+    let o = child.output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     usr1_counts(&out)
 }
@@ -539,10 +543,9 @@ fn scancel_signal_counts() -> Vec<String> {
     wait_for_files(&out, &names, Duration::from_secs(180));
     let o = slurm("scancel", d.path())
         .args(["--signal=USR1", "--name", &name])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
-    let o = child.wait_with_output().unwrap();
+    let o = child.output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     usr1_counts(&out)
 }
@@ -701,11 +704,10 @@ fn train_py_stopped_by_usr1_resumes_to_the_same_losses() {
         if line.starts_with("epoch 1:") {
             Command::new("kill")
                 .args(["-USR1", &child.id().to_string()])
-                .status()
-                .unwrap();
+                .status_within(WAIT);
         }
     }
-    assert!(child.wait().unwrap().success(), "{seen}");
+    assert!(child.wait_within(WAIT).success(), "{seen}");
     assert!(seen.contains("checkpointed at epoch"), "{seen}");
     assert!(
         !seen.contains("final_loss"),
@@ -730,8 +732,7 @@ fn scripts_cluster_up_is_idempotent_and_down_leaves_nothing() {
             .args(args)
             .env("ACCEL_CLUSTER_DIR", &dir)
             .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .output_within(WAIT);
         (
             o.status.code(),
             String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -791,13 +792,14 @@ fn scripts_cluster_up_is_idempotent_and_down_leaves_nothing() {
         first.iter().all(|p| !alive(*p)),
         "left running after down: {first:?}"
     );
-    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = Command::new("ip")
+        .args(["netns", "list"])
+        .output_within(WAIT);
     let netns = String::from_utf8_lossy(&netns.stdout);
     assert!(!netns.contains(&format!("accel-{id}-n")), "{netns}");
     let bridge = Command::new("ip")
         .args(["link", "show", &format!("accbr{id}")])
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(!bridge.status.success(), "the bridge accbr{id} is left");
     let (code, _, all) = cluster(&["env"]);
     assert_eq!(code, Some(1), "{all}");

@@ -3,6 +3,8 @@
 //! per node, each in its own network namespace with its own host name (n1, n2), and they meet on n1.
 //! The ranks are tests/fixtures/launch/control.py's real gloo ranks, 2 per node.
 
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -54,7 +56,7 @@ fn srun_a_rank_failing_on_node_1_stops_every_node() {
     ready(&out, 0);
     wait_for(&out, &["fail.time".to_string()], Duration::from_secs(60));
     let gone_at = all_gone(&out, Duration::from_secs(GRACE + 60));
-    let o = child.wait_with_output().unwrap();
+    let o = child.output_within(WAIT);
     let all = text(&o);
     let failed_at: f64 = read(&out, "fail.time").parse().unwrap();
     assert_eq!(o.status.code(), Some(7), "{all}");
@@ -89,10 +91,9 @@ fn srun_a_sigkilled_launcher_on_node_1_stops_node_0() {
     let killed_at = now();
     Command::new("kill")
         .args(["-9", &launcher])
-        .status()
-        .unwrap();
+        .status_within(WAIT);
     let gone_at = all_gone(&out, Duration::from_secs(GRACE + 60));
-    let o = child.wait_with_output().unwrap();
+    let o = child.output_within(WAIT);
     let all = text(&o);
     assert!(all.contains("node 1 (n2) was lost"), "{all}");
     assert!(
@@ -114,9 +115,7 @@ fn srun_a_sigkilled_launcher_on_node_1_stops_node_0() {
 fn srun_max_restarts_restarts_both_nodes_together() {
     let d = crate::util::tempdir();
     let out = out_dir(d.path());
-    let o = srun(d.path(), &out, "restart", &["--max_restarts", "1"])
-        .wait_with_output()
-        .unwrap();
+    let o = srun(d.path(), &out, "restart", &["--max_restarts", "1"]).output_within(WAIT);
     let all = text(&o);
     assert!(o.status.success(), "{all}");
     assert!(

@@ -3,6 +3,11 @@
 
 #![allow(dead_code)]
 
+pub mod proc;
+pub mod suite;
+
+pub use proc::{ChildExt, CommandExt, WAIT};
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
@@ -41,6 +46,7 @@ pub struct Run {
     cmd: Command,
     stdin: Option<Vec<u8>>,
     desc: String,
+    limit: std::time::Duration,
 }
 
 #[derive(Debug)]
@@ -61,11 +67,13 @@ impl Run {
         cmd.env("PATH", format!("{}:{path}", venv_bin.display()));
         cmd.env("HOME", home);
         cmd.env("ACCEL_NO_PROGRESS", "1");
+        cmd.marked();
         cmd.current_dir(home);
         Run {
             cmd,
             stdin: None,
             desc: tool.to_string(),
+            limit: WAIT,
         }
     }
     pub fn arg(mut self, a: impl Into<OsString>) -> Self {
@@ -89,6 +97,11 @@ impl Run {
         self.stdin = Some(data.into());
         self
     }
+    /// How long `run` waits before it kills the tool's tree and fails (default [`WAIT`]).
+    pub fn within(mut self, limit: std::time::Duration) -> Self {
+        self.limit = limit;
+        self
+    }
     pub fn run(mut self) -> Output {
         self.cmd.stdin(if self.stdin.is_some() {
             Stdio::piped()
@@ -103,7 +116,7 @@ impl Run {
         if let Some(data) = self.stdin.take() {
             child.stdin.take().unwrap().write_all(&data).unwrap();
         }
-        let out = child.wait_with_output().unwrap();
+        let out = child.output_named(self.limit, &self.desc);
         Output {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -172,8 +185,7 @@ pub fn python(code: &str, envs: &BTreeMap<&str, String>) -> String {
         .arg("-c")
         .arg(code)
         .envs(envs)
-        .output()
-        .unwrap();
+        .output_within(WAIT);
     assert!(
         out.status.success(),
         "python failed:\n{}\n{}",
@@ -209,7 +221,8 @@ pub struct Netns {
 
 impl Netns {
     pub fn create(tag: &str) -> Option<Netns> {
-        let id = std::process::id() % 200 + 20;
+        // A slot no other live test process holds (nextest runs tests side by side in processes).
+        let id = suite::slot(&format!("netns-{tag}"), 200, std::process::id() % 200) + 20;
         let names = [format!("accel{tag}{id}a"), format!("accel{tag}{id}b")];
         // A subnet per tag: pairs made by tests running at once stay apart.
         let sub = match tag {
@@ -227,6 +240,13 @@ impl Netns {
         };
         let va = format!("va{tag}{id}");
         let vb = format!("vb{tag}{id}");
+        // What a test killed by the runner left under this slot's names goes first.
+        for n in &names {
+            let _ = Command::new("ip")
+                .args(["netns", "del", n])
+                .stderr(Stdio::null())
+                .status_within(WAIT);
+        }
         let ns = Netns {
             names: names.clone(),
             ips: ips.clone(),
@@ -292,24 +312,27 @@ impl Drop for Netns {
 }
 
 /// A port for a test's rendezvous (and the one after it, the control plane's), reserved for this
-/// test process: ports from 10000–14999 in turn (below the kernel's ephemeral range, where a rank's
-/// outgoing connection could take a port that was merely free when it was chosen, and below the
-/// ports accel derives from a SLURM job id), each handed out once per process and bindable, with
-/// its successor, when handed out. Parallel tests of one process never share one.
+/// test process: ports from 10000–14999 (below the kernel's ephemeral range, where a rank's outgoing
+/// connection could take a port that was merely free when it was chosen, and below the ports accel
+/// derives from a SLURM job id), each pair locked machine-wide for this process's life
+/// (`suite::try_lock`), so tests running side by side in other processes never get the same one,
+/// and bindable, with its successor, when handed out.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    // Test processes running side by side (two worktrees, two suites) start at different offsets.
+    let locks = std::env::temp_dir().join("accel-slots");
+    std::fs::create_dir_all(&locks).unwrap();
     let start = (std::process::id() * 7919) % 2500;
-    loop {
-        let i = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(i < 2500, "no free port pair left in 10000-14999");
+    for i in 0..2500 {
         let p = 10000 + 2 * ((start + i) % 2500) as u16;
+        let Some(held) = suite::try_lock(&locks.join(format!("port.{p}"))) else {
+            continue;
+        };
         let free = |port: u16| std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
         if free(p) && free(p + 1) {
+            suite::keep(held);
             return p;
         }
     }
+    panic!("no free port pair left in 10000-14999")
 }
 
 /// The CPU default's rank count as accel-launch should plan it (2 with at least two physical cores,
