@@ -44,11 +44,17 @@ fn reported(dir: &Path, node: u32, restart: u32) -> i64 {
 }
 
 fn submit(dir: &Path, script: &Path, extra: &[&str]) -> u32 {
+    // `sbatch --wait` lasts as long as the whole job (a training run on two nodes of a loaded machine).
+    let limit = if extra.contains(&"--wait") {
+        Duration::from_secs(360)
+    } else {
+        WAIT
+    };
     let o = slurm("sbatch", dir)
         .args(["--parsable", "--output=job-%j.out"])
         .args(extra)
         .arg(script)
-        .output_within(WAIT);
+        .output_within(limit);
     String::from_utf8_lossy(&o.stdout)
         .trim()
         .split(';')
