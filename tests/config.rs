@@ -875,3 +875,234 @@ fn section_values_and_duplicate_key_lines() {
             file.display()
         ));
 }
+
+/// FSDP1 configs for `to-fsdp2`, with their shapes taken from accelerate's own test configs
+/// (tests/test_configs/latest_fsdp.yaml: every FSDP1 key; fsdp.yaml: an unknown key beside an FSDP1-only
+/// one under another distributed type) and from what people keep (comments, each sharding strategy,
+/// FSDP1-style values under the new name, JSON files).
+const FSDP1_CASES: &[(&str, &str)] = &[
+    (
+        "latest_fsdp.yaml",
+        "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: FSDP\ndowncast_bf16: 'no'\n\
+         enable_cpu_affinity: false\nfsdp_config:\n  fsdp_activation_checkpointing: false\n\
+         \x20 fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n\
+         \x20 fsdp_cpu_ram_efficient_loading: true\n  fsdp_forward_prefetch: false\n  fsdp_offload_params: false\n\
+         \x20 fsdp_sharding_strategy: FULL_SHARD\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n\
+         \x20 fsdp_sync_module_states: true\n  fsdp_transformer_layer_cls_to_wrap: BertLayer\n\
+         \x20 fsdp_use_orig_params: true\nmachine_rank: 0\nmain_training_function: main\nmixed_precision: 'no'\n\
+         num_machines: 1\nnum_processes: 1\nrdzv_backend: static\nsame_network: true\ntpu_env: []\n\
+         tpu_use_cluster: false\ntpu_use_sudo: false\nuse_cpu: false\n",
+    ),
+    (
+        "megatron_with_fsdp_keys.yaml",
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MEGATRON_LM\nnum_processes: 1\nfsdp_config:\n  x: 1\n  fsdp_sync_module_states: true\n",
+    ),
+    (
+        "commented.yaml",
+        "# nightly run, 8 GPUs\ndistributed_type: FSDP   # the model is big\nnum_processes: 8\n\n# tuned by hand\n\
+         fsdp_config:\n    fsdp_version: 1\n    fsdp_sharding_strategy: SHARD_GRAD_OP   # ZeRO-2 like\n\
+         \x20   fsdp_backward_prefetch: BACKWARD_POST\n    fsdp_offload_params: true\n    fsdp_min_num_params: 100000000\n\
+         \x20   fsdp_auto_wrap_policy: SIZE_BASED_WRAP\nmixed_precision: bf16\n",
+    ),
+    (
+        "hybrid.yaml",
+        "distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n  fsdp_state_dict_type: FULL_STATE_DICT\n",
+    ),
+    (
+        "hybrid_zero2.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD_ZERO2\n  fsdp_use_orig_params: false\n",
+    ),
+    (
+        "no_shard.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_forward_prefetch: true\n",
+    ),
+    (
+        "numeric_strategy.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 1\n  fsdp_activation_checkpointing: true\n",
+    ),
+    (
+        "reshard_fsdp1_style.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer,MistralDecoderLayer\n",
+    ),
+    (
+        "already_fsdp2.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_sharding_strategy: FULL_SHARD\n",
+    ),
+    (
+        "empty_fsdp_section.yaml",
+        "distributed_type: MULTI_GPU\nnum_processes: 2\nfsdp_config: {}\n",
+    ),
+    (
+        "fsdp1.json",
+        "{\"distributed_type\": \"FSDP\", \"num_processes\": 2, \"fsdp_config\": {\"fsdp_sharding_strategy\": \"FULL_SHARD\", \"fsdp_sync_module_states\": true, \"fsdp_offload_params\": false}}",
+    ),
+];
+
+/// `accel-config to-fsdp2` writes what `accelerate to-fsdp2` (1.15) writes, compared as the mappings
+/// PyYAML loads from each output: on every config of configs/ and on the FSDP1 shapes above.
+#[test]
+fn to_fsdp2_writes_what_accelerate_writes() {
+    let home = tempdir();
+    let dir = home.path();
+    let mut inputs: Vec<(String, String)> = FSDP1_CASES
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    for entry in fs::read_dir(crate::util::repo().join("configs")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = format!("configs_{}", path.file_name().unwrap().to_string_lossy());
+        inputs.push((name, fs::read_to_string(&path).unwrap()));
+    }
+    let mut names = Vec::new();
+    for (name, text) in &inputs {
+        let input = dir.join(name);
+        fs::write(&input, text).unwrap();
+        let ours = dir.join(format!("ours_{name}"));
+        Run::new("accel-config", dir)
+            .arg("to-fsdp2")
+            .arg("--config_file")
+            .arg(&input)
+            .arg("--output_file")
+            .arg(&ours)
+            .run()
+            .code_is(0);
+        names.push(name.clone());
+    }
+    // accelerate's own command, all files in one interpreter (importing accelerate costs seconds);
+    // both outputs loaded by PyYAML, as accelerate loads a config.
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    let code = format!(
+        "import argparse, json, os, yaml\n\
+         from accelerate.commands.to_fsdp2 import to_fsdp2_command\n\
+         d = {dir:?}\n\
+         for n in [{}]:\n\
+         \x20   theirs = os.path.join(d, 'theirs_' + n)\n\
+         \x20   to_fsdp2_command(argparse.Namespace(config_file=os.path.join(d, n), output_file=theirs, overwrite=False))\n\
+         \x20   load = lambda p: yaml.safe_load(open(p))\n\
+         \x20   print(json.dumps([n, load(os.path.join(d, 'ours_' + n)), load(theirs)]))\n",
+        list.join(", "),
+        dir = dir.display().to_string()
+    );
+    let lines = python(&code, &BTreeMap::new());
+    let mut seen = 0;
+    for line in lines.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            row[1], row[2],
+            "{}: accel (left) and accelerate differ",
+            row[0]
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, names.len(), "{lines}");
+    // Each conversion really converted: the FSDP1 keys are gone and the version is 2.
+    let converted: Value =
+        serde_yaml_ng::from_str(&fs::read_to_string(dir.join("ours_latest_fsdp.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(converted["fsdp_config"]["fsdp_version"], 2);
+    assert_eq!(converted["fsdp_config"]["fsdp_reshard_after_forward"], true);
+    for gone in [
+        "fsdp_backward_prefetch",
+        "fsdp_forward_prefetch",
+        "fsdp_sync_module_states",
+        "fsdp_use_orig_params",
+        "fsdp_sharding_strategy",
+    ] {
+        assert!(
+            converted["fsdp_config"].get(gone).is_none(),
+            "{gone} leaked"
+        );
+    }
+}
+
+/// Comments, order and the renamed key's line are kept; each dropped key is a warning with its
+/// file:line; an existing output needs --overwrite; the command needs an input and an output.
+#[test]
+fn to_fsdp2_keeps_comments_and_refuses_to_overwrite() {
+    let home = tempdir();
+    let dir = home.path();
+    let input = dir.join("c.yaml");
+    let original = FSDP1_CASES
+        .iter()
+        .find(|(n, _)| *n == "commented.yaml")
+        .unwrap()
+        .1;
+    fs::write(&input, original).unwrap();
+    let out = dir.join("out.yaml");
+    let run = Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--config_file"])
+        .arg(&input)
+        .arg("--output_file")
+        .arg(&out)
+        .run();
+    run.code_is(0).stderr_contains(&format!(
+        "warning: {}:9: `fsdp_config.fsdp_backward_prefetch` has been removed in FSDP2: dropped",
+        input.display()
+    ));
+    assert_eq!(
+        fs::read_to_string(&out).unwrap(),
+        "# nightly run, 8 GPUs\ndistributed_type: FSDP   # the model is big\nnum_processes: 8\n\n# tuned by hand\n\
+         fsdp_config:\n    fsdp_version: 2\n    fsdp_reshard_after_forward: false   # ZeRO-2 like\n\
+         \x20   fsdp_offload_params: true\n    fsdp_min_num_params: 100000000\n\
+         \x20   fsdp_auto_wrap_policy: SIZE_BASED_WRAP\nmixed_precision: bf16\n"
+    );
+    assert_eq!(
+        fs::read_to_string(&input).unwrap(),
+        original,
+        "input changed"
+    );
+    // The output exists now: refused without --overwrite, nothing written.
+    fs::write(&out, "mine\n").unwrap();
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--config_file"])
+        .arg(&input)
+        .arg("--output_file")
+        .arg(&out)
+        .run()
+        .code_is(4)
+        .stderr_contains("already exists")
+        .stderr_contains("--overwrite");
+    assert_eq!(fs::read_to_string(&out).unwrap(), "mine\n");
+    // Neither output nor --overwrite; no input; an input that does not exist.
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--config_file"])
+        .arg(&input)
+        .run()
+        .code_is(2)
+        .stderr_contains("--output_file, or --overwrite");
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--overwrite"])
+        .run()
+        .code_is(2)
+        .stderr_contains("needs --config_file");
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--overwrite", "--config_file"])
+        .arg(dir.join("nope.yaml"))
+        .run()
+        .code_is(2)
+        .stderr_contains("does not exist");
+    // In place; then again: already FSDP2, left alone with the warning accelerate gives.
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--overwrite", "--config_file"])
+        .arg(&input)
+        .run()
+        .code_is(0);
+    let converted = fs::read_to_string(&input).unwrap();
+    assert!(converted.contains("    fsdp_reshard_after_forward: false   # ZeRO-2 like\n"));
+    Run::new("accel-config", dir)
+        .args(["to-fsdp2", "--overwrite", "--config_file"])
+        .arg(&input)
+        .run()
+        .code_is(0)
+        .stderr_contains("already specifies FSDP2");
+    assert_eq!(fs::read_to_string(&input).unwrap(), converted);
+    // accelerate's own command refuses the same existing output.
+    let code = format!(
+        "import argparse\nfrom accelerate.commands.to_fsdp2 import to_fsdp2_command\n\
+         try:\n    to_fsdp2_command(argparse.Namespace(config_file={:?}, output_file={:?}, overwrite=False))\n\
+         except FileExistsError:\n    print('refused')\n",
+        input.display().to_string(),
+        out.display().to_string()
+    );
+    assert_eq!(python(&code, &BTreeMap::new()).trim(), "refused");
+}

@@ -64,6 +64,15 @@ pub enum ConfigCommand {
     /// what accelerate refuses or misreads (unknown keys, TOML, YAML 1.1 words such as an unquoted
     /// `No`, inexact enum spellings). --accel_only checks only what accel reads. A missing file is 2.
     Validate(ValidateArgs),
+    /// Convert an FSDP1 config to FSDP2, key for key as `accelerate to-fsdp2` does.
+    ///
+    /// `fsdp_sharding_strategy` becomes `fsdp_reshard_after_forward` (FULL_SHARD and HYBRID_SHARD: true,
+    /// the others false); the FSDP1-only keys (fsdp_backward_prefetch, fsdp_forward_prefetch,
+    /// fsdp_sync_module_states, fsdp_use_orig_params) are dropped with a warning each; every other key is
+    /// kept; fsdp_version becomes 2. Comments and key order are kept as `set` keeps them, and the renamed
+    /// key keeps its line. Needs --config_file, and --output_file or --overwrite.
+    #[command(name = "to-fsdp2", visible_alias = "to_fsdp2")]
+    ToFsdp2(ToFsdp2Args),
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +130,16 @@ pub struct ValidateArgs {
     pub accel_only: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct ToFsdp2Args {
+    /// Write the converted config here (refused when it exists, unless --overwrite).
+    #[arg(long = "output_file", visible_alias = "output-file", value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
+    pub output_file: Option<PathBuf>,
+    /// Overwrite the output file, or without --output_file the config file itself.
+    #[arg(long = "overwrite")]
+    pub overwrite: bool,
+}
+
 pub fn doc() -> ToolDoc {
     ToolDoc {
         name: "accel-config",
@@ -133,6 +152,7 @@ pub fn doc() -> ToolDoc {
             ("accel-config get num_processes", "Print one value, for $(…) in scripts."),
             ("accel-config set fsdp_config.fsdp_version 2", "Change one key, validated, in place."),
             ("accel-config validate cluster.yaml", "Check a file; every problem is listed with file:line."),
+            ("accel-config to-fsdp2 --config_file fsdp.yaml --overwrite", "Convert an FSDP1 config to FSDP2 in place, comments kept."),
         ],
         launcher_codes: false,
         extra_sections: &[(
@@ -141,6 +161,7 @@ pub fn doc() -> ToolDoc {
                 "`set` and `update` rewrite only the lines of the keys they change. In YAML and TOML files the comments, the key order, blank lines and the formatting of every other line are kept byte for byte (a changed value keeps its trailing comment); JSON keeps its key order (it has no comments). New keys are appended at the end of the file or of their section. A YAML file in a layout that cannot be edited line by line (flow style, anchors, several documents) is rewritten whole in accel's layout, with a warning. `update` warns about every change it makes, with the key's file:line.",
                 "`validate` checks what accel reads and, unless --accel_only is given, that accelerate 1.15 would load the file with the same values: it refuses unknown top-level keys, TOML files (accelerate reads only YAML and JSON), plain YAML 1.1 words that PyYAML reads as booleans or numbers differently (`mixed_precision: No` is False there), and enum values not spelled exactly (`multi_gpu`). Exit 0 when valid, 1 with every problem listed, 2 when the file is missing.",
                 "`show` prints YAML that accelerate loads with the same values; --origin adds each value's origin as a comment.",
+                "`to-fsdp2` converts as accelerate 1.15's `accelerate to-fsdp2` does (the values of the file it writes are the same) and edits like `set`: comments and order are kept, and `fsdp_reshard_after_forward` takes the line of the `fsdp_sharding_strategy` it replaces. A config without `fsdp_config` (or with an empty one) and one already at `fsdp_version: 2` are not converted: a warning says so, and --output_file gets an unchanged copy. Without --overwrite an existing output file is refused (exit 4, nothing written).",
             ],
         ), (
             "DIFFERENCES FROM ACCELERATE",
@@ -150,6 +171,7 @@ pub fn doc() -> ToolDoc {
                 "`default` writes YAML and refuses to overwrite without --force, saying so; accelerate writes JSON into default_config.yaml and exits 0 silently.",
                 "Config values are resolved command line > ACCEL_CONFIG_* environment > file > defaults, and the keys accelerate ignores (rdzv_backend, same_network, enable_cpu_affinity, downcast_bf16, tpu_use_sudo) are honoured.",
                 "Amazon SageMaker configs are recognised and rejected with a clear message.",
+                "`to-fsdp2` keeps the file's comments, key order and format (accelerate rewrites it with yaml.dump: keys sorted, comments lost, YAML even in a .json file); an --output_file with another extension is written in that file's format.",
             ],
         )],
     }

@@ -96,10 +96,23 @@ pub struct Edited {
 
 /// Writes `new` over `doc`, keeping what did not change (see the module header).
 pub fn edit(doc: &Document, new: &Map<String, Value>) -> Result<Edited, String> {
+    edit_renaming(doc, new, &[])
+}
+
+/// A key of a section renamed: `(section, old key, new key)`. In YAML the new key takes the old one's
+/// line (and its trailing comment) instead of being appended at the section's end.
+pub type Rename = (String, String, String);
+
+/// [`edit`], with keys of sections renamed in place.
+pub fn edit_renaming(
+    doc: &Document,
+    new: &Map<String, Value>,
+    renames: &[Rename],
+) -> Result<Edited, String> {
     let attempt = match doc.format {
         Format::Yaml if doc.text().trim_start().starts_with('{') => Some(json_text(new)?),
         Format::Json => Some(json_text(new)?),
-        Format::Yaml => edit_yaml(doc.text(), &doc.map, new),
+        Format::Yaml => edit_yaml(doc.text(), &doc.map, new, renames),
         Format::Toml => edit_toml(doc.text(), &doc.map, new),
     };
     if let Some(text) = attempt {
@@ -278,7 +291,12 @@ impl Plan {
     }
 }
 
-fn edit_yaml(text: &str, old: &Map<String, Value>, new: &Map<String, Value>) -> Option<String> {
+fn edit_yaml(
+    text: &str,
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+    renames: &[Rename],
+) -> Option<String> {
     let lines: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
     let top = entries(&lines, 0, lines.len(), 0)?;
     if !keys_match(&top, old) {
@@ -292,7 +310,12 @@ fn edit_yaml(text: &str, old: &Map<String, Value>, new: &Map<String, Value>) -> 
             Some(n) if n == o => {}
             Some(Value::Object(n)) if o.is_object() && entry.end > entry.start + 1 => {
                 let Value::Object(o) = o else { return None };
-                edit_section(&lines, entry, o, n, &mut plan)?;
+                let renames: Vec<(&str, &str)> = renames
+                    .iter()
+                    .filter(|(s, _, _)| s == &entry.key)
+                    .map(|(_, from, to)| (from.as_str(), to.as_str()))
+                    .collect();
+                edit_section(&lines, entry, o, n, &renames, &mut plan)?;
             }
             Some(n) => {
                 let rendered = render_entry(&entry.key, n, 0)?;
@@ -322,6 +345,7 @@ fn edit_section(
     entry: &Entry,
     old: &Map<String, Value>,
     new: &Map<String, Value>,
+    renames: &[(&str, &str)],
     plan: &mut Plan,
 ) -> Option<()> {
     // The section's own line must end at its colon (a block mapping follows).
@@ -335,10 +359,32 @@ fn edit_section(
     if !keys_match(&inner, old) {
         return None;
     }
+    let mut placed: Vec<&str> = Vec::new();
     for e in &inner {
         let o = &old[&e.key];
+        let renamed_to = renames
+            .iter()
+            .find(|(from, to)| {
+                *from == e.key
+                    && new.contains_key(*to)
+                    && !old.contains_key(*to)
+                    && !placed.contains(to)
+            })
+            .map(|(_, to)| *to);
         match new.get(&e.key) {
-            None => plan.ops.push((e.start, e.end, Vec::new())),
+            None => match renamed_to {
+                Some(to) => {
+                    placed.push(to);
+                    let rendered = render_entry(to, &new[to], indent)?;
+                    let rendered = if e.end == e.start + 1 {
+                        with_comment(&lines[e.start], rendered)
+                    } else {
+                        rendered
+                    };
+                    plan.ops.push((e.start, e.end, rendered));
+                }
+                None => plan.ops.push((e.start, e.end, Vec::new())),
+            },
             Some(n) if n == o => {}
             Some(n) => {
                 let rendered = render_entry(&e.key, n, indent)?;
@@ -353,7 +399,7 @@ fn edit_section(
     }
     let mut added = Vec::new();
     for (k, n) in new {
-        if !old.contains_key(k) {
+        if !old.contains_key(k) && !placed.contains(&k.as_str()) {
             added.extend(render_entry(k, n, indent)?);
         }
     }

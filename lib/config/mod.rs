@@ -10,6 +10,7 @@ mod cluster;
 pub mod compat;
 pub mod edit;
 pub mod file;
+pub mod fsdp2;
 mod paths;
 pub mod schema;
 mod value;

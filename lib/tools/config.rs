@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::cli::config::{ConfigCli, ConfigCommand, DefaultArgs, ShowArgs};
+use crate::cli::config::{ConfigCli, ConfigCommand, DefaultArgs, ShowArgs, ToFsdp2Args};
 use crate::config::{
-    self, compat, edit, file, schema, ConfigError, Document, Format, Origin, Resolved,
+    self, compat, edit, file, fsdp2, schema, ConfigError, Document, Format, Origin, Resolved,
 };
 use crate::devices;
 use crate::env_vars::Environment;
@@ -49,6 +49,7 @@ pub fn run(cli: ConfigCli, env: &Environment) -> Result<ExitStatus> {
                 .unwrap_or_else(|| target_path(None, env));
             validate(&path, args.accel_only, env)
         }
+        Some(ConfigCommand::ToFsdp2(args)) => to_fsdp2(explicit.as_deref(), &args, env),
     }
 }
 
@@ -456,4 +457,142 @@ fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStat
     );
     crate::error::render(TOOL, &err, env);
     Ok(ExitStatus::Failure)
+}
+
+/// `accelerate to-fsdp2` (`accelerate/commands/to_fsdp2.py::to_fsdp2_command`): the same checks in the
+/// same order (input exists, an output is named, an existing output needs --overwrite), the same
+/// conversion ([`fsdp2::convert`]), written as `set` writes (comments and order kept).
+fn to_fsdp2(explicit: Option<&Path>, args: &ToFsdp2Args, env: &Environment) -> Result<ExitStatus> {
+    let Some(input) = explicit else {
+        return Err(Error::msg_hint(
+            ExitStatus::Usage,
+            "to-fsdp2 needs --config_file: the config file to convert",
+            "accel-config to-fsdp2 --config_file fsdp.yaml --output_file fsdp2.yaml (or --overwrite)",
+        ));
+    };
+    if !input.exists() {
+        return Err(ConfigError::NotFound {
+            path: input.to_path_buf(),
+        }
+        .into());
+    }
+    let output =
+        match (&args.output_file, args.overwrite) {
+            (Some(out), _) => out.clone(),
+            (None, true) => input.to_path_buf(),
+            (None, false) => return Err(Error::msg_hint(
+                ExitStatus::Usage,
+                "to-fsdp2 needs --output_file, or --overwrite to convert the config file in place",
+                "add --output_file PATH, or --overwrite",
+            )),
+        };
+    if !args.overwrite && output.exists() {
+        return Err(Error::msg_hint(
+            ExitStatus::Output,
+            format!(
+                "output file `{}` already exists; nothing written",
+                output.display()
+            ),
+            "pass --overwrite to replace it, or another --output_file",
+        ));
+    }
+    let doc = Document::read(input)?;
+    let conversion = fsdp2::convert(&doc.map).map_err(|_| {
+        Error::msg(
+            ExitStatus::Usage,
+            format!(
+                "{}: `fsdp_config` is {}, not a mapping",
+                doc.location("fsdp_config"),
+                file::type_name(&doc.map["fsdp_config"])
+            ),
+        )
+    })?;
+    let (map, renames) = match conversion {
+        fsdp2::Conversion::NoFsdpConfig | fsdp2::Conversion::AlreadyFsdp2 => {
+            let why = if conversion == fsdp2::Conversion::NoFsdpConfig {
+                format!(
+                    "{}: no FSDP config (`fsdp_config`), nothing to convert",
+                    input.display()
+                )
+            } else {
+                format!(
+                    "{}: the config already specifies FSDP2, nothing to convert; if its keys still have FSDP1 names, set `fsdp_config.fsdp_version` to 1 and run to-fsdp2 again",
+                    doc.location("fsdp_config.fsdp_version")
+                )
+            };
+            warn(TOOL, &why, env);
+            if output != input {
+                // accelerate writes the config back unchanged; a copy keeps it byte for byte.
+                write_text(&output, doc.text())?;
+                eprintln!(
+                    "{TOOL}: copied {} unchanged to {}",
+                    input.display(),
+                    output.display()
+                );
+            }
+            return Ok(ExitStatus::Success);
+        }
+        fsdp2::Conversion::Converted {
+            map,
+            dropped,
+            renamed,
+        } => {
+            for d in &dropped {
+                let key = format!("fsdp_config.{}", d.key());
+                let why = match d {
+                    fsdp2::Dropped::Removed(_) => "has been removed in FSDP2",
+                    fsdp2::Dropped::NotYetImplemented(_) => "is not yet implemented in FSDP2",
+                };
+                warn(
+                    TOOL,
+                    &format!("{}: `{key}` {why}: dropped", doc.location(&key)),
+                    env,
+                );
+            }
+            let renames: Vec<edit::Rename> = renamed
+                .into_iter()
+                .map(|(from, to)| ("fsdp_config".to_string(), from, to))
+                .collect();
+            (map, renames)
+        }
+    };
+    let format = Format::from_path(&output);
+    let text = if format == doc.format {
+        let edited = edit::edit_renaming(&doc, &map, &renames).map_err(|e| {
+            Error::msg(
+                ExitStatus::Output,
+                format!("cannot serialise config for `{}`: {e}", output.display()),
+            )
+        })?;
+        if !edited.layout_kept {
+            warn(
+                TOOL,
+                &format!(
+                    "{}: its layout (flow style, anchors, …) cannot be edited line by line; written whole in accel's layout, comments lost",
+                    input.display()
+                ),
+                env,
+            );
+        }
+        edited.text
+    } else {
+        file::render(&map, format).map_err(|e| {
+            Error::msg(
+                ExitStatus::Output,
+                format!("cannot serialise config for `{}`: {e}", output.display()),
+            )
+        })?
+    };
+    // What accel would say about the result, as `set` says it; the conversion is accelerate's either way.
+    match config::normalize(Document::parse(&output, text.clone())?) {
+        Ok(loaded) => print_warnings(&loaded.warnings, env),
+        Err(e) => warn(TOOL, &format!("the converted config: {e}"), env),
+    }
+    write_text(&output, &text)?;
+    eprintln!(
+        "{TOOL}: converted {} to FSDP2, written to {}",
+        input.display(),
+        output.display()
+    );
+    Ok(ExitStatus::Success)
 }

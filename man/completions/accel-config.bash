@@ -31,6 +31,12 @@ _accel__config() {
             accel__config,show)
                 cmd="accel__config__subcmd__show"
                 ;;
+            accel__config,to-fsdp2)
+                cmd="accel__config__subcmd__to__subcmd__fsdp2"
+                ;;
+            accel__config,to_fsdp2)
+                cmd="accel__config__subcmd__to__subcmd__fsdp2"
+                ;;
             accel__config,update)
                 cmd="accel__config__subcmd__update"
                 ;;
@@ -52,6 +58,9 @@ _accel__config() {
             accel__config__subcmd__help,show)
                 cmd="accel__config__subcmd__help__subcmd__show"
                 ;;
+            accel__config__subcmd__help,to-fsdp2)
+                cmd="accel__config__subcmd__help__subcmd__to__subcmd__fsdp2"
+                ;;
             accel__config__subcmd__help,update)
                 cmd="accel__config__subcmd__help__subcmd__update"
                 ;;
@@ -65,7 +74,7 @@ _accel__config() {
 
     case "${cmd}" in
         accel__config)
-            opts="-h -V --config-file --config_file --help --version default update show get set validate help"
+            opts="-h -V --config-file --config_file --help --version default update show get set validate to-fsdp2 to_fsdp2 help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -205,7 +214,7 @@ _accel__config() {
             return 0
             ;;
         accel__subcmd__config__subcmd__help)
-            opts="default update show get set validate help"
+            opts="default update show get set validate to-fsdp2 help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -275,6 +284,20 @@ _accel__config() {
             return 0
             ;;
         accel__subcmd__config__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        accel__subcmd__config__subcmd__help__subcmd__to__subcmd__fsdp2)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -367,6 +390,80 @@ _accel__config() {
                 return 0
             fi
             case "${prev}" in
+                --config_file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --config-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        accel__subcmd__config__subcmd__to__subcmd__fsdp2)
+            opts="-h --output-file --output_file --overwrite --config-file --config_file --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --output_file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --output-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 --config_file)
                     local oldifs
                     if [ -n "${IFS+x}" ]; then

@@ -33,6 +33,8 @@ complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "show" -d 
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "get" -d 'Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "set" -d 'Set one key in the config file (created if missing), validating the value first'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "validate" -d 'Check that accel and accelerate both load a config file with the same values'
+complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "to-fsdp2" -d 'Convert an FSDP1 config to FSDP2, key for key as `accelerate to-fsdp2` does'
+complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "to_fsdp2" -d 'Convert an FSDP1 config to FSDP2, key for key as `accelerate to-fsdp2` does'
 complete -c accel-config -n "__fish_accel_config_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c accel-config -n "__fish_accel_config_using_subcommand default" -l mixed_precision -l mixed-precision -d 'Mixed precision to write' -r -f -a "no\t''
 fp16\t''
@@ -55,10 +57,19 @@ complete -c accel-config -n "__fish_accel_config_using_subcommand set" -s h -l h
 complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
 complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -l accel_only -l accel-only -d 'Check only that accel loads the file, not that accelerate would load it the same way'
 complete -c accel-config -n "__fish_accel_config_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "default" -d 'Write a config for this machine without asking: all detected GPUs, or one CPU process'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "update" -d 'Rewrite a config file with legacy and removed keys migrated, warning about each change'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "show" -d 'Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "get" -d 'Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "set" -d 'Set one key in the config file (created if missing), validating the value first'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "validate" -d 'Check that accel and accelerate both load a config file with the same values'
-complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c accel-config -n "__fish_accel_config_using_subcommand to-fsdp2" -l output_file -l output-file -d 'Write the converted config here (refused when it exists, unless --overwrite)' -r -F
+complete -c accel-config -n "__fish_accel_config_using_subcommand to-fsdp2" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
+complete -c accel-config -n "__fish_accel_config_using_subcommand to-fsdp2" -l overwrite -d 'Overwrite the output file, or without --output_file the config file itself'
+complete -c accel-config -n "__fish_accel_config_using_subcommand to-fsdp2" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c accel-config -n "__fish_accel_config_using_subcommand to_fsdp2" -l output_file -l output-file -d 'Write the converted config here (refused when it exists, unless --overwrite)' -r -F
+complete -c accel-config -n "__fish_accel_config_using_subcommand to_fsdp2" -l config_file -l config-file -d 'Config file to read or write (default: accelerate\'s default config path)' -r -F
+complete -c accel-config -n "__fish_accel_config_using_subcommand to_fsdp2" -l overwrite -d 'Overwrite the output file, or without --output_file the config file itself'
+complete -c accel-config -n "__fish_accel_config_using_subcommand to_fsdp2" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "default" -d 'Write a config for this machine without asking: all detected GPUs, or one CPU process'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "update" -d 'Rewrite a config file with legacy and removed keys migrated, warning about each change'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "show" -d 'Print the resolved config (file, ACCEL_CONFIG_* environment and defaults)'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "get" -d 'Print one resolved value, bare, for scripts: `$(accel-config get num_processes)`'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "set" -d 'Set one key in the config file (created if missing), validating the value first'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "validate" -d 'Check that accel and accelerate both load a config file with the same values'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "to-fsdp2" -d 'Convert an FSDP1 config to FSDP2, key for key as `accelerate to-fsdp2` does'
+complete -c accel-config -n "__fish_accel_config_using_subcommand help; and not __fish_seen_subcommand_from default update show get set validate to-fsdp2 help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -91,6 +91,28 @@ _arguments "${_arguments_options[@]}" : \
 '::file -- File to check (default\: --config_file, ACCEL_CONFIG_FILE or the default path):_files' \
 && ret=0
 ;;
+(to-fsdp2)
+_arguments "${_arguments_options[@]}" : \
+'--output_file=[Write the converted config here (refused when it exists, unless --overwrite)]:PATH:_files' \
+'--output-file=[Write the converted config here (refused when it exists, unless --overwrite)]:PATH:_files' \
+'--config_file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
+'--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
+'--overwrite[Overwrite the output file, or without --output_file the config file itself]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
+&& ret=0
+;;
+(to_fsdp2)
+_arguments "${_arguments_options[@]}" : \
+'--output_file=[Write the converted config here (refused when it exists, unless --overwrite)]:PATH:_files' \
+'--output-file=[Write the converted config here (refused when it exists, unless --overwrite)]:PATH:_files' \
+'--config_file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
+'--config-file=[Config file to read or write (default\: accelerate'\''s default config path)]:PATH:_files' \
+'--overwrite[Overwrite the output file, or without --output_file the config file itself]' \
+'-h[Print help (see more with '\''--help'\'')]' \
+'--help[Print help (see more with '\''--help'\'')]' \
+&& ret=0
+;;
 (help)
 _arguments "${_arguments_options[@]}" : \
 ":: :_accel-config__subcmd__help_commands" \
@@ -127,6 +149,10 @@ _arguments "${_arguments_options[@]}" : \
 _arguments "${_arguments_options[@]}" : \
 && ret=0
 ;;
+(to-fsdp2)
+_arguments "${_arguments_options[@]}" : \
+&& ret=0
+;;
 (help)
 _arguments "${_arguments_options[@]}" : \
 && ret=0
@@ -149,6 +175,8 @@ _accel-config_commands() {
 'get:Print one resolved value, bare, for scripts\: \`\$(accel-config get num_processes)\`' \
 'set:Set one key in the config file (created if missing), validating the value first' \
 'validate:Check that accel and accelerate both load a config file with the same values' \
+'to-fsdp2:Convert an FSDP1 config to FSDP2, key for key as \`accelerate to-fsdp2\` does' \
+'to_fsdp2:Convert an FSDP1 config to FSDP2, key for key as \`accelerate to-fsdp2\` does' \
 'help:Print this message or the help of the given subcommand(s)' \
     )
     _describe -t commands 'accel-config commands' commands "$@"
@@ -172,6 +200,7 @@ _accel-config__subcmd__help_commands() {
 'get:Print one resolved value, bare, for scripts\: \`\$(accel-config get num_processes)\`' \
 'set:Set one key in the config file (created if missing), validating the value first' \
 'validate:Check that accel and accelerate both load a config file with the same values' \
+'to-fsdp2:Convert an FSDP1 config to FSDP2, key for key as \`accelerate to-fsdp2\` does' \
 'help:Print this message or the help of the given subcommand(s)' \
     )
     _describe -t commands 'accel-config help commands' commands "$@"
@@ -201,6 +230,11 @@ _accel-config__subcmd__help__subcmd__show_commands() {
     local commands; commands=()
     _describe -t commands 'accel-config help show commands' commands "$@"
 }
+(( $+functions[_accel-config__subcmd__help__subcmd__to-fsdp2_commands] )) ||
+_accel-config__subcmd__help__subcmd__to-fsdp2_commands() {
+    local commands; commands=()
+    _describe -t commands 'accel-config help to-fsdp2 commands' commands "$@"
+}
 (( $+functions[_accel-config__subcmd__help__subcmd__update_commands] )) ||
 _accel-config__subcmd__help__subcmd__update_commands() {
     local commands; commands=()
@@ -220,6 +254,11 @@ _accel-config__subcmd__set_commands() {
 _accel-config__subcmd__show_commands() {
     local commands; commands=()
     _describe -t commands 'accel-config show commands' commands "$@"
+}
+(( $+functions[_accel-config__subcmd__to-fsdp2_commands] )) ||
+_accel-config__subcmd__to-fsdp2_commands() {
+    local commands; commands=()
+    _describe -t commands 'accel-config to-fsdp2 commands' commands "$@"
 }
 (( $+functions[_accel-config__subcmd__update_commands] )) ||
 _accel-config__subcmd__update_commands() {
