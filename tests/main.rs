@@ -25,6 +25,7 @@ mod launch;
 mod launch_faults;
 mod launch_flags;
 mod launch_output;
+mod launch_report;
 mod merge;
 mod mpi;
 mod questionnaire;

@@ -242,6 +242,8 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         (None, None) => crate::duration::Wait::After(Duration::from_secs(30)),
     };
 
+    // Before anything starts: a report that cannot be written would only be known after the run.
+    let report = cli.report_json.as_deref().map(Report::open).transpose()?;
     // Before anything starts: a requeue that would fail at the end of the time limit loses the job.
     let requeue = match requeue_signal {
         Some(sig) => {
@@ -315,18 +317,27 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         ..launch::Options::default()
     };
     let outcome = launch::run(&plan, &opts, env)?;
-    if let Some(path) = &cli.report_json {
-        write_report(path, &plan, &outcome)?;
-    }
+    // The requeue first: a report that fails to be written must not lose the job.
+    let mut status = outcome.status;
     if let Some(r) = requeue.filter(|r| r.requeuer && outcome.status == ExitStatus::Requeued) {
         // Every node's ranks are gone (node 0 hears it over the control plane): ask once. slurmctld
         // then ends the job's steps, this launcher with them, and queues the job again.
-        r.request()?;
-        if !cli.quiet {
-            eprintln!("{TOOL}: job {} requeued (scontrol requeue)", r.job);
+        match r.request() {
+            Ok(()) if !cli.quiet => eprintln!("{TOOL}: job {} requeued (scontrol requeue)", r.job),
+            Ok(()) => {}
+            Err(e) => status = crate::error::render(TOOL, &Error::from(e), env),
         }
     }
-    Ok(outcome.status)
+    if let Some(report) = report {
+        if let Err(e) = report.write(&plan, &outcome) {
+            // The run's own status stands; only a run that succeeded turns into an output failure.
+            let code = crate::error::render(TOOL, &e, env);
+            if status == ExitStatus::Success {
+                status = code;
+            }
+        }
+    }
+    Ok(status)
 }
 
 /// `--slurm_requeue` (or ACCEL_LAUNCH_SLURM_REQUEUE): the warning signal, `None` when off.
@@ -377,31 +388,71 @@ fn requeue_signal(cli: &LaunchCli, env: &Environment) -> Result<Option<i32>> {
 }
 
 /// `--report_json`: how the run ended, for a scheduler or a wrapper script to read without parsing
-/// the logs. Written whole (temporary file, then rename), on success too.
-fn write_report(path: &std::path::Path, plan: &Plan, o: &launch::RunOutcome) -> Result<()> {
-    let t = plan.topology.as_ref();
-    let v = json!({
-        "status": o.status.code(),
-        "ok": o.status == ExitStatus::Success,
-        "node": t.map(|t| t.node_rank),
-        "num_nodes": t.map(|t| t.num_nodes),
-        "world_size": t.map(|t| t.world_size()),
-        "host": plan.host,
-        "signal": o.signal,
-        "failure": o.failure,
-        "ranks": o.ranks.iter().map(|r| json!({
-            "rank": r.rank,
-            "local_rank": r.local_rank,
-            "code": r.end.status.code(),
-            "signal": std::os::unix::process::ExitStatusExt::signal(&r.end.status),
-            "stopped": r.end.stopped,
-        })).collect::<Vec<_>>(),
-    });
-    let text = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(|e| crate::error::IoError::new("write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| crate::error::IoError::new("write", path, e))?;
-    Ok(())
+/// the logs. Its temporary file is made before any rank starts, so that a path that cannot be
+/// written is refused then; it has a name of its own (`tempfile`), so that launchers writing
+/// `rep/node.0` and `rep/node.1` at once never share one, and the rename makes the report whole.
+struct Report {
+    path: PathBuf,
+    tmp: tempfile::NamedTempFile,
+}
+
+impl Report {
+    fn open(path: &std::path::Path) -> Result<Report> {
+        if path.is_dir() {
+            return Err(usage(
+                format!("--report_json `{}` is a directory", path.display()),
+                format!(
+                    "give a file's path, e.g. --report_json {}",
+                    path.join("report.json").display()
+                ),
+            ));
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .map_or_else(|| "report".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .map_err(|e| Error::from(crate::error::IoError::new("create", path, e)))?;
+        Ok(Report {
+            path: path.to_path_buf(),
+            tmp,
+        })
+    }
+
+    fn write(self, plan: &Plan, o: &launch::RunOutcome) -> Result<()> {
+        let t = plan.topology.as_ref();
+        let v = json!({
+            "status": o.status.code(),
+            "ok": o.status == ExitStatus::Success,
+            "node": t.map(|t| t.node_rank),
+            "num_nodes": t.map(|t| t.num_nodes),
+            "world_size": t.map(|t| t.world_size()),
+            "host": plan.host,
+            "signal": o.signal,
+            "failure": o.failure,
+            "ranks": o.ranks.iter().map(|r| json!({
+                "rank": r.rank,
+                "local_rank": r.local_rank,
+                "code": r.end.status.code(),
+                "signal": std::os::unix::process::ExitStatusExt::signal(&r.end.status),
+                "stopped": r.end.stopped,
+            })).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+        let write_err = |e| Error::from(crate::error::IoError::new("write", &self.path, e));
+        let mut f = self.tmp.as_file();
+        std::io::Write::write_all(&mut f, text.as_bytes()).map_err(write_err)?;
+        self.tmp
+            .persist(&self.path)
+            .map_err(|e| write_err(e.error))?;
+        Ok(())
+    }
 }
 
 /// --hang_timeout, else ACCEL_LAUNCH_HANG_TIMEOUT; 0 is off.

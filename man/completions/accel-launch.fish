@@ -5,7 +5,7 @@ complete -c accel-launch -l rank_prefix -l rank-prefix -d 'Prefix each console l
 complete -c accel-launch -l local_ranks_filter -l local-ranks-filter -d 'Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)' -r
 complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1)' -r
 complete -c accel-launch -l nproc_per_node -l nproc-per-node -d 'This node\'s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join' -r
-complete -c accel-launch -l report_json -l report-json -d 'Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)' -r -F
+complete -c accel-launch -l report_json -l report-json -d 'Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run\'s exit status as it is, unless the run succeeded (then 4)' -r -F
 complete -c accel-launch -l num_cpu_threads_per_process -l num-cpu-threads-per-process -d 'Threads per rank (OMP_NUM_THREADS); default: the environment\'s OMP_NUM_THREADS, else 1 (CPU runs: physical cores / ranks)' -r
 complete -c accel-launch -s t -l tee -d 'Tee rank output torchrun-style: any value but 0 prefixes console lines with `[{role}{local_rank}]:`' -r
 complete -c accel-launch -l log_dir -l log-dir -d 'Write each rank\'s stdout and stderr to files under DIR (see --log_template)' -r -F

@@ -29,8 +29,8 @@ _accel-launch() {
 '--rdzv-timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1)]:SECONDS:_default' \
 '--nproc_per_node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:_default' \
 '--nproc-per-node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:_default' \
-'--report_json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)]:PATH:_files' \
-'--report-json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail)]:PATH:_files' \
+'--report_json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
+'--report-json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
 '--num_cpu_threads_per_process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
 '--num-cpu-threads-per-process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:_default' \
 '-t+[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:_default' \
