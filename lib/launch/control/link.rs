@@ -1,0 +1,407 @@
+//! This launcher's connection to the control plane (every node, node 0 included): the join, the
+//! heartbeats, and the stops, decisions and hang requests the server sends.
+
+use std::collections::VecDeque;
+use std::io::BufReader;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::super::verdict::WireStack;
+use super::protocol::{read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg};
+use super::server::{start_server, Server};
+use super::{lost_after, ControlError};
+
+/// This node's settings for the control plane.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The rendezvous host (node 0's address).
+    pub addr: String,
+    pub port: u16,
+    pub join: Join,
+    pub join_timeout: Duration,
+    pub heartbeat: Duration,
+}
+
+/// This node's place in the world, as the rendezvous assembled it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    pub world_size: u32,
+    pub rank_offset: u32,
+    /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
+    pub attempt: u32,
+}
+
+/// What follows an attempt whose ranks are all gone on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Every node starts this attempt.
+    Restart(u32),
+    /// No further attempt: how the run ended (`None`: every rank of every node succeeded).
+    Finish(Option<FailureReport>),
+}
+
+/// The next attempt waits (at most `secs` seconds) for launchers replacing the lost nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub attempt: u32,
+    pub lost: Vec<LostNode>,
+    pub secs: u64,
+}
+
+enum Incoming {
+    Msg(Msg),
+    Lost(String),
+}
+
+/// This launcher's connection to the control plane.
+pub struct Link {
+    node: u32,
+    addr: String,
+    writer: Arc<Mutex<TcpStream>>,
+    inbox: Mutex<Receiver<Incoming>>,
+    /// The world's hang judgement's requests and verdict (`Autopsy`, `Verdict`), read by the
+    /// supervisor apart from the stops and decisions.
+    hang_inbox: Mutex<Receiver<Msg>>,
+    pending: Mutex<VecDeque<Msg>>,
+    /// Set once contact with the server is lost: its reason.
+    lost: Mutex<Option<String>>,
+    closing: Arc<AtomicBool>,
+    server: Option<Server>,
+    first_attempt: u32,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("node", &self.node)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Link {
+    /// Joins the run's control plane (hosting it first on node 0) and waits, at most the join
+    /// timeout, until every node has joined.
+    pub fn join(s: &Settings) -> Result<(Link, Place), ControlError> {
+        let server = if s.join.node == 0 {
+            Some(start_server(
+                s.port,
+                s.join.nodes,
+                s.join_timeout,
+                s.heartbeat,
+            )?)
+        } else {
+            None
+        };
+        let addr = format!("{}:{}", s.addr, s.port);
+        let deadline = Instant::now() + s.join_timeout;
+        let timeout = || ControlError::JoinTimeout {
+            node: s.join.node,
+            addr: addr.clone(),
+            secs: s.join_timeout.as_secs(),
+            detail: None,
+        };
+        let stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timeout());
+            }
+            match connect(&addr, left.min(Duration::from_secs(5))) {
+                Ok(st) => break st,
+                Err(_) => std::thread::sleep(Duration::from_millis(100).min(left)),
+            }
+        };
+        let io = |what: &str, source| ControlError::Io {
+            addr: addr.clone(),
+            what: what.into(),
+            source,
+        };
+        let _ = stream.set_nodelay(true);
+        let writer = stream.try_clone().map_err(|e| io("clone", e))?;
+        let window = lost_after(s.heartbeat);
+        let _ = writer.set_write_timeout(Some(window));
+        let writer = Arc::new(Mutex::new(writer));
+        write_msg(&writer, &Msg::Join(s.join.clone())).map_err(|e| io("send the join", e))?;
+        let mut reader = BufReader::new(stream);
+        // The server says which nodes are missing when its own join timeout passes: give it a
+        // heartbeat or two beyond ours to say so.
+        let deadline = deadline + s.heartbeat * 2;
+        let place = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timeout());
+            }
+            let _ = reader.get_ref().set_read_timeout(Some(left));
+            match read_msg(&mut reader) {
+                Ok(Some(Msg::Start {
+                    attempt,
+                    world_size,
+                    rank_offset,
+                    ..
+                })) => {
+                    break Place {
+                        world_size,
+                        rank_offset,
+                        attempt,
+                    }
+                }
+                Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
+                    return Err(ControlError::JoinTimeout {
+                        node: s.join.node,
+                        addr: addr.clone(),
+                        secs: s.join_timeout.as_secs(),
+                        detail: Some(reason),
+                    })
+                }
+                Ok(Some(Msg::Reject { reason })) => {
+                    return Err(ControlError::Refused {
+                        node: s.join.node,
+                        addr: addr.clone(),
+                        reason,
+                    })
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(io(
+                        "wait for every node to join",
+                        std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the server closed the connection",
+                        ),
+                    ))
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(timeout())
+                }
+                Err(e) => return Err(io("wait for every node to join", e)),
+            }
+        };
+        let _ = reader.get_ref().set_read_timeout(Some(window));
+        let (tx, rx) = mpsc::channel();
+        let (hang_tx, hang_rx) = mpsc::channel();
+        let closing = Arc::new(AtomicBool::new(false));
+        {
+            let closing = Arc::clone(&closing);
+            std::thread::spawn(move || loop {
+                match read_msg(&mut reader) {
+                    Ok(Some(Msg::Hb)) => {}
+                    Ok(Some(m @ (Msg::Autopsy { .. } | Msg::Verdict { .. }))) => {
+                        let _ = hang_tx.send(m);
+                    }
+                    Ok(Some(m)) => {
+                        if tx.send(Incoming::Msg(m)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        if !closing.load(Ordering::Relaxed) {
+                            let _ = tx.send(Incoming::Lost(
+                                "its launcher's connection closed (the launcher ended or was killed)"
+                                    .into(),
+                            ));
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        if !closing.load(Ordering::Relaxed) {
+                            let _ = tx.send(Incoming::Lost(why_closed(Some(&e), window)));
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+        {
+            let w = Arc::clone(&writer);
+            let closing = Arc::clone(&closing);
+            let beat = s.heartbeat;
+            std::thread::spawn(move || {
+                while !closing.load(Ordering::Relaxed) {
+                    if write_msg(&w, &Msg::Hb).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(beat);
+                }
+            });
+        }
+        Ok((
+            Link {
+                node: s.join.node,
+                addr: s.addr.clone(),
+                writer,
+                inbox: Mutex::new(rx),
+                hang_inbox: Mutex::new(hang_rx),
+                pending: Mutex::new(VecDeque::new()),
+                lost: Mutex::new(None),
+                closing,
+                server,
+                first_attempt: place.attempt,
+            },
+            place,
+        ))
+    }
+
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    /// The attempt this node's ranks start with: above 0 for a launcher that replaced a lost one.
+    pub fn first_attempt(&self) -> u32 {
+        self.first_attempt
+    }
+
+    fn lost_report(&self, why: &str) -> FailureReport {
+        let mut f = FailureReport::lost(0, &self.addr, why);
+        if self.node != 0 {
+            // Unlike another node, node 0 cannot be replaced: the plane and its state die with it.
+            f.what
+                .push_str("; node 0 hosts the control plane, so the run cannot go on without it");
+        }
+        f
+    }
+
+    fn take(&self, wait: Option<Duration>) -> Option<Incoming> {
+        let rx = self.inbox.lock().ok()?;
+        match wait {
+            None => rx.try_recv().ok(),
+            Some(d) => rx.recv_timeout(d).ok(),
+        }
+    }
+
+    /// A stop sent by the server (another node's failure), or the loss of the server itself. Does
+    /// not block.
+    pub fn poll_stop(&self) -> Option<FailureReport> {
+        if let Some(why) = self.lost.lock().ok()?.clone() {
+            return Some(self.lost_report(&why));
+        }
+        while let Some(i) = self.take(None) {
+            match i {
+                Incoming::Msg(Msg::Stop { failure, .. }) => return Some(failure),
+                Incoming::Msg(m) => {
+                    if let Ok(mut p) = self.pending.lock() {
+                        p.push_back(m);
+                    }
+                }
+                Incoming::Lost(why) => {
+                    if let Ok(mut l) = self.lost.lock() {
+                        *l = Some(why.clone());
+                    }
+                    return Some(self.lost_report(&why));
+                }
+            }
+        }
+        None
+    }
+
+    /// Tells node 0 that this node's ranks have been still for `quiet`, or (`None`) move again.
+    pub fn report_quiet(&self, attempt: u32, quiet: Option<Duration>) {
+        let quiet_ms = quiet.map(|q| q.as_millis() as u64);
+        let _ = write_msg(&self.writer, &Msg::Quiet { attempt, quiet_ms });
+    }
+
+    /// Answers node 0's `Autopsy` with this node's ranks' stacks.
+    pub fn send_stacks(&self, attempt: u32, stacks: Vec<WireStack>) {
+        let _ = write_msg(&self.writer, &Msg::Stacks { attempt, stacks });
+    }
+
+    /// Node 0's request for stacks or its verdict, for `attempt`. Does not block.
+    pub fn poll_hang(&self, attempt: u32) -> Option<Msg> {
+        let rx = self.hang_inbox.lock().ok()?;
+        while let Ok(m) = rx.try_recv() {
+            match &m {
+                Msg::Autopsy { attempt: a } | Msg::Verdict { attempt: a, .. } if *a == attempt => {
+                    return Some(m)
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Tells every node that this one failed (its first failure of the attempt).
+    pub fn local_failure(&self, attempt: u32, failure: FailureReport) {
+        let _ = write_msg(&self.writer, &Msg::Failed { attempt, failure });
+    }
+
+    /// Every rank of `attempt` on this node is gone: waits for the world's decision (bounded by the
+    /// heartbeats: a lost server ends the wait).
+    /// `on_wait` is told each time the world waits for replacements of lost nodes (the server
+    /// bounds that wait).
+    pub fn attempt_ended(
+        &self,
+        attempt: u32,
+        ok: bool,
+        mut on_wait: impl FnMut(&Waiting),
+    ) -> Decision {
+        if let Some(why) = self.lost.lock().ok().and_then(|l| l.clone()) {
+            return Decision::Finish(Some(self.lost_report(&why)));
+        }
+        if write_msg(&self.writer, &Msg::Ended { attempt, ok }).is_err() {
+            return Decision::Finish(Some(self.lost_report("its launcher's connection failed")));
+        }
+        loop {
+            let next = self
+                .pending
+                .lock()
+                .ok()
+                .and_then(|mut p| p.pop_front())
+                .map(Incoming::Msg)
+                .or_else(|| self.take(Some(Duration::from_millis(200))));
+            match next {
+                Some(Incoming::Msg(Msg::Start { attempt: a, .. })) if a > attempt => {
+                    return Decision::Restart(a)
+                }
+                Some(Incoming::Msg(Msg::Finish { failure })) => return Decision::Finish(failure),
+                Some(Incoming::Msg(Msg::Wait {
+                    attempt: a,
+                    lost,
+                    secs,
+                })) if a > attempt => on_wait(&Waiting {
+                    attempt: a,
+                    lost,
+                    secs,
+                }),
+                Some(Incoming::Lost(why)) => {
+                    if let Ok(mut l) = self.lost.lock() {
+                        *l = Some(why.clone());
+                    }
+                    return Decision::Finish(Some(self.lost_report(&why)));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Leaves the control plane after `Finish`. Node 0 hosts it, so it stays (at most a few
+    /// heartbeats) until the other nodes have left, so each receives the run's end.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let _ = write_msg(&self.writer, &Msg::Bye);
+        if let Some(s) = &self.server {
+            let until = Instant::now() + Duration::from_secs(5);
+            while !s.done.load(Ordering::Relaxed) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}

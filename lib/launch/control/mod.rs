@@ -1,0 +1,117 @@
+//! The control plane between the node launchers of one multi-node run. Each node's launcher only
+//! sees its own ranks; without this, a rank failing on node 1 leaves node 0's ranks running until
+//! their next collective times out (NCCL's watchdog: tens of minutes), and `--max_restarts` restarts
+//! one node while the others stay in the old attempt.
+//!
+//! The node-0 launcher hosts a small TCP server at the rendezvous address on [`control_port`] (the
+//! master port + 1); every launcher, node 0's included, joins it with the run id, its node rank, its
+//! rank count and host. Messages are one JSON object per line ([`Msg`]). The server's
+//! [`Coordinator`] (pure, unit-tested) decides:
+//!
+//! - **start**: once every node has joined, each gets the world size and its rank offset, so nodes
+//!   may run different numbers of ranks;
+//! - **stop**: the first failure of an attempt — a rank's exit, a launcher's connection closing (its
+//!   death, SIGKILL included), or its heartbeats stopping (a network cut) — is sent to every node,
+//!   which stops its ranks as it does for a local failure (stop signal, grace, SIGKILL);
+//! - **restart or finish**: once every node's ranks of the attempt are gone, either all nodes start the
+//!   next attempt together (the same global restart count everywhere), or all are told how the run
+//!   ended;
+//! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
+//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::verdict)).
+//!
+//! Heartbeats go both ways every [`HEARTBEAT`]; a side that hears nothing for [`MISSES`] intervals
+//! counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
+//! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
+//! this keeps the same shape without a store, and one line per event.
+//!
+//! The parts: `protocol` (the messages and their framing), `coordinator` (the server's pure
+//! decisions), `server` (node 0's hub around it) and `link` (every node's connection).
+
+mod coordinator;
+mod link;
+mod protocol;
+mod server;
+
+use std::time::Duration;
+
+use crate::error::Diagnostic;
+use crate::exit_status::ExitStatus;
+
+pub use coordinator::{Coordinator, To};
+pub use link::{Decision, Link, Place, Settings, Waiting};
+pub use protocol::{FailureReport, Join, LostNode, Msg};
+
+/// Time between heartbeats, each way.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Heartbeat intervals without a word before the other side counts as lost.
+pub const MISSES: u32 = 5;
+/// The protocol's version: a launcher of another version is refused at the join.
+pub const PROTOCOL: u32 = 2;
+
+/// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
+/// rendezvous host.
+pub fn control_port(master_port: u16) -> u16 {
+    if master_port == u16::MAX {
+        master_port - 1
+    } else {
+        master_port + 1
+    }
+}
+
+/// How long a side waits for a word from the other before counting it as lost.
+pub fn lost_after(heartbeat: Duration) -> Duration {
+    heartbeat * MISSES
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot host the control plane on port {port}")]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("node {node} could not join the control plane at {addr} within {secs} s")]
+    JoinTimeout {
+        node: u32,
+        addr: String,
+        secs: u64,
+        /// What the rendezvous was still waiting for, when the server said.
+        detail: Option<String>,
+    },
+    #[error("the control plane at {addr} refused node {node}: {reason}")]
+    Refused {
+        node: u32,
+        addr: String,
+        reason: String,
+    },
+    #[error("control plane at {addr}: {what}")]
+    Io {
+        addr: String,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Diagnostic for ControlError {
+    fn hints(&self) -> Vec<String> {
+        match self {
+            ControlError::Bind { .. } => vec![
+                "the control plane uses the master port + 1; pick another --main_process_port".into(),
+            ],
+            ControlError::JoinTimeout { detail, .. } => {
+                let mut h: Vec<String> = detail.iter().cloned().collect();
+                h.push("start every node's accel-launch with the same --num_machines, --main_process_ip and --main_process_port, or raise --rdzv_timeout".into());
+                h
+            }
+            ControlError::Refused { .. } => vec![
+                "every node must run the same accel-launch version with the same --num_machines, --max_restarts, --hang_timeout and a distinct --machine_rank".into(),
+            ],
+            ControlError::Io { .. } => Vec::new(),
+        }
+    }
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::LauncherFailed
+    }
+}

@@ -1,0 +1,284 @@
+//! The control plane's wire: one JSON object per line ([`Msg`]), what each side says and how a line
+//! is read (capped) and written.
+
+use std::io::{BufRead, Read, Write};
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::verdict::WireStack;
+use crate::exit_status::ExitStatus;
+
+/// The longest line either side accepts (a stderr tail is at most 16 KiB).
+const MAX_LINE: u64 = 1 << 20;
+
+/// A node's join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    pub protocol: u32,
+    pub run_id: String,
+    pub node: u32,
+    pub nodes: u32,
+    pub local_ranks: u32,
+    pub host: String,
+    pub max_restarts: u32,
+    /// `--hang_timeout` in milliseconds (`None`: off): the world's hang is judged on node 0 against
+    /// one timeout, so every node must give the same.
+    #[serde(default)]
+    pub hang_timeout_ms: Option<u64>,
+}
+
+/// What ended an attempt, as every node reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReport {
+    pub node: u32,
+    pub host: String,
+    /// The failing rank; `None` when a node was lost or its launcher was stopped.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    /// The rank's exit code, or the signal that killed it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// What happened, as a sentence's predicate: `exited with status 7`, `was lost: …`.
+    pub what: String,
+    /// The last lines of the failing rank's stderr.
+    #[serde(default)]
+    pub stderr_tail: String,
+    /// The torchelastic error file's message, if the rank wrote one.
+    #[serde(default)]
+    pub error_message: Option<String>,
+    /// Not a failure: SLURM's warning signal (`--slurm_requeue`) reached this node; every node stops
+    /// its ranks with that signal and the grace period, and node 0 then requeues the job.
+    #[serde(default)]
+    pub requeue: bool,
+    /// With `requeue`: SLURM's step daemon delivered the warning on that node, and it delivers it to
+    /// every process of the step on every node — the other nodes' ranks get it from SLURM too.
+    #[serde(default)]
+    pub step_wide: bool,
+    /// Not a failure: node 0 declared the world hung (`--hang_timeout`); `what` holds the verdict.
+    /// No restart follows, and every node exits 124.
+    #[serde(default)]
+    pub hang: bool,
+}
+
+impl FailureReport {
+    /// A node lost: its launcher's connection closed, or its heartbeats stopped.
+    pub fn lost(node: u32, host: &str, why: &str) -> FailureReport {
+        FailureReport {
+            node,
+            host: host.into(),
+            rank: None,
+            local_rank: None,
+            code: None,
+            signal: None,
+            what: format!("was lost: {why}"),
+            stderr_tail: String::new(),
+            error_message: None,
+            requeue: false,
+            step_wide: false,
+            hang: false,
+        }
+    }
+
+    /// What the launchers of the other nodes exit with: the failing rank's code (128+N for signal N),
+    /// or [`ExitStatus::NodeLost`] when no rank failed.
+    pub fn exit_status(&self) -> ExitStatus {
+        if self.requeue {
+            return ExitStatus::Requeued;
+        }
+        if self.hang {
+            return ExitStatus::Hang;
+        }
+        match (self.code, self.signal) {
+            (Some(c), _) => ExitStatus::Worker((c & 0xff) as u8),
+            (None, Some(s)) => ExitStatus::Worker((128 + s).min(255) as u8),
+            _ => ExitStatus::NodeLost,
+        }
+    }
+
+    /// One line: `rank 3 (local rank 1) on node 1 (host) exited with status 7`.
+    pub fn headline(&self) -> String {
+        match (self.rank, self.local_rank) {
+            (Some(r), Some(l)) => format!(
+                "rank {r} (local rank {l}) on node {} ({}) {}",
+                self.node, self.host, self.what
+            ),
+            _ => format!("node {} ({}) {}", self.node, self.host, self.what),
+        }
+    }
+}
+
+/// One line of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Msg {
+    /// Node → server, first line.
+    Join(Join),
+    /// Server → node: start attempt `attempt` with this place in the world.
+    Start {
+        attempt: u32,
+        world_size: u32,
+        rank_offset: u32,
+        nodes: u32,
+    },
+    /// Server → node: the join is refused; the connection closes.
+    Reject { reason: String },
+    /// Node → server: this node's first failure of the attempt.
+    Failed {
+        attempt: u32,
+        failure: FailureReport,
+    },
+    /// Server → every node: stop the ranks of `attempt`.
+    Stop {
+        attempt: u32,
+        failure: FailureReport,
+    },
+    /// Node → server: every rank of the attempt on this node is gone.
+    Ended { attempt: u32, ok: bool },
+    /// Server → every node: no further attempt; the run ended so.
+    Finish { failure: Option<FailureReport> },
+    /// Node → server: leaving after `Finish`.
+    Bye,
+    /// Both ways, every [`HEARTBEAT`](super::HEARTBEAT).
+    Hb,
+    /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
+    /// (`None`) move again ([`Reporter`](super::super::verdict::Reporter)).
+    Quiet {
+        attempt: u32,
+        #[serde(default)]
+        quiet_ms: Option<u64>,
+    },
+    /// Server → every node: the world is hung; send your ranks' stacks.
+    Autopsy { attempt: u32 },
+    /// Node → server: this node's ranks' stacks, in answer to `Autopsy`.
+    Stacks {
+        attempt: u32,
+        stacks: Vec<WireStack>,
+    },
+    /// Server → every node: the world's hang verdict; print it and stop the ranks.
+    Verdict {
+        attempt: u32,
+        line: String,
+        stacks: String,
+        quiet_ms: u64,
+    },
+    /// Server → the surviving nodes: every rank of the attempt is gone, and attempt `attempt` starts
+    /// once a launcher replaces each of the `lost` nodes (same --machine_rank) within `secs` seconds;
+    /// sent again, naming them all, when another node is lost meanwhile.
+    Wait {
+        attempt: u32,
+        lost: Vec<LostNode>,
+        secs: u64,
+    },
+}
+
+/// A node whose launcher was lost, as [`Msg::Wait`] names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostNode {
+    pub node: u32,
+    pub host: String,
+}
+
+impl LostNode {
+    /// `node 1 (host)`, `node 1 (host) and node 2 (host)`, …
+    pub fn list(lost: &[LostNode]) -> String {
+        let names: Vec<String> = lost
+            .iter()
+            .map(|l| format!("node {} ({})", l.node, l.host))
+            .collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        }
+    }
+}
+
+impl Msg {
+    pub(super) fn line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+}
+
+pub(super) fn read_msg<R: BufRead>(r: &mut R) -> std::io::Result<Option<Msg>> {
+    let mut line = String::new();
+    let n = r.by_ref().take(MAX_LINE).read_line(&mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    serde_json::from_str(line.trim_end())
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+pub(super) fn write_msg(w: &Mutex<TcpStream>, m: &Msg) -> std::io::Result<()> {
+    let mut s = w.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    s.write_all(&m.line())
+}
+
+pub(super) fn why_closed(e: Option<&std::io::Error>, window: Duration) -> String {
+    match e {
+        None => "its launcher's connection closed (the launcher ended or was killed)".into(),
+        Some(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            format!(
+                "no heartbeat for {:.0} s (network cut, or the host is down)",
+                window.as_secs_f64()
+            )
+        }
+        Some(e) => format!("its launcher's connection failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufReader;
+
+    use super::super::control_port;
+    use super::*;
+
+    fn rank_failure(node: u32, rank: u32) -> FailureReport {
+        FailureReport {
+            node,
+            host: format!("h{node}"),
+            rank: Some(rank),
+            local_rank: Some(1),
+            code: Some(7),
+            signal: None,
+            what: "exited with status 7".into(),
+            stderr_tail: "boom\n".into(),
+            error_message: None,
+            requeue: false,
+            step_wide: false,
+            hang: false,
+        }
+    }
+
+    #[test]
+    fn wire_format_is_one_tagged_object_per_line() {
+        let m = Msg::Ended {
+            attempt: 2,
+            ok: true,
+        };
+        let line = m.line();
+        assert_eq!(line, b"{\"t\":\"ended\",\"attempt\":2,\"ok\":true}\n");
+        let back = read_msg(&mut BufReader::new(&line[..])).unwrap().unwrap();
+        assert_eq!(back, m);
+        let f = rank_failure(1, 3);
+        assert_eq!(f.exit_status(), ExitStatus::Worker(7));
+        assert_eq!(
+            f.headline(),
+            "rank 3 (local rank 1) on node 1 (h1) exited with status 7"
+        );
+        assert_eq!(control_port(29500), 29501);
+        assert_eq!(control_port(65535), 65534);
+    }
+}
