@@ -264,7 +264,12 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
             );
         }
     }
-    let outs: Vec<Output> = handles.into_iter().map(|h| h.output_within(WAIT)).collect();
+    // Three cases at once, each the real `accelerate launch` beside ours, every rank importing torch (and
+    // DeepSpeed for its cases) on two cores: minutes, not seconds, on a loaded machine.
+    let outs: Vec<Output> = handles
+        .into_iter()
+        .map(|h| h.output_within(std::time::Duration::from_secs(420)))
+        .collect();
     let oa = outs
         .iter()
         .step_by(2)
