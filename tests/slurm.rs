@@ -29,6 +29,14 @@ pub fn cluster() -> &'static Cluster {
         if let Ok(why) = std::fs::read_to_string(&failed) {
             panic!("the suite's SLURM cluster failed to start earlier in this run:\n{why}");
         }
+        // Started once per run: `scripts/cluster up` on a running cluster restarts it when its health
+        // check fails (as it can on a loaded machine), which would kill the jobs of tests running beside.
+        let up = suite::dir().join("cluster.up");
+        if up.exists() {
+            return Cluster {
+                conf: dir.join("slurm.conf"),
+            };
+        }
         // The daemons outlive this test process: they must not carry its mark, or the next test would
         // take them for leftovers.
         let out = Command::new(repo().join("scripts/cluster"))
@@ -44,6 +52,7 @@ pub fn cluster() -> &'static Cluster {
             let _ = std::fs::write(&failed, &why);
             panic!("{why}");
         }
+        std::fs::write(&up, b"").unwrap();
         Cluster {
             conf: dir.join("slurm.conf"),
         }
