@@ -220,6 +220,31 @@ fn timed_out(what: &str, limit: Duration, stdout: &[u8], stderr: &[u8]) -> ! {
     )
 }
 
+/// The child's exit status if it ends within `limit`; else its tree is killed and reaped, and `None`.
+fn exit_within(child: &mut Child, limit: Duration, what: &mut String) -> Option<ExitStatus> {
+    let t = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(e) => panic!("wait for `{what}`: {e}"),
+        }
+        if t.elapsed() > limit {
+            if what.is_empty() {
+                // Read at spawn, the command line can still be empty (seen under load): read it again.
+                *what = cmdline(child.id() as i32);
+            }
+            if what.is_empty() {
+                *what = format!("pid {}", child.id());
+            }
+            kill_tree(child.id() as i32);
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Bounded waits on a started process; a timeout names the process by its command line.
 pub trait ChildExt {
     /// Waits at most `limit`; past it, kills the tree and fails naming the command and its last output.
@@ -232,28 +257,17 @@ pub trait ChildExt {
 
 impl ChildExt for Child {
     fn wait_within(&mut self, limit: Duration) -> ExitStatus {
-        let what = cmdline(self.id() as i32);
-        let what = what.as_str();
-        let t = Instant::now();
-        loop {
-            match self.try_wait() {
-                Ok(Some(status)) => return status,
-                Ok(None) => {}
-                Err(e) => panic!("wait for `{what}`: {e}"),
-            }
-            if t.elapsed() > limit {
-                kill_tree(self.id() as i32);
-                let _ = self.wait();
-                // The pipes the test did not take are closed now that the tree is dead.
-                let (out, ho) = drain(self.stdout.take());
-                let (err, he) = drain(self.stderr.take());
-                join_within(ho, Duration::from_secs(2));
-                join_within(he, Duration::from_secs(2));
-                let (o, e) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
-                timed_out(what, limit, &o, &e);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut what = cmdline(self.id() as i32);
+        if let Some(status) = exit_within(self, limit, &mut what) {
+            return status;
         }
+        // The pipes the test did not take are closed now that the tree is dead.
+        let (out, ho) = drain(self.stdout.take());
+        let (err, he) = drain(self.stderr.take());
+        join_within(ho, Duration::from_secs(2));
+        join_within(he, Duration::from_secs(2));
+        let (o, e) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
+        timed_out(&what, limit, &o, &e)
     }
 
     fn output_within(self, limit: Duration) -> Output {
@@ -265,21 +279,12 @@ impl ChildExt for Child {
         let (out, ho) = drain(self.stdout.take());
         let (err, he) = drain(self.stderr.take());
         let t = Instant::now();
-        let status = loop {
-            match self.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) => {}
-                Err(e) => panic!("wait for `{what}`: {e}"),
-            }
-            if t.elapsed() > limit {
-                kill_tree(self.id() as i32);
-                let _ = self.wait();
-                join_within(ho, Duration::from_secs(2));
-                join_within(he, Duration::from_secs(2));
-                let (o, e) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
-                timed_out(what, limit, &o, &e);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut what = what.to_string();
+        let Some(status) = exit_within(&mut self, limit, &mut what) else {
+            join_within(ho, Duration::from_secs(2));
+            join_within(he, Duration::from_secs(2));
+            let (o, e) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
+            timed_out(&what, limit, &o, &e)
         };
         // The process ended; a grandchild that outlived it may still hold a pipe: not waited on for long.
         join_within(
