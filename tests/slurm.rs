@@ -33,6 +33,13 @@ pub fn cluster() -> &'static Cluster {
         // check fails (as it can on a loaded machine), which would kill the jobs of tests running beside.
         let up = suite::dir().join("cluster.up");
         if up.exists() {
+            if let Some(gone) = dead_daemon(&dir) {
+                panic!(
+                    "the suite's SLURM cluster (started earlier in this run) has lost {gone}; the end of \
+                     its slurmctld log:\n{}",
+                    log_tail(&dir.join("log/slurmctld.log"), 15)
+                );
+            }
             return Cluster {
                 conf: dir.join("slurm.conf"),
             };
@@ -53,10 +60,90 @@ pub fn cluster() -> &'static Cluster {
             panic!("{why}");
         }
         std::fs::write(&up, b"").unwrap();
+        let marked = daemons(&dir)
+            .into_iter()
+            .filter(|(_, pid)| {
+                proc::marked().iter().any(|(p, _)| *p == *pid as i32)
+            })
+            .map(|(name, pid)| format!("{name} ({pid})"))
+            .collect::<Vec<_>>();
+        assert!(
+            marked.is_empty(),
+            "the suite's cluster daemons carry this test's {} mark, so the next test would kill them \
+             as its leftovers: {}",
+            proc::OWNER_VAR,
+            marked.join(", ")
+        );
         Cluster {
             conf: dir.join("slurm.conf"),
         }
     })
+}
+
+/// The cluster's daemons (`run/NAME.pid` of `scripts/cluster`: munged, slurmctld, a slurmd per
+/// node, the watcher) with their pids.
+fn daemons(dir: &Path) -> Vec<(String, u32)> {
+    let Ok(entries) = std::fs::read_dir(dir.join("run")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, u32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.strip_suffix(".pid")?.to_string();
+            let pid = std::fs::read_to_string(e.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((name, pid))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The first of the cluster's daemons that is no longer running, named with its pid.
+fn dead_daemon(dir: &Path) -> Option<String> {
+    let all = daemons(dir);
+    if all.is_empty() {
+        return Some(format!(
+            "its pid files (none in {})",
+            dir.join("run").display()
+        ));
+    }
+    all.into_iter()
+        .find(|(_, pid)| !alive(*pid as i32))
+        .map(|(name, pid)| format!("{name} (pid {pid})"))
+}
+
+fn log_tail(path: &Path, n: usize) -> String {
+    std::fs::read(path)
+        .map(|b| proc::tail(&b, n))
+        .unwrap_or_else(|e| format!("({}: {e})", path.display()))
+}
+
+/// The suite's cluster outlives every test: its daemons carry no test's mark (or the first test
+/// process started after the one that brought it up would kill them as that test's leftovers, and
+/// every later SLURM test would fail with "Unable to contact slurm controller"), and they are all
+/// still running after the test that started them has ended.
+#[test]
+fn the_suites_cluster_daemons_carry_no_test_mark_and_stay_up() {
+    let c = cluster();
+    let dir = c.conf.parent().unwrap().to_path_buf();
+    let names: Vec<String> = daemons(&dir).into_iter().map(|(n, _)| n).collect();
+    for want in ["munged", "slurmctld", "slurmd-n1", "slurmd-n2"] {
+        assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+    let marks = proc::marked();
+    for (name, pid) in daemons(&dir) {
+        assert!(alive(pid as i32), "{name} (pid {pid}) is not running");
+        let mark = marks.iter().find(|(p, _)| *p == pid as i32);
+        assert!(
+            mark.is_none(),
+            "{name} (pid {pid}) carries the test mark {:?}",
+            mark.map(|(_, m)| m)
+        );
+    }
 }
 
 /// A SLURM client command (srun, sbatch, scontrol, scancel) against the test cluster, run in `cwd`

@@ -342,7 +342,16 @@ impl CommandExt for Command {
     }
 
     fn marked(&mut self) -> &mut Self {
-        self.env(OWNER_VAR, owner())
+        // A command that removed the mark on purpose (daemons meant to outlive this test, such as the
+        // suite's SLURM cluster) keeps it removed: marked, they would be killed as leftovers by the
+        // first test process started after this one ends.
+        let removed = self
+            .get_envs()
+            .any(|(k, v)| k == std::ffi::OsStr::new(OWNER_VAR) && v.is_none());
+        if !removed {
+            self.env(OWNER_VAR, owner());
+        }
+        self
     }
 }
 
@@ -393,5 +402,32 @@ impl Deadline {
 impl Drop for Deadline {
     fn drop(&mut self) {
         self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner_seen(cmd: &mut Command) -> String {
+        let out = cmd
+            .args(["-c", "printf %s \"${ACCEL_TEST_OWNER-unset}\""])
+            .output_within(Duration::from_secs(20));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_bounded_command_carries_the_tests_mark() {
+        assert_eq!(owner_seen(&mut Command::new("/bin/sh")), owner());
+        let mut cleared = Command::new("/bin/sh");
+        cleared.env_clear();
+        assert_eq!(owner_seen(&mut cleared), owner());
+    }
+
+    #[test]
+    fn a_command_that_removed_the_mark_is_not_marked_again() {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.env_remove(OWNER_VAR);
+        assert_eq!(owner_seen(&mut cmd), "unset");
     }
 }
