@@ -146,6 +146,10 @@ with open(os.path.join(sys.argv[1], "rank%d.txt" % a.process_index), "w") as f:
     f.write("world=%d\nsum=%d\ntype=%s\nompi=%s\n" % (a.num_processes, int(t.item()),
             a.distributed_type, os.environ.get("OMPI_COMM_WORLD_RANK", "")))
 a.wait_for_everyone()
+# end_training destroys the process group: without it a rank can abort at interpreter exit
+# ("terminate called without an active exception", gloo's threads outliving the group), as
+# the reference run did once in a loaded full run.
+a.end_training()
 "#;
 
 /// `--mpirun_hostfile` hands the job to mpirun (a hostfile of localhost slots): like `accelerate
