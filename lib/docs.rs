@@ -76,7 +76,7 @@ pub fn man_page(tool: &ToolDoc) -> Vec<u8> {
     }
 
     section(&mut roff, "EXIT STATUS");
-    for (code, meaning) in ExitStatus::documented(tool.launcher_codes) {
+    for (code, meaning) in ExitStatus::documented(tool.codes) {
         roff.control("TP", [])
             .text([bold(code)])
             .text([roman(meaning)]);

@@ -61,7 +61,8 @@ impl ExitStatus {
     }
 
     /// Every status a tool can return, with its meaning, for the man pages.
-    pub fn documented(launcher: bool) -> Vec<(String, &'static str)> {
+    pub fn documented(codes: Codes) -> Vec<(String, &'static str)> {
+        let launcher = codes == Codes::Launcher;
         let mut rows = vec![
             ("0".to_string(), "Success."),
             ("1".to_string(), "The tool ran and what it checked is not right (invalid config, failed check, does not fit)."),
@@ -89,6 +90,12 @@ impl ExitStatus {
                 ),
             ]);
         } else {
+            if codes == Codes::Test {
+                rows.push((
+                    "125".to_string(),
+                    "The world could not be started: a busy --main_process_port, a bad topology, ranks that could not be spawned.",
+                ));
+            }
             rows.push((
                 "130, 143, 129".to_string(),
                 "Interrupted by SIGINT (or end of input at a questionnaire prompt), SIGTERM or SIGHUP (128+N); nothing was left half-written.",
@@ -96,6 +103,17 @@ impl ExitStatus {
         }
         rows
     }
+}
+
+/// Which statuses a tool's man page lists beyond 0–4 and the signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codes {
+    /// accel-config, accel-estimate-memory, accel-merge-weights.
+    Plain,
+    /// accel-test: also 125, a world that could not be started.
+    Test,
+    /// accel-launch and `accel-env -- CMD`: the launcher's statuses and the ranks' own.
+    Launcher,
 }
 
 impl From<ExitStatus> for ExitCode {

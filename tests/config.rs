@@ -1106,3 +1106,93 @@ fn to_fsdp2_keeps_comments_and_refuses_to_overwrite() {
     );
     assert_eq!(python(&code, &BTreeMap::new()).trim(), "refused");
 }
+
+/// A YAML config saved with a UTF-8 byte-order mark (Windows editors) loads as accelerate's
+/// `load_config_from_file` loads it, in every tool; `set` on a CRLF file keeps CRLF on every line
+/// and the mark, so the lines it did not change are written back byte for byte.
+#[test]
+fn a_byte_order_mark_and_crlf_line_endings_are_read_and_kept() {
+    let home = tempdir();
+    let file = home.path().join("win.yaml");
+    let text = "\u{feff}compute_environment: LOCAL_MACHINE\r\ndistributed_type: MULTI_CPU\r\n# two ranks\r\nnum_processes: 2   # per job\r\nuse_cpu: true\r\nmixed_precision: 'no'\r\n";
+    fs::write(&file, text).unwrap();
+    let theirs = accelerate_load(&file);
+    assert_eq!(theirs["num_processes"], 2, "{theirs}");
+    let ours = show_json(home.path(), &file);
+    assert_eq!(ours["num_processes"], 2, "{ours}");
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&file)
+        .run()
+        .success();
+    Run::new("accel-launch", home.path())
+        .args(["--dry-run", "--config_file"])
+        .arg(&file)
+        .arg("train.py")
+        .run()
+        .success();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "num_processes", "4"])
+        .run()
+        .success();
+    let after = fs::read_to_string(&file).unwrap();
+    assert_eq!(after, text.replace("num_processes: 2", "num_processes: 4"));
+    assert_eq!(accelerate_load(&file)["num_processes"], 4);
+}
+
+/// `validate` judges a file by the rules accel-launch starts a run by: a file it passes is never
+/// refused at launch, and each of these (which it once passed) is refused by both, for the same reason.
+#[test]
+fn validate_refuses_what_accel_launch_refuses() {
+    let home = tempdir();
+    let base = "compute_environment: LOCAL_MACHINE\nmixed_precision: 'no'\nuse_cpu: false\n";
+    let cases = [
+        ("zero.yaml", "distributed_type: MULTI_CPU\nnum_processes: 0\n", "num_processes is 0"),
+        (
+            "rank.yaml",
+            "distributed_type: MULTI_CPU\nnum_processes: 2\nnum_machines: 1\nmachine_rank: 3\n",
+            "machine_rank (3) must be below num_machines (1)",
+        ),
+        (
+            "uneven.yaml",
+            "distributed_type: MULTI_CPU\nnum_processes: 3\nnum_machines: 2\nmachine_rank: 0\nmain_process_ip: 10.0.0.1\nmain_process_port: 29500\n",
+            "must be a multiple of num_machines (2)",
+        ),
+        (
+            "fsdp.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: false\n",
+            "fsdp_sync_module_states",
+        ),
+    ];
+    for (name, body, why) in cases {
+        let file = home.path().join(name);
+        fs::write(&file, format!("{base}{body}")).unwrap();
+        Run::new("accel-config", home.path())
+            .arg("validate")
+            .arg(&file)
+            .run()
+            .code_is(1)
+            .stderr_contains("accel-launch would refuse")
+            .stderr_contains(why);
+        let launch = Run::new("accel-launch", home.path())
+            .args(["--dry-run", "--config_file"])
+            .arg(&file)
+            .arg("train.py")
+            .run();
+        assert_ne!(launch.code, Some(0), "{name}: accel-launch started it");
+        launch.stderr_contains(why);
+    }
+    let good = home.path().join("good.yaml");
+    fs::write(
+        &good,
+        format!("{base}distributed_type: MULTI_CPU\nnum_processes: 2\n"),
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&good)
+        .run()
+        .success();
+}

@@ -168,3 +168,60 @@ fn non_torch_binaries_do_not_link_libtorch() {
         );
     }
 }
+
+/// The default config path as accelerate computes it (`config_args.default_config_file`) when HOME is
+/// unset (Python falls back to the password database) and when HF_HOME, XDG_CACHE_HOME or HOME is
+/// set but empty; accel once made a literal `./~/.cache/…` with HOME unset. `accel-env --json`'s
+/// `config` object has the same keys whether or not a file was found.
+#[test]
+fn default_config_path_matches_accelerate_with_unset_and_empty_variables() {
+    let d = crate::util::tempdir();
+    let cases: [&[(&str, &str)]; 4] = [
+        &[],
+        &[("HOME", "/home/u"), ("HF_HOME", "")],
+        &[("HOME", "/home/u"), ("XDG_CACHE_HOME", "")],
+        &[("HOME", "")],
+    ];
+    for vars in cases {
+        let mut theirs = std::process::Command::new(crate::util::venv_python());
+        theirs
+            .env_clear()
+            .envs(vars.iter().copied())
+            .current_dir(d.path())
+            .args([
+                "-c",
+                "from accelerate.commands.config.config_args import default_config_file as f; print(f)",
+            ]);
+        let out = theirs.output_within(WAIT);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut ours = Run::new("accel-env", d.path()).env_remove("HOME");
+        for (k, v) in vars {
+            ours = ours.env(k, v);
+        }
+        let got = ours.args(["--json"]).run();
+        got.success();
+        let r: serde_json::Value = serde_json::from_str(&got.stdout).unwrap();
+        let c = &r["config"];
+        for key in [
+            "path",
+            "found",
+            "explicit",
+            "default_path",
+            "values",
+            "warnings",
+            "error",
+        ] {
+            assert!(c.get(key).is_some(), "{vars:?}: config lacks `{key}`: {c}");
+        }
+        assert_eq!(c["default_path"], want.as_str(), "{vars:?}");
+    }
+    assert!(
+        !d.path().join("~").exists(),
+        "a literal ~ directory was made"
+    );
+}

@@ -134,3 +134,154 @@ fn a_script_in_the_cwd_without_a_slash_gets_the_right_hint() {
         .run()
         .success();
 }
+
+/// `--log_template` keeps every log file inside `--log_dir`: an absolute template or one with `..`
+/// is a usage error that names the flag and writes nothing anywhere; an unknown placeholder is
+/// refused as `--rank_prefix` refuses one (it would be written out literally).
+#[test]
+fn log_template_cannot_leave_the_log_dir() {
+    let d = tempdir();
+    let logs = d.path().join("logs");
+    let outside = d.path().join("abs");
+    let abs = format!("{}/{{rank}}{{stream}}", outside.display());
+    let logs_s = logs.to_str().unwrap();
+    for (template, why) in [
+        (abs.as_str(), "absolute"),
+        ("../escaped_{rank}_{stream}.log", "`..`"),
+        ("{rank}_{bogus}_{stream}", "`{bogus}`"),
+    ] {
+        launch(&["--log_dir", logs_s, "--log_template", template])
+            .code_is(2)
+            .stderr_contains("--log_template")
+            .stderr_contains(why);
+    }
+    assert!(!outside.exists(), "{} was created", outside.display());
+    let stray: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "files written beside the log dir: {stray:?}"
+    );
+    launch(&[
+        "--log_dir",
+        logs_s,
+        "--log_template",
+        "r{rank}/{stream}.txt",
+    ])
+    .success();
+    assert!(logs.join("r1/stdout.txt").is_file());
+}
+
+/// Counts out of range are refused, never wrapped or dropped: 4294967296 processes once planned one
+/// process with no rank variables. The same bound holds in a config file, for `validate` too.
+#[test]
+fn counts_out_of_range_are_refused() {
+    for (flag, n) in [
+        ("--num_processes", "4294967296"),
+        ("--num_processes", "2147483648"),
+        ("--num_machines", "4294967297"),
+        ("--machine_rank", "4294967296"),
+    ] {
+        Run::new("accel-launch", tempdir().path())
+            .args(["--dry-run", flag, n, "train.py"])
+            .run()
+            .code_is(2)
+            .stderr_contains(flag)
+            .stderr_contains(n);
+    }
+    let d = tempdir();
+    let cfg = d.path().join("big.yaml");
+    std::fs::write(
+        &cfg,
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 4294967296\nuse_cpu: true\n",
+    )
+    .unwrap();
+    Run::new("accel-config", d.path())
+        .args(["validate", cfg.to_str().unwrap()])
+        .run()
+        .code_is(1)
+        .stderr_contains("num_processes");
+    Run::new("accel-launch", d.path())
+        .args([
+            "--dry-run",
+            "--config_file",
+            cfg.to_str().unwrap(),
+            "train.py",
+        ])
+        .run()
+        .code_is(2)
+        .stderr_contains("num_processes");
+}
+
+/// `--stacks PID` takes only an accel-launch: a Python parent whose child runs in a session of its
+/// own (as ranks do) once had that child's stack printed as "rank 0", and `--stacks 1` named init's
+/// children ranks.
+#[test]
+fn stacks_refuses_a_process_that_is_not_accel_launch() {
+    use crate::util::ChildExt as _;
+    let d = tempdir();
+    let mut parent = std::process::Command::new(crate::util::venv_python())
+        .args([
+            "-c",
+            "import subprocess, sys, time\n\
+             subprocess.Popen(['sleep', '60'], start_new_session=True)\n\
+             print('up', flush=True)\n\
+             time.sleep(60)\n",
+        ])
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _reaper = crate::util::proc::Reaper(parent.id() as i32);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(parent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "up");
+    for pid in [parent.id().to_string(), "1".to_string()] {
+        Run::new("accel-launch", d.path())
+            .args(["--stacks", &pid])
+            .run()
+            .code_is(2)
+            .stderr_contains(&format!("process {pid} is not an accel-launch"))
+            .stderr_lacks("rank 0");
+    }
+    crate::util::proc::kill_tree(parent.id() as i32);
+    let _ = parent.wait_within(crate::util::WAIT);
+}
+
+/// A script the kernel cannot start though it exists names what is missing: its `#!` interpreter
+/// (with the CRLF hint when the line ends in `\r`), instead of "not found" for a file that is there.
+#[test]
+fn a_script_whose_interpreter_is_missing_names_it() {
+    let d = tempdir();
+    for (name, body, want) in [
+        ("crlf.sh", "#!/bin/sh\r\necho hi\r\n", "\"/bin/sh\\r\""),
+        (
+            "gone.sh",
+            "#!/no/such/shell -e\necho hi\n",
+            "\"/no/such/shell\"",
+        ),
+    ] {
+        let script = d.path().join(name);
+        std::fs::write(&script, body).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let out = Run::new("accel-launch", d.path())
+            .env("HF_HOME", d.path())
+            .args(["--cpu", "--num_processes", "1", "--no_python"])
+            .arg(format!("./{name}"))
+            .run();
+        out.code_is(127)
+            .stderr_contains(&format!("its interpreter {want}"))
+            .stderr_lacks(": not found");
+        if name == "crlf.sh" {
+            out.stderr_contains("CRLF");
+        }
+    }
+}

@@ -154,7 +154,7 @@ pub fn doc() -> ToolDoc {
             ("accel-config validate cluster.yaml", "Check a file; every problem is listed with file:line."),
             ("accel-config to-fsdp2 --config_file fsdp.yaml --overwrite", "Convert an FSDP1 config to FSDP2 in place, comments kept."),
         ],
-        launcher_codes: false,
+        codes: crate::exit_status::Codes::Plain,
         extra_sections: &[(
             "EDITING FILES",
             &[

@@ -55,7 +55,7 @@ pub fn doc() -> ToolDoc {
                 "Skip the Python probe (no interpreter needed).",
             ),
         ],
-        launcher_codes: true,
+        codes: crate::exit_status::Codes::Launcher,
         extra_sections: &[],
     }
 }

@@ -133,7 +133,7 @@ pub fn doc() -> ToolDoc {
                 "Inference weights plus KV cache, and the longest context that fits.",
             ),
         ],
-        launcher_codes: false,
+        codes: crate::exit_status::Codes::Plain,
         extra_sections: &[("FORMULAS", FORMULAS)],
     }
 }

@@ -61,8 +61,8 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub grace_period: Option<Wait>,
-    /// Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}.
-    #[arg(long = "log_template", visible_alias = "log-template", value_name = "TEMPLATE", default_value = crate::launch::supervise::DEFAULT_LOG_TEMPLATE, help_heading = "accel")]
+    /// Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}; a relative path that stays inside --log_dir.
+    #[arg(long = "log_template", visible_alias = "log-template", value_name = "TEMPLATE", default_value = crate::launch::supervise::DEFAULT_LOG_TEMPLATE, value_parser = parse_log_template, help_heading = "accel")]
     pub log_template: String,
     /// Prefix each console line of a rank with this template, e.g. '[{rank}] ' ({rank}, {local_rank}, {node}, {role}).
     #[arg(
@@ -615,9 +615,11 @@ impl clap::Args for ConfigFlags {
 /// The placeholders a `--rank_prefix` may hold (`launch::supervise::render_template` fills them).
 pub const RANK_PREFIX_PLACEHOLDERS: &[&str] = &["rank", "local_rank", "node", "role"];
 
-/// `--rank_prefix`: every `{name}` must be a placeholder the prefix is rendered with; an unknown
-/// one would be printed literally on every line.
-fn parse_rank_prefix(s: &str) -> Result<String, String> {
+/// The placeholders a `--log_template` may hold (`launch::supervise::LogFiles` fills them).
+pub const LOG_TEMPLATE_PLACEHOLDERS: &[&str] = &["rank", "local_rank", "node", "attempt", "stream"];
+
+/// Every `{name}` in `s` is one of `known`: an unknown one would be written out literally.
+fn check_placeholders(s: &str, known: &[&str]) -> Result<(), String> {
     let mut rest = s;
     while let Some(open) = rest.find('{') {
         rest = &rest[open + 1..];
@@ -625,11 +627,8 @@ fn parse_rank_prefix(s: &str) -> Result<String, String> {
         let name = &rest[..close];
         let is_placeholder =
             !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if is_placeholder && !RANK_PREFIX_PLACEHOLDERS.contains(&name) {
-            let known: Vec<String> = RANK_PREFIX_PLACEHOLDERS
-                .iter()
-                .map(|p| format!("{{{p}}}"))
-                .collect();
+        if is_placeholder && !known.contains(&name) {
+            let known: Vec<String> = known.iter().map(|p| format!("{{{p}}}")).collect();
             return Err(format!(
                 "unknown placeholder `{{{name}}}`; the known ones are {}",
                 known.join(", ")
@@ -638,6 +637,36 @@ fn parse_rank_prefix(s: &str) -> Result<String, String> {
         if is_placeholder {
             rest = &rest[close + 1..];
         }
+    }
+    Ok(())
+}
+
+/// `--rank_prefix`: every `{name}` must be a placeholder the prefix is rendered with; an unknown
+/// one would be printed literally on every line.
+fn parse_rank_prefix(s: &str) -> Result<String, String> {
+    check_placeholders(s, RANK_PREFIX_PLACEHOLDERS)?;
+    Ok(s.to_string())
+}
+
+/// `--log_template`: known placeholders only, and a relative path without `..`, so that every log
+/// file lands inside `--log_dir` (the placeholders render to numbers and `stdout`/`stderr`, which
+/// cannot leave it).
+fn parse_log_template(s: &str) -> Result<String, String> {
+    check_placeholders(s, LOG_TEMPLATE_PLACEHOLDERS)?;
+    let path = std::path::Path::new(s);
+    if s.trim().is_empty() || s.ends_with('/') {
+        return Err(
+            "the template must name a file under --log_dir (e.g. {rank}/{stream}.log)".into(),
+        );
+    }
+    if path.is_absolute() {
+        return Err("an absolute path would leave --log_dir: give a path relative to it".into());
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err("`..` would leave --log_dir: every log file stays inside it".into());
     }
     Ok(s.to_string())
 }
@@ -698,13 +727,13 @@ pub fn doc() -> ToolDoc {
             ("srun accel-env -- python train.py", "One task per GPU: each task gets its rank contract from SLURM, no supervisor."),
             ("srun accel-launch --slurm_requeue --grace_period 120 train.py --checkpoint_dir ckpt", "In an sbatch script with --signal=USR1@300 and --requeue: on SLURM's warning the ranks save, and the job is requeued and resumes."),
         ],
-        launcher_codes: true,
+        codes: crate::exit_status::Codes::Launcher,
         extra_sections: &[
             ("DEFAULTS", &[
                 "Without a config file, accel-launch uses every visible GPU (one rank per GPU). On a machine without GPUs it starts two CPU (gloo) ranks, or one on a single-core machine; --num_processes overrides either. --cpu ignores the default config file, as accelerate does (an explicit --config_file is still read).",
                 "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
                 "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE). Ranks get --grace_period seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
-                "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
+                "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). The template is a path relative to --log_dir without `..` and holds only the placeholders above (else exit 2), so every log file stays inside --log_dir. On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
             ]),
             ("HANGS", &[
                 "--hang_timeout SECONDS (or ACCEL_LAUNCH_HANG_TIMEOUT) watches the ranks from outside, with no code in the training script, and declares the run hung when no rank has made progress for that long. A rank makes progress when the bytes it (with its child processes) read or wrote grew (/proc/PID/io: its output, checkpoints, data), when its CPU time grew by at least 5% of a core over a sampling interval (/proc/PID/stat, children included) unless its last Python stack shows it waiting in a torch.distributed collective (a busy-polling wait is not progress), or when its Python stack changed: once the run has been still for half the timeout, each rank's stack is sampled with py-spy every timeout/5 seconds. A rank waiting in a collective uses almost no CPU and does no I/O, so one rank computing while the others wait keeps the run alive; only a run in which every rank is still is declared hung. Limits: a rank whose other thread keeps printing or computing counts as progressing; a rank that computes forever in a loop that never reaches the collective is not a hang.",
@@ -1019,6 +1048,29 @@ mod tests {
         let e = parse_rank_prefix("[{rnak}] ").unwrap_err();
         assert!(e.contains("`{rnak}`") && e.contains("{local_rank}"), "{e}");
         assert!(parse_rank_prefix("{attempt}").is_err());
+    }
+
+    #[test]
+    fn log_template_stays_inside_the_log_dir() {
+        for ok in [
+            crate::launch::supervise::DEFAULT_LOG_TEMPLATE,
+            "{rank}.{stream}",
+            "./n{node}/a{attempt}/{local_rank}_{stream}.log",
+            "x..y/{rank}{stream}",
+        ] {
+            assert!(parse_log_template(ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("/abs/{rank}{stream}", "absolute"),
+            ("../escaped_{rank}_{stream}.log", "`..`"),
+            ("a/../../{rank}{stream}", "`..`"),
+            ("{rank}_{bogus}_{stream}", "`{bogus}`"),
+            ("{rank}/", "name a file"),
+            ("", "name a file"),
+        ] {
+            let e = parse_log_template(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

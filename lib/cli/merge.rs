@@ -197,7 +197,7 @@ pub fn doc() -> ToolDoc {
                 "Merge a DeepSpeed ZeRO checkpoint (the tag named in ds_out/latest) into fp32 safetensors.",
             ),
         ],
-        launcher_codes: false,
+        codes: crate::exit_status::Codes::Plain,
         extra_sections: &[(
             "MEMORY",
             &["Input files are memory-mapped and output files laid out from the metadata alone, so each tensor is copied straight to its place: resident memory stays at a few buffers of 8 MiB per thread, independent of model size. Contiguous chunks are copied inside the kernel (copy_file_range)."],

@@ -20,8 +20,8 @@ pub struct ToolDoc {
     pub env_groups: &'static [crate::env_vars::Group],
     /// `(command line, what it does)` pairs for EXAMPLES.
     pub examples: &'static [(&'static str, &'static str)],
-    /// Whether the launcher exit codes (125–127, pass-through) apply.
-    pub launcher_codes: bool,
+    /// Which exit statuses beyond 0–4 and the signals its man page lists.
+    pub codes: crate::exit_status::Codes,
     /// Extra man sections: `(TITLE, paragraphs)`.
     pub extra_sections: &'static [(&'static str, &'static [&'static str])],
 }

@@ -212,7 +212,7 @@ pub fn doc() -> ToolDoc {
             ("accel-test --num_machines 2 --machine_rank 1 --main_process_ip node0 --timeout 10", "The second node of a two-node job; fails in 10 s if node0 is unreachable."),
             ("accel-test --python", "Also run a torch.distributed check with the python on PATH."),
         ],
-        launcher_codes: false,
+        codes: crate::exit_status::Codes::Test,
         extra_sections: &[
             (
                 "PROCESSES",

@@ -109,11 +109,12 @@ pub fn edit_renaming(
     new: &Map<String, Value>,
     renames: &[Rename],
 ) -> Result<Edited, String> {
+    let text = doc.text_lf();
     let attempt = match doc.format {
-        Format::Yaml if doc.text().trim_start().starts_with('{') => Some(json_text(new)?),
+        Format::Yaml if text.trim_start().starts_with('{') => Some(json_text(new)?),
         Format::Json => Some(json_text(new)?),
-        Format::Yaml => edit_yaml(doc.text(), &doc.map, new, renames),
-        Format::Toml => edit_toml(doc.text(), &doc.map, new),
+        Format::Yaml => edit_yaml(&text, &doc.map, new, renames),
+        Format::Toml => edit_toml(&text, &doc.map, new),
     };
     if let Some(text) = attempt {
         let reads_back = Document::parse(&doc.path, text.clone())
@@ -121,13 +122,13 @@ pub fn edit_renaming(
             .unwrap_or(false);
         if reads_back {
             return Ok(Edited {
-                text,
+                text: doc.in_file_style(&text),
                 layout_kept: true,
             });
         }
     }
     Ok(Edited {
-        text: file::render(new, doc.format)?,
+        text: doc.in_file_style(&file::render(new, doc.format)?),
         layout_kept: false,
     })
 }
@@ -564,6 +565,38 @@ mod tests {
         assert_eq!(
             edit(&d, &new).unwrap().text,
             "{\n  \"z\": 3,\n  \"a\": 2\n}\n"
+        );
+    }
+
+    #[test]
+    fn crlf_and_a_byte_order_mark_are_kept() {
+        let text = "\u{feff}# mine\r\nnum_processes: 2   # two\r\nuse_cpu: true\r\n";
+        let d = doc("c.yaml", text);
+        assert_eq!(d.map["num_processes"], 2);
+        let e = edit(
+            &d,
+            &with(&d, |m| {
+                m.insert("num_processes".into(), Value::from(4));
+            }),
+        )
+        .unwrap();
+        assert!(e.layout_kept);
+        assert_eq!(
+            e.text,
+            "\u{feff}# mine\r\nnum_processes: 4   # two\r\nuse_cpu: true\r\n"
+        );
+        let lf = doc("c.yaml", "num_processes: 2\nuse_cpu: true\n");
+        let e = edit(
+            &lf,
+            &with(&lf, |m| {
+                m.insert("mixed_precision".into(), Value::from("bf16"));
+            }),
+        )
+        .unwrap();
+        assert!(
+            !e.text.contains('\r') && !e.text.starts_with('\u{feff}'),
+            "{:?}",
+            e.text
         );
     }
 

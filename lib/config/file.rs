@@ -50,7 +50,11 @@ pub struct Document {
     pub path: PathBuf,
     pub format: Format,
     pub map: Map<String, Value>,
+    /// The text without its byte-order mark.
     text: String,
+    /// The file began with a UTF-8 byte-order mark (editors on Windows write one; PyYAML, and so
+    /// accelerate's `load_config_from_file`, reads past it).
+    bom: bool,
 }
 
 impl Document {
@@ -79,6 +83,10 @@ impl Document {
     }
 
     pub fn parse(path: &Path, text: String) -> Result<Document, ConfigError> {
+        let (bom, text) = match text.strip_prefix('\u{feff}') {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, text),
+        };
         let format = Format::from_path(path);
         let parse_err = |line: Option<usize>, message: String| ConfigError::Parse {
             path: path.to_path_buf(),
@@ -135,12 +143,43 @@ impl Document {
             format,
             map,
             text,
+            bom,
         })
     }
 
-    /// The file's text as read.
+    /// The file's text as read, without a byte-order mark.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// Every line of the file ends in CRLF (a file written on Windows).
+    pub fn crlf(&self) -> bool {
+        let lf = self.text.matches('\n').count();
+        lf > 0 && self.text.matches("\r\n").count() == lf
+    }
+
+    /// The text with LF line endings: what the editors of [`super::edit`] work on.
+    pub fn text_lf(&self) -> std::borrow::Cow<'_, str> {
+        if self.crlf() {
+            self.text.replace("\r\n", "\n").into()
+        } else {
+            self.text.as_str().into()
+        }
+    }
+
+    /// `text` (LF line endings) as this file writes it: CRLF where the file had CRLF, and its
+    /// byte-order mark, so a line that did not change is written back byte for byte.
+    pub fn in_file_style(&self, text: &str) -> String {
+        let body = if self.crlf() {
+            text.replace("\r\n", "\n").replace('\n', "\r\n")
+        } else {
+            text.to_string()
+        };
+        if self.bom {
+            format!("\u{feff}{body}")
+        } else {
+            body
+        }
     }
 
     /// The 1-based line of `key` (a dotted `section.key` for nested keys), if it can be found.

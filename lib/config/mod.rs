@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 pub use cluster::*;
 pub use file::{Document, Format};
-pub use paths::{default_config_path, hf_cache_dir};
+pub use paths::{default_config_path, expand_user, hf_cache_dir};
 pub use value::{coerce, Mismatch};
 
 use crate::env_vars::{self, Environment};

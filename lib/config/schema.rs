@@ -131,9 +131,15 @@ const UINT: Kind = Kind::Int {
     min: 0,
     max: i64::MAX,
 };
+/// Counts, sizes and degrees: torch and accelerate hold them in a C `int` (a world size, a rank, a
+/// parallel degree), so a larger number is refused here rather than wrapped or dropped downstream.
 const POS: Kind = Kind::Int {
     min: 1,
-    max: i64::MAX,
+    max: i32::MAX as i64,
+};
+const RANK: Kind = Kind::Int {
+    min: 0,
+    max: i32::MAX as i64 - 1,
 };
 const N: DefaultValue = DefaultValue::None;
 
@@ -755,14 +761,14 @@ pub static TOP: &[KeySpec] = &[
         "num_processes",
         Kind::Int {
             min: -1,
-            max: i64::MAX,
+            max: i32::MAX as i64,
         },
         DefaultValue::Int(-1),
         "total processes across all machines",
     ),
     k(
         "machine_rank",
-        UINT,
+        RANK,
         DefaultValue::Int(0),
         "rank of this machine",
     ),

@@ -466,6 +466,13 @@ impl LaunchArgs {
                 "num_processes is 0: nothing to launch".into(),
             ));
         }
+        if let Some(r) = a.machine_rank.filter(|r| *r >= a.num_machines) {
+            return Err(ArgsError::Invalid(format!(
+                "machine_rank ({r}) must be below num_machines ({}): machines are ranked 0 to {}",
+                a.num_machines,
+                a.num_machines - 1
+            )));
+        }
         if a.num_processes % a.num_machines != 0 {
             return Err(ArgsError::Invalid(format!(
                 "num_processes ({}) is the total over all machines and must be a multiple of num_machines ({})",

@@ -518,6 +518,37 @@ pub fn flight_recorder_env(dump_dir: Option<&Path>) -> Vec<(&'static str, String
 /// The ranks of a running accel-launch, for `accel-launch --stacks PID`: its children that lead their
 /// own session (the supervisor `setsid`s each rank; its guards do not), with RANK and GROUP_RANK from
 /// their environment. (rank, node, pid), and the first rank's interpreter.
+/// `Ok` when `pid` runs accel-launch: its executable is this binary (the same file) or is named
+/// `accel-launch`. Anything else (a tmux server, a Python parent of a `setsid` child) has children
+/// in sessions of their own too, which must not be taken for ranks. `Err` says what `pid` runs.
+pub fn is_accel_launch(pid: i32) -> Result<(), String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "no such process".to_string(),
+        std::io::ErrorKind::PermissionDenied => {
+            "its executable cannot be read: a process of another user".to_string()
+        }
+        _ => format!("its executable cannot be read: {e}"),
+    })?;
+    // A binary replaced on disk while it runs (a rebuild, a reinstall) reads as `PATH (deleted)`.
+    let shown = exe.to_string_lossy();
+    let path = std::path::PathBuf::from(shown.strip_suffix(" (deleted)").unwrap_or(&shown));
+    if path.file_name().is_some_and(|n| n == "accel-launch") {
+        return Ok(());
+    }
+    let same_file = |a: &std::path::Path, b: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    };
+    let mine = std::env::current_exe().ok();
+    if mine.is_some_and(|m| same_file(&m, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))) {
+        return Ok(());
+    }
+    Err(format!("it runs {}", path.display()))
+}
+
 pub fn ranks_of_launcher(launcher: i32) -> (Vec<(u32, u32, i32)>, Option<PathBuf>) {
     let mut children = Vec::new();
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) {

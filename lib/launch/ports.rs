@@ -22,7 +22,8 @@ impl Diagnostic for PortError {
     fn hints(&self) -> Vec<String> {
         match self {
             PortError::Busy { .. } => vec![
-                "pass another --main_process_port, or 0 (single node) to let accel-launch pick a free one".into(),
+                "pass another --main_process_port, or 0 (single node) to have a free one picked"
+                    .into(),
                 "`ss -ltnp` shows which process holds it".into(),
             ],
             PortError::NoFree(_) => Vec::new(),

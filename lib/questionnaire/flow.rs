@@ -75,27 +75,11 @@ pub struct Context {
     pub cwd: Option<PathBuf>,
 }
 
-/// `os.path.expanduser` for `~` and `~/…` (and `~user/…` through the password database).
+/// `os.path.expanduser`, with the user's `$HOME` as the questionnaire saw it.
 fn expand_user(path: &str, ctx: &Context) -> String {
-    let Some(rest) = path.strip_prefix('~') else {
-        return path.to_string();
-    };
-    let (user, tail) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let home = if user.is_empty() {
-        ctx.home.clone()
-    } else {
-        nix::unistd::User::from_name(user)
-            .ok()
-            .flatten()
-            .map(|u| u.dir.display().to_string())
-    };
-    match home {
-        Some(h) => format!("{}{tail}", h.trim_end_matches('/')),
-        None => path.to_string(),
-    }
+    crate::config::expand_user(path, ctx.home.as_deref())
+        .display()
+        .to_string()
 }
 
 /// `os.path.abspath`: joined to the working directory and normalised lexically.

@@ -421,13 +421,27 @@ fn section_example(section: &str) -> &'static str {
 fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStatus> {
     let loaded = match config::load(path) {
         Ok(loaded) => loaded,
-        Err(e @ ConfigError::NotFound { .. }) => return Err(e.into()),
+        // A file that cannot be read is an error of the command, as in `show` and `set`; one that
+        // reads but is not a valid config is the answer `validate` exists to give (exit 1).
+        Err(e @ (ConfigError::NotFound { .. } | ConfigError::Read { .. })) => return Err(e.into()),
         Err(e) => {
             crate::error::render(TOOL, &Error::from(e), env);
             return Ok(ExitStatus::Failure);
         }
     };
     print_warnings(&loaded.warnings, env);
+    if let Some(why) = launch_refusal(&loaded) {
+        let err = Error::msg_hint(
+            ExitStatus::Failure,
+            format!(
+                "{}: accel-launch would refuse this file: {why}",
+                path.display()
+            ),
+            "fix the file (`accel-config set KEY VALUE`); validate checks the rules accel-launch starts a run by",
+        );
+        crate::error::render(TOOL, &err, env);
+        return Ok(ExitStatus::Failure);
+    }
     if accel_only {
         super::print(&format!(
             "{}: valid for accel (accelerate not checked)\n",
@@ -457,6 +471,35 @@ fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStat
     );
     crate::error::render(TOOL, &err, env);
     Ok(ExitStatus::Failure)
+}
+
+/// What accel-launch would refuse in this file alone (no flags, no environment), by the launch's own
+/// rules (`LaunchArgs::merge`, accelerate's `_validate_launch_command` and accel's own), so that a file
+/// `validate` passes is never refused at launch. A missing `num_processes` is not a refusal here: the
+/// launch takes it as a flag.
+fn launch_refusal(loaded: &config::Loaded) -> Option<String> {
+    use crate::contract::accelerate::{ArgsError, LaunchArgs, Machine, MergeInput, Paradigm};
+    let env = Environment::from_pairs(Vec::<(String, String)>::new());
+    let resolved = Resolved::resolve(Some(loaded), &env, &[]).ok()?;
+    let merged = LaunchArgs::merge(MergeInput {
+        resolved: &resolved,
+        loaded: Some(loaded),
+        paradigm: Paradigm::default(),
+        num_cpu_threads_per_process: None,
+        machine: Machine {
+            gpus: 0,
+            physical_cores: 1,
+            nodes: 1,
+            procs_per_node: None,
+        },
+        env: &env,
+    });
+    match merged {
+        Err(ArgsError::Invalid(why)) if !why.contains("manually pass in `--num_processes`") => {
+            Some(why)
+        }
+        _ => None,
+    }
 }
 
 /// `accelerate to-fsdp2` (`accelerate/commands/to_fsdp2.py::to_fsdp2_command`): the same checks in the
@@ -523,7 +566,7 @@ fn to_fsdp2(explicit: Option<&Path>, args: &ToFsdp2Args, env: &Environment) -> R
             warn(TOOL, &why, env);
             if output != input {
                 // accelerate writes the config back unchanged; a copy keeps it byte for byte.
-                write_text(&output, doc.text())?;
+                write_text(&output, &doc.in_file_style(&doc.text_lf()))?;
                 eprintln!(
                     "{TOOL}: copied {} unchanged to {}",
                     input.display(),

@@ -131,9 +131,12 @@ pub fn collect(cli: &EnvCli, env: &Environment) -> Value {
         }
     }
 
+    // One shape whether a file was found, read or not (scripts read the same keys every time):
+    // `values`/`warnings` empty and `error` null where they do not apply.
+    let default_path = config::default_config_path(env).display().to_string();
     let config = match config::choose_file(cli.config_file.as_deref(), env) {
         None => {
-            json!({"path": Value::Null, "found": false, "default_path": config::default_config_path(env).display().to_string()})
+            json!({"path": Value::Null, "found": false, "explicit": false, "default_path": default_path, "values": {}, "warnings": [], "error": Value::Null})
         }
         Some((path, _)) => {
             match config::load(&path).and_then(|l| config::Resolved::resolve(Some(&l), env, &[])) {
@@ -143,10 +146,10 @@ pub fn collect(cli: &EnvCli, env: &Environment) -> Value {
                         values.insert(key, json!({"value": value, "origin": origin.to_string()}));
                     }
                     let warnings: Vec<_> = resolved.warnings.iter().map(|w| w.0.clone()).collect();
-                    json!({"path": path.display().to_string(), "found": true, "explicit": cli.config_file.is_some(), "values": values, "warnings": warnings})
+                    json!({"path": path.display().to_string(), "found": true, "explicit": cli.config_file.is_some(), "default_path": default_path, "values": values, "warnings": warnings, "error": Value::Null})
                 }
                 Err(e) => {
-                    json!({"path": path.display().to_string(), "found": path.exists(), "error": e.to_string()})
+                    json!({"path": path.display().to_string(), "found": path.exists(), "explicit": cli.config_file.is_some(), "default_path": default_path, "values": {}, "warnings": [], "error": e.to_string()})
                 }
             }
         }
@@ -276,9 +279,10 @@ pub fn markdown(r: &Value) -> String {
     } else {
         "- `Accelerate` default config:\n"
     });
-    if let Some(err) = cfg.get("error") {
+    let found = cfg.get("found").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(err) = cfg.get("error").filter(|e| !e.is_null()) {
         o.push_str(&format!("\tError: {}\n", text(Some(err))));
-    } else if let Some(Value::Object(values)) = cfg.get("values") {
+    } else if let Some(Value::Object(values)) = cfg.get("values").filter(|_| found) {
         o.push_str(&format!("\t(from {})\n", text(cfg.get("path"))));
         for (k, v) in values {
             let value = match v.get("value") {

@@ -479,6 +479,12 @@ fn hang_timeout(cli: &LaunchCli, env: &Environment) -> Result<Option<Duration>> 
 
 /// `accel-launch --stacks PID`: the grouped stacks of a running launcher's ranks, on stdout.
 fn stacks_of(pid: i32, env: &Environment) -> Result<ExitStatus> {
+    if let Err(what) = launch::autopsy::is_accel_launch(pid) {
+        return Err(usage(
+            format!("--stacks {pid}: process {pid} is not an accel-launch ({what})"),
+            "give the PID of accel-launch itself (e.g. from `pgrep -f accel-launch`), not of a rank",
+        ));
+    }
     let (ranks, interpreter) = launch::autopsy::ranks_of_launcher(pid);
     if ranks.is_empty() {
         return Err(usage(

@@ -64,6 +64,9 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
     } else {
         Some(resolve_world(&cli, env)?)
     };
+    if let Some((w, _)) = &world {
+        unknown_check(&cli.checks, w.num_machines * w.nproc_per_node)?;
+    }
     let Some(ranks) = ranks else {
         return Err(PreflightError::NoTorch.into());
     };
@@ -114,6 +117,36 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
     )
 }
 
+/// A `--check PREFIX` that selects no check of this world's plan would run only the pre-flight and
+/// pass: a usage error naming the checks there are.
+fn unknown_check(prefixes: &[String], world_size: usize) -> Result<()> {
+    let names: Vec<String> = crate::preflight::plan::plan(world_size.max(1))
+        .iter()
+        .map(|c| c.name())
+        .collect();
+    let Some(bad) = prefixes
+        .iter()
+        .find(|p| !names.iter().any(|n| n.starts_with(p.as_str())))
+    else {
+        return Ok(());
+    };
+    let mut ops: Vec<&str> = names
+        .iter()
+        .map(|n| n.split(' ').next().unwrap_or(n))
+        .collect();
+    ops.dedup();
+    ops.sort();
+    ops.dedup();
+    Err(crate::error::Error::msg_hint(
+        ExitStatus::Usage,
+        format!("--check {bad}: no check of this world's plan starts with `{bad}`"),
+        format!(
+            "the checks are {} (each with a dtype and size, e.g. `all_reduce.sum float32[1009]`)",
+            ops.join(", ")
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +159,18 @@ mod tests {
     /// What a build without the `torch` feature runs (`bin/accel-test/main.rs` passes no ranks): the
     /// world resolves, then it says what it lacks (exit 1) — checked here in every build, so the suite
     /// need not build the tools a second time without libtorch.
+    #[test]
+    fn a_check_filter_that_selects_nothing_is_a_usage_error() {
+        assert!(unknown_check(&["all_reduce.sum".into(), "barrier".into()], 2).is_ok());
+        let e = unknown_check(&["allreduce.sum".into()], 2).unwrap_err();
+        assert_eq!(e.exit_status(), ExitStatus::Usage);
+        let shown = format!("{e:?}");
+        assert!(
+            shown.contains("allreduce.sum") && shown.contains("all_reduce.sum"),
+            "{shown}"
+        );
+    }
+
     #[test]
     fn without_libtorch_it_says_so() {
         let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);

@@ -1,6 +1,6 @@
 complete -c accel-launch -l config_file -l config-file -d 'The config file (default: ACCEL_CONFIG_FILE, else accelerate\'s default config path)' -r -F
 complete -c accel-launch -l grace_period -l grace-period -d 'Seconds between the stop signal and SIGKILL when ranks are stopped, `inf` for never (default: ACCEL_LAUNCH_GRACE, else 30)' -r
-complete -c accel-launch -l log_template -l log-template -d 'Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}' -r
+complete -c accel-launch -l log_template -l log-template -d 'Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}; a relative path that stays inside --log_dir' -r
 complete -c accel-launch -l rank_prefix -l rank-prefix -d 'Prefix each console line of a rank with this template, e.g. \'[{rank}] \' ({rank}, {local_rank}, {node}, {role})' -r
 complete -c accel-launch -l local_ranks_filter -l local-ranks-filter -d 'Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)' -r
 complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1)' -r

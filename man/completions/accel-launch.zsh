@@ -19,8 +19,8 @@ _accel-launch() {
 '--config-file=[The config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
 '--grace_period=[Seconds between the stop signal and SIGKILL when ranks are stopped, \`inf\` for never (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
 '--grace-period=[Seconds between the stop signal and SIGKILL when ranks are stopped, \`inf\` for never (default\: ACCEL_LAUNCH_GRACE, else 30)]:SECONDS:_default' \
-'--log_template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
-'--log-template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}]:TEMPLATE:_default' \
+'--log_template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}; a relative path that stays inside --log_dir]:TEMPLATE:_default' \
+'--log-template=[Log file name template under --log_dir\: {rank}, {local_rank}, {node}, {attempt}, {stream}; a relative path that stays inside --log_dir]:TEMPLATE:_default' \
 '--rank_prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
 '--rank-prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:_default' \
 '--local_ranks_filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:_default' \

@@ -93,6 +93,10 @@ impl Run {
         self.cmd.env(k, v);
         self
     }
+    pub fn env_remove(mut self, k: &str) -> Self {
+        self.cmd.env_remove(k);
+        self
+    }
     pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
         self.stdin = Some(data.into());
         self

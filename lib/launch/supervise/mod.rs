@@ -23,7 +23,7 @@ mod output;
 pub use output::{render_template, DEFAULT_LOG_TEMPLATE};
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,6 +97,14 @@ impl Stop {
 pub enum SuperviseError {
     #[error("cannot run `{program}`: not found")]
     NotFound { program: String },
+    /// The script exists, but the kernel cannot find what runs it (`execve` says ENOENT for both).
+    #[error("cannot run `{program}`: its interpreter {interpreter:?} (its #! line) is not found")]
+    InterpreterNotFound {
+        program: String,
+        interpreter: String,
+    },
+    #[error("cannot run `{program}`: the file exists, but its program loader is not found")]
+    LoaderNotFound { program: String },
     #[error("cannot run `{program}`")]
     CannotExecute {
         program: String,
@@ -136,6 +144,16 @@ impl Diagnostic for SuperviseError {
                     vec!["check the program's path (with --no_python the script itself is run)".into()]
                 }
             }
+            SuperviseError::InterpreterNotFound { program, interpreter } => {
+                if interpreter.ends_with('\r') {
+                    vec![format!("`{program}` has Windows (CRLF) line endings, so its #! line names `{}\\r`: convert it (`sed -i 's/\\r$//' {program}` or dos2unix)", interpreter.trim_end_matches('\r'))]
+                } else {
+                    vec![format!("install {interpreter} or change the first line of `{program}`")]
+                }
+            }
+            SuperviseError::LoaderNotFound { .. } => vec![
+                "a binary built for another system (its dynamic loader, e.g. /lib64/ld-linux-x86-64.so.2, is missing): rebuild it here".into(),
+            ],
             SuperviseError::LogCollision { missing, .. } => {
                 vec![format!("add {missing} to the template")]
             }
@@ -147,7 +165,9 @@ impl Diagnostic for SuperviseError {
     }
     fn exit_status(&self) -> ExitStatus {
         match self {
-            SuperviseError::NotFound { .. } => ExitStatus::NotFound,
+            SuperviseError::NotFound { .. }
+            | SuperviseError::InterpreterNotFound { .. }
+            | SuperviseError::LoaderNotFound { .. } => ExitStatus::NotFound,
             SuperviseError::CannotExecute { .. } => ExitStatus::CannotExecute,
             SuperviseError::LogCollision { .. } => ExitStatus::Usage,
             SuperviseError::LogExists { .. } => ExitStatus::Output,
@@ -837,9 +857,32 @@ fn report(opts: &Options, f: &Failure) {
 fn spawn_error(program: &OsString, e: std::io::Error) -> SuperviseError {
     let program = program.to_string_lossy().into_owned();
     match e.kind() {
+        std::io::ErrorKind::NotFound if program.contains('/') && Path::new(&program).is_file() => {
+            match shebang_interpreter(Path::new(&program)) {
+                Some(interpreter) => SuperviseError::InterpreterNotFound {
+                    program,
+                    interpreter,
+                },
+                None => SuperviseError::LoaderNotFound { program },
+            }
+        }
         std::io::ErrorKind::NotFound => SuperviseError::NotFound { program },
         _ => SuperviseError::CannotExecute { program, source: e },
     }
+}
+
+/// The interpreter a script's `#!` line names (its first word, a trailing `\r` kept), if it has one.
+fn shebang_interpreter(path: &Path) -> Option<String> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let text = String::from_utf8_lossy(line);
+    text.split([' ', '\t'])
+        .find(|w| !w.is_empty())
+        .map(str::to_string)
 }
 
 fn last_lines(text: &str, n: usize) -> String {
