@@ -662,3 +662,83 @@ fn a_lost_node_not_replaced_in_time_ends_the_run() {
     );
     assert!(t.elapsed() < Duration::from_secs(GRACE + 3 + 30), "{e0}");
 }
+
+/// Node 1 starts 30 s after node 0 (container pulls, module loads and slow shared filesystems give
+/// such skews): both wait inside `--rdzv_timeout`, heartbeating from their join on, and the run
+/// completes. Node 0 once dropped its own joined link after the 5 s heartbeat window (exit 125).
+#[test]
+fn a_node_starting_30_s_late_joins_the_run() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &["--rdzv_timeout", "90"],
+    ));
+    std::thread::sleep(Duration::from_secs(30));
+    let mut n0 = n0;
+    assert!(
+        n0.child.try_wait().unwrap().is_none(),
+        "node 0 left before node 1 started:\n{}",
+        n0.text()
+    );
+    let n1 = node(d.path(), &port, 1, "allreduce", &["--rdzv_timeout", "90"]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+    }
+}
+
+/// A node that never starts: node 0 waits the whole `--rdzv_timeout` (here 12 s, beyond the
+/// heartbeat window) and then names the missing node rank.
+#[test]
+fn a_node_that_never_starts_ends_the_join_at_the_rdzv_timeout() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let t = Instant::now();
+    let n0 = node(d.path(), &port, 0, "allreduce", &["--rdzv_timeout", "12"]);
+    let (c0, e0) = finish(n0);
+    let took = t.elapsed();
+    assert_eq!(c0, 125, "{e0}");
+    assert!(e0.contains("still waiting for node rank(s) [1]"), "{e0}");
+    assert!(
+        took >= Duration::from_secs(12) && took < Duration::from_secs(40),
+        "node 0 left after {took:?}:\n{e0}"
+    );
+}
+
+/// A node-0 address that no resolver can turn into an address is a usage error at once, not a
+/// wait of the whole `--rdzv_timeout`.
+#[test]
+fn an_unresolvable_main_process_ip_is_refused_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    for ip in ["nosuchhost.invalid", "1.2.3.4.5", ""] {
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .env_clear()
+            .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", d.path())
+            .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
+            .args(["--machine_rank", "1", "--main_process_ip", ip])
+            .args(["--rdzv_timeout", "60", "--no_python", "true"])
+            .output_within(WAIT);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{ip:?}: {e}");
+        assert!(
+            e.contains(&format!("cannot resolve --main_process_ip `{ip}`")),
+            "{ip:?}: {e}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(20), "{ip:?}: {e}");
+    }
+}

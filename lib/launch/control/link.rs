@@ -96,6 +96,7 @@ impl Link {
         } else {
             None
         };
+        resolvable(&s.addr)?;
         let addr = format!("{}:{}", s.addr, s.port);
         let deadline = Instant::now() + s.join_timeout;
         let timeout = || ControlError::JoinTimeout {
@@ -125,69 +126,34 @@ impl Link {
         let _ = writer.set_write_timeout(Some(window));
         let writer = Arc::new(Mutex::new(writer));
         write_msg(&writer, &Msg::Join(s.join.clone())).map_err(|e| io("send the join", e))?;
-        let mut reader = BufReader::new(stream);
-        // The server says which nodes are missing when its own join timeout passes: give it a
-        // heartbeat or two beyond ours to say so.
-        let deadline = deadline + s.heartbeat * 2;
-        let place = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(timeout());
-            }
-            let _ = reader.get_ref().set_read_timeout(Some(left));
-            match read_msg(&mut reader) {
-                Ok(Some(Msg::Start {
-                    attempt,
-                    world_size,
-                    rank_offset,
-                    ..
-                })) => {
-                    break Place {
-                        world_size,
-                        rank_offset,
-                        attempt,
+        // Heartbeats start with the join, not with `start`: node 0 loses a member silent for the
+        // heartbeat window, and the other nodes may join up to the join timeout later.
+        let closing = Arc::new(AtomicBool::new(false));
+        {
+            let w = Arc::clone(&writer);
+            let closing = Arc::clone(&closing);
+            let beat = s.heartbeat;
+            std::thread::spawn(move || {
+                while !closing.load(Ordering::Relaxed) {
+                    if write_msg(&w, &Msg::Hb).is_err() {
+                        return;
                     }
+                    std::thread::sleep(beat);
                 }
-                Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
-                    return Err(ControlError::JoinTimeout {
-                        node: s.join.node,
-                        addr: addr.clone(),
-                        secs: s.join_timeout.as_secs(),
-                        detail: Some(reason),
-                    })
-                }
-                Ok(Some(Msg::Reject { reason })) => {
-                    return Err(ControlError::Refused {
-                        node: s.join.node,
-                        addr: addr.clone(),
-                        reason,
-                    })
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    return Err(io(
-                        "wait for every node to join",
-                        std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            "the server closed the connection",
-                        ),
-                    ))
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(timeout())
-                }
-                Err(e) => return Err(io("wait for every node to join", e)),
+            });
+        }
+        let mut reader = BufReader::new(stream);
+        let place = wait_for_start(s, &addr, deadline, &mut reader, window);
+        let place = match place {
+            Ok(p) => p,
+            Err(e) => {
+                closing.store(true, Ordering::Relaxed);
+                return Err(e);
             }
         };
         let _ = reader.get_ref().set_read_timeout(Some(window));
         let (tx, rx) = mpsc::channel();
         let (hang_tx, hang_rx) = mpsc::channel();
-        let closing = Arc::new(AtomicBool::new(false));
         {
             let closing = Arc::clone(&closing);
             std::thread::spawn(move || loop {
@@ -216,19 +182,6 @@ impl Link {
                         }
                         return;
                     }
-                }
-            });
-        }
-        {
-            let w = Arc::clone(&writer);
-            let closing = Arc::clone(&closing);
-            let beat = s.heartbeat;
-            std::thread::spawn(move || {
-                while !closing.load(Ordering::Relaxed) {
-                    if write_msg(&w, &Msg::Hb).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(beat);
                 }
             });
         }
@@ -394,6 +347,36 @@ impl Link {
     }
 }
 
+/// Refuses at once a host that cannot name any address: a name the resolver says does not exist
+/// (or an empty or malformed one) cannot start answering later. A temporary failure (`EAI_AGAIN`:
+/// the DNS server did not answer) is left to the join's retries.
+fn resolvable(host: &str) -> Result<(), ControlError> {
+    let refuse = |reason: String| ControlError::Unresolvable {
+        host: host.to_string(),
+        reason,
+    };
+    if host.trim().is_empty() {
+        return Err(refuse("it is empty".into()));
+    }
+    let Ok(c) = std::ffi::CString::new(host) else {
+        return Err(refuse("it holds a NUL byte".into()));
+    };
+    let mut res: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated host, no hints, and a result list freed below.
+    let rc = unsafe { libc::getaddrinfo(c.as_ptr(), std::ptr::null(), std::ptr::null(), &mut res) };
+    if rc == 0 {
+        // SAFETY: `res` came from a successful getaddrinfo.
+        unsafe { libc::freeaddrinfo(res) };
+        return Ok(());
+    }
+    if rc == libc::EAI_AGAIN || rc == libc::EAI_SYSTEM {
+        return Ok(());
+    }
+    // SAFETY: gai_strerror returns a static NUL-terminated string.
+    let why = unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(rc)) };
+    Err(refuse(why.to_string_lossy().into_owned()))
+}
+
 fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
@@ -404,4 +387,90 @@ fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
         }
     }
     Err(last)
+}
+
+/// Waits for node 0's `start` (every node joined) until the join deadline. Node 0 beats to every
+/// member from its join on, so a silence of the heartbeat window means node 0 is gone.
+fn wait_for_start(
+    s: &Settings,
+    addr: &str,
+    deadline: Instant,
+    reader: &mut BufReader<TcpStream>,
+    window: Duration,
+) -> Result<Place, ControlError> {
+    let timeout = || ControlError::JoinTimeout {
+        node: s.join.node,
+        addr: addr.to_string(),
+        secs: s.join_timeout.as_secs(),
+        detail: None,
+    };
+    let io = |what: &str, source| ControlError::Io {
+        addr: addr.to_string(),
+        what: what.into(),
+        source,
+    };
+    // The server says which nodes are missing when its own join timeout passes: give it a
+    // heartbeat or two beyond ours to say so.
+    let deadline = deadline + s.heartbeat * 2;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timeout());
+        }
+        let _ = reader.get_ref().set_read_timeout(Some(left.min(window)));
+        match read_msg(reader) {
+            Ok(Some(Msg::Start {
+                attempt,
+                world_size,
+                rank_offset,
+                ..
+            })) => {
+                return Ok(Place {
+                    world_size,
+                    rank_offset,
+                    attempt,
+                })
+            }
+            Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
+                return Err(ControlError::JoinTimeout {
+                    node: s.join.node,
+                    addr: addr.to_string(),
+                    secs: s.join_timeout.as_secs(),
+                    detail: Some(reason),
+                })
+            }
+            Ok(Some(Msg::Reject { reason })) => {
+                return Err(ControlError::Refused {
+                    node: s.join.node,
+                    addr: addr.to_string(),
+                    reason,
+                })
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(io(
+                    "wait for every node to join",
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the server closed the connection",
+                    ),
+                ))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if Instant::now() >= deadline {
+                    return Err(timeout());
+                }
+                return Err(io(
+                    "wait for every node to join",
+                    std::io::Error::new(e.kind(), why_closed(Some(&e), window)),
+                ));
+            }
+            Err(e) => return Err(io("wait for every node to join", e)),
+        }
+    }
 }

@@ -85,6 +85,8 @@ pub enum ControlError {
         addr: String,
         reason: String,
     },
+    #[error("cannot resolve --main_process_ip `{host}`: {reason}")]
+    Unresolvable { host: String, reason: String },
     #[error("control plane at {addr}: {what}")]
     Io {
         addr: String,
@@ -108,10 +110,16 @@ impl Diagnostic for ControlError {
             ControlError::Refused { .. } => vec![
                 "every node must run the same accel-launch version with the same --num_machines, --max_restarts, --hang_timeout and a distinct --machine_rank".into(),
             ],
+            ControlError::Unresolvable { .. } => vec![
+                "--main_process_ip (main_process_ip in the config) names node 0's host: an address or a name every node resolves".into(),
+            ],
             ControlError::Io { .. } => Vec::new(),
         }
     }
     fn exit_status(&self) -> ExitStatus {
-        ExitStatus::LauncherFailed
+        match self {
+            ControlError::Unresolvable { .. } => ExitStatus::Usage,
+            _ => ExitStatus::LauncherFailed,
+        }
     }
 }
