@@ -173,6 +173,8 @@ vars! {
     ACCEL_LAUNCH_SLURM_REQUEUE = "ACCEL_LAUNCH_SLURM_REQUEUE", Accel, "Set to 1 (or true/yes): accel-launch --slurm_requeue (0, false, no or unset: off). accelerate refuses unknown keys in its config files, so this has no config key.";
     ACCEL_LAUNCH_REQUEUE_SIGNAL = "ACCEL_LAUNCH_REQUEUE_SIGNAL", Accel, "Default for accel-launch --requeue_signal (the warning signal SLURM sends before the time limit; USR1 when unset).";
     ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
+    ACCEL_LAUNCH_SECRET = "ACCEL_LAUNCH_SECRET", Accel, "Multi-node runs: a secret (16 bytes or more) every node's accel-launch is given; the launchers prove it to each other (HMAC-SHA256 challenge-response) and authenticate every control-plane message with it. Without it the control plane is open to anyone who reaches it and listens only on the rendezvous address.";
+    ACCEL_LAUNCH_SECRET_FILE = "ACCEL_LAUNCH_SECRET_FILE", Accel, "A file holding the ACCEL_LAUNCH_SECRET (a trailing newline is ignored); it must not be readable by group or others.";
     DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
     TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";
 

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+/// The drills' shared secret (ACCEL_LAUNCH_SECRET).
+const SECRET: &str = "drill-secret-0123456789abcdef";
 const GRACE: u64 = 3;
 
 fn python() -> PathBuf {
@@ -62,7 +64,9 @@ fn launcher(
         .env("HOME", dir)
         .env("HF_HOME", dir)
         .env("ACCEL_PYTHON", python())
-        .env("PYTHONDONTWRITEBYTECODE", "1");
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Every drill runs authenticated unless it removes the secret.
+        .env("ACCEL_LAUNCH_SECRET", SECRET);
     if let Some(ns) = ns {
         c.env("GLOO_SOCKET_IFNAME", &ns.ifaces[node as usize]);
     }
@@ -446,11 +450,14 @@ fn kill9(pid: u32) {
         .status_within(WAIT);
 }
 
-/// The first line the launcher printed of its own (not a rank's).
+/// The first line the launcher printed of its own (not a rank's, nor node 0's note of a refused
+/// connection).
 fn first_word(stderr: &str) -> &str {
     stderr
         .lines()
-        .find(|l| l.starts_with("accel-launch:"))
+        .find(|l| {
+            l.starts_with("accel-launch:") && !l.starts_with("accel-launch: note: control plane:")
+        })
         .unwrap_or_default()
 }
 
@@ -741,4 +748,273 @@ fn an_unresolvable_main_process_ip_is_refused_at_once() {
         );
         assert!(t.elapsed() < Duration::from_secs(20), "{ip:?}: {e}");
     }
+}
+
+/// A stranger on node 0's control port: one TCP connection, lines read with a bound.
+struct Stranger {
+    w: std::net::TcpStream,
+    r: BufReader<std::net::TcpStream>,
+}
+
+impl Stranger {
+    fn connect(port: u16) -> Stranger {
+        let t = Instant::now();
+        let s = loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(30),
+                        "control port {port}: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
+        Stranger {
+            w: s.try_clone().unwrap(),
+            r: BufReader::new(s),
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write as _;
+        let _ = self.w.write_all(line.as_bytes());
+        let _ = self.w.write_all(b"\n");
+    }
+
+    /// Every line node 0 sends until it closes the connection (bounded by the read timeout).
+    fn rest(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let mut l = String::new();
+            match self.r.read_line(&mut l) {
+                Ok(0) | Err(_) => return out,
+                Ok(_) => out.push(l.trim_end().to_string()),
+            }
+        }
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l.trim_end().to_string()
+    }
+}
+
+const NONCE: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// What a stranger's forged lines say: a failure of node 1's rank with code 0 (once made every node
+/// print "the run failed" and exit 0), and a stop.
+const FORGED: [&str; 3] = [
+    r#"{"t":"failed","attempt":0,"failure":{"node":1,"host":"x","rank":3,"local_rank":1,"code":0,"signal":null,"what":"exited with status 0"}}"#,
+    r#"{"t":"stop","attempt":0,"failure":{"node":1,"host":"x","rank":3,"local_rank":1,"code":0,"signal":null,"what":"forged"}}"#,
+    r#"{"t":"join","protocol":3,"run_id":"x","node":1,"nodes":2,"local_ranks":2,"host":"x","max_restarts":0}"#,
+];
+
+fn raise_open_files() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a stack struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max.min(8192);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// With ACCEL_LAUNCH_SECRET, strangers on node 0's control port change nothing: a join as the
+/// missing node 1 before the real one (with a forged proof, or the old unauthenticated join),
+/// forged `failed`/`stop` lines on that connection and on fresh ones, garbage, a 100 MiB line and
+/// 1,000 connections that never authenticate. None is sent the world's layout; the real node 1
+/// then joins, both nodes exit 0 and the all_reduce is right; node 0 names each stranger's address.
+#[test]
+fn strangers_neither_join_nor_stop_an_authenticated_run() {
+    raise_open_files();
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cport = port + 1;
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port.to_string(),
+        0,
+        "allreduce",
+        &["--rdzv_timeout", "120"],
+    ));
+    let mut seen: Vec<String> = Vec::new();
+    // A hello as node 1, then a forged proof.
+    let mut a = Stranger::connect(cport);
+    a.send(&format!(
+        r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+    ));
+    let challenge = a.line();
+    assert!(challenge.contains(r#""auth":"hmac""#), "{challenge}");
+    a.send(&format!(r#"{{"t":"prove","proof":"{}"}}"#, "ab".repeat(32)));
+    seen.push(challenge);
+    let rest = a.rest();
+    assert!(
+        rest.iter().any(|l| l.contains("failed authentication")),
+        "{rest:?}"
+    );
+    seen.extend(rest);
+    // Forged lines instead of a proof, on a fresh connection each, and the old join.
+    for forged in FORGED {
+        let mut b = Stranger::connect(cport);
+        b.send(&format!(
+            r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+        ));
+        seen.push(b.line());
+        b.send(forged);
+        seen.extend(b.rest());
+        let mut c = Stranger::connect(cport);
+        c.send(forged);
+        seen.extend(c.rest());
+    }
+    // Garbage, and a 100 MiB line.
+    let mut g = Stranger::connect(cport);
+    g.send("\u{1}garbage{{{ not json");
+    seen.extend(g.rest());
+    let mut big = Stranger::connect(cport);
+    {
+        use std::io::Write as _;
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..100 {
+            if big.w.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    }
+    seen.extend(big.rest());
+    for l in &seen {
+        assert!(
+            !l.contains("\"start\"") && !l.contains("world_size") && !l.contains("rank_offset"),
+            "a stranger was sent the world's layout: {l}"
+        );
+    }
+    // 1,000 connections that say nothing, held while the real node 1 joins.
+    let idle: Vec<std::net::TcpStream> = (0..1000)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", cport)).ok())
+        .collect();
+    assert!(idle.len() >= 900, "only {} connections opened", idle.len());
+    let n1 = node(
+        d.path(),
+        &port.to_string(),
+        1,
+        "allreduce",
+        &["--rdzv_timeout", "120"],
+    );
+    // And a forged failure on a fresh connection while the ranks start.
+    let mut f = Stranger::connect(cport);
+    f.send(FORGED[0]);
+    let _ = f.rest();
+    let (c1, e1) = finish(n1);
+    drop(idle);
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+    }
+    assert!(
+        e0.contains("control plane: refused 127.0.0.1:") && e0.contains("failed authentication"),
+        "{e0}"
+    );
+    assert!(!e0.contains("is not authenticated"), "{e0}");
+}
+
+/// A launcher without the run's secret, or with another one, is refused with the reason and exits
+/// 125; the run goes on as if it had not come.
+#[test]
+fn a_launcher_without_the_secret_is_refused_and_changes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let n0 = Watched::spawn(launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &["--rdzv_timeout", "120"],
+    ));
+    let mut none = launcher(None, d.path(), "127.0.0.1", &port, 1, "allreduce", &[]);
+    none.env_remove("ACCEL_LAUNCH_SECRET");
+    let (c, e) = finish(none.spawn().unwrap());
+    assert_eq!(c, 125, "{e}");
+    assert!(e.contains("node 0 requires the run's secret"), "{e}");
+    let mut wrong = launcher(None, d.path(), "127.0.0.1", &port, 1, "allreduce", &[]);
+    wrong.env("ACCEL_LAUNCH_SECRET", "another-secret-0123456789");
+    let (c, e) = finish(wrong.spawn().unwrap());
+    assert_eq!(c, 125, "{e}");
+    assert!(
+        e.contains("could not prove it holds this run's secret"),
+        "{e}"
+    );
+    let n1 = node(d.path(), &port, 1, "allreduce", &[]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    for r in 0..4 {
+        assert!(d.path().join(format!("rank{r}.json")).exists(), "rank {r}");
+    }
+}
+
+/// Without a secret the run works as `accelerate launch --num_machines 2` does; node 0 says once
+/// that its control plane is open, and listens on the rendezvous address only.
+#[test]
+fn without_a_secret_node_0_says_so_and_listens_on_the_rendezvous_address_only() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut c0 = launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port.to_string(),
+        0,
+        "allreduce",
+        &[],
+    );
+    c0.env_remove("ACCEL_LAUNCH_SECRET");
+    let n0 = Watched::spawn(c0);
+    let _ = Stranger::connect(port + 1);
+    let ss = Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{}", port + 1)])
+        .output_within(WAIT);
+    let listening = String::from_utf8_lossy(&ss.stdout).into_owned();
+    // State, Recv-Q, Send-Q, local address, peer address.
+    let local: Vec<&str> = listening
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .collect();
+    assert_eq!(local, [format!("127.0.0.1:{}", port + 1)], "{listening}");
+    let mut c1 = launcher(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port.to_string(),
+        1,
+        "allreduce",
+        &[],
+    );
+    c1.env_remove("ACCEL_LAUNCH_SECRET");
+    let (c1, e1) = finish(c1.spawn().unwrap());
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert_eq!(
+        e0.matches("is not authenticated: anyone who reaches it can join or stop this run; set ACCEL_LAUNCH_SECRET")
+            .count(),
+        1,
+        "{e0}"
+    );
+    assert!(!e1.contains("is not authenticated"), "{e1}");
 }

@@ -258,12 +258,18 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     let mut topology = run.topology.clone();
     let link = match (&run.control, &mut topology) {
         (Some(cp), Some(t)) => {
+            let secret = control::Secret::from_env(
+                env.non_empty(env_vars::ACCEL_LAUNCH_SECRET),
+                env.non_empty(env_vars::ACCEL_LAUNCH_SECRET_FILE),
+            )?;
             let (link, place) = control::Link::join(&control::Settings {
                 addr: cp.addr.clone(),
                 port: cp.port,
+                secret,
+                quiet: cli.quiet,
                 join: control::Join {
                     protocol: control::PROTOCOL,
-                    run_id: t.run_id.clone(),
+                    run_id: control::run_id(env, cp),
                     node: t.node_rank,
                     nodes: t.num_nodes,
                     local_ranks: t.local_world_size,

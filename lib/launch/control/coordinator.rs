@@ -8,6 +8,21 @@ use super::super::verdict::{self, NodeInfo, World};
 use super::protocol::{FailureReport, Join, LostNode, Msg};
 use super::PROTOCOL;
 
+/// The most ranks one node may say it runs: far above any machine, and small enough that no sum
+/// of them overflows the world size.
+const MAX_LOCAL_RANKS: u32 = 1 << 16;
+
+/// Keeps at most `max` bytes of `s`, at a character boundary.
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
 /// Where a coordinator's message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum To {
@@ -77,6 +92,15 @@ impl Coordinator {
         }
     }
 
+    /// Node 0's own join is the reference: its run id, `--max_restarts` and `--hang_timeout` are
+    /// what every other node must give, whoever joins first.
+    pub fn with_reference(mut self, j: &Join) -> Coordinator {
+        self.run_id = Some(j.run_id.clone());
+        self.max_restarts = Some(j.max_restarts);
+        self.hang_timeout_ms = Some(j.hang_timeout_ms);
+        self
+    }
+
     /// How long the survivors of a lost node wait for its replacement (default 300 s).
     pub fn replacing_within(mut self, d: Duration) -> Coordinator {
         self.replace_within = d;
@@ -140,6 +164,21 @@ impl Coordinator {
         }
         if j.local_ranks == 0 {
             return Err("a node needs at least one rank".into());
+        }
+        if j.local_ranks > MAX_LOCAL_RANKS {
+            return Err(format!(
+                "{} ranks on one node (at most {MAX_LOCAL_RANKS})",
+                j.local_ranks
+            ));
+        }
+        let others: u64 = self
+            .members
+            .iter()
+            .filter(|(n, _)| **n != j.node)
+            .map(|(_, m)| u64::from(m.local_ranks))
+            .sum();
+        if others + u64::from(j.local_ranks) > i32::MAX as u64 {
+            return Err("the world would exceed 2147483647 ranks (torch's limit)".into());
         }
         if let Some(h) = self.hang_timeout_ms.filter(|h| *h != j.hang_timeout_ms) {
             let say = |h: Option<u64>| match h {
@@ -384,7 +423,10 @@ impl Coordinator {
                 };
                 self.acts(acts)
             }
-            Msg::Failed { attempt, failure } if attempt == self.attempt => self.fail(failure),
+            Msg::Failed { attempt, failure } if attempt == self.attempt => {
+                let failure = self.own_failure(node, failure);
+                self.fail(failure)
+            }
             Msg::Ended { attempt, ok } if attempt == self.attempt => {
                 if !ok && self.failure.is_none() && self.phase == Phase::Running {
                     // A node that failed without saying why (it should send `Failed` first).
@@ -472,6 +514,26 @@ impl Coordinator {
             .get(&node)
             .map(|m| m.host.clone())
             .unwrap_or_default()
+    }
+
+    /// A node speaks only for itself: its report names the node of its connection and the host it
+    /// joined with, a rank of its own ranks (else none), and is capped in size; only node 0's
+    /// server declares hangs.
+    fn own_failure(&self, node: u32, mut f: FailureReport) -> FailureReport {
+        f.node = node;
+        f.host = self.host(node);
+        let ranks = self.members.get(&node).map_or(0, |m| m.local_ranks);
+        if f.local_rank.is_some_and(|l| l >= ranks) {
+            f.local_rank = None;
+            f.rank = None;
+        }
+        f.hang = false;
+        truncate(&mut f.what, 1024);
+        truncate(&mut f.stderr_tail, 16 * 1024);
+        if let Some(m) = f.error_message.as_mut() {
+            truncate(m, 16 * 1024);
+        }
+        f
     }
 
     fn fail(&mut self, failure: FailureReport) -> Vec<(To, Msg)> {

@@ -2,16 +2,16 @@
 //! heartbeats, and the stops, decisions and hang requests the server sends.
 
 use std::collections::VecDeque;
-use std::io::BufReader;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::super::verdict::WireStack;
+use super::auth::{nonce, Handshake, Reader, Secret, Way, Writer};
 use super::protocol::{read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg};
-use super::server::{start_server, Server};
+use super::server::{start_server, Server, ServerSettings};
 use super::{lost_after, ControlError};
 
 /// This node's settings for the control plane.
@@ -23,6 +23,10 @@ pub struct Settings {
     pub join: Join,
     pub join_timeout: Duration,
     pub heartbeat: Duration,
+    /// The run's shared secret (`ACCEL_LAUNCH_SECRET`), if any.
+    pub secret: Option<Secret>,
+    /// `--quiet`: no note about an unauthenticated control plane.
+    pub quiet: bool,
 }
 
 /// This node's place in the world, as the rendezvous assembled it.
@@ -60,7 +64,7 @@ enum Incoming {
 pub struct Link {
     node: u32,
     addr: String,
-    writer: Arc<Mutex<TcpStream>>,
+    writer: Arc<Mutex<Writer>>,
     inbox: Mutex<Receiver<Incoming>>,
     /// The world's hang judgement's requests and verdict (`Autopsy`, `Verdict`), read by the
     /// supervisor apart from the stops and decisions.
@@ -86,17 +90,28 @@ impl Link {
     /// Joins the run's control plane (hosting it first on node 0) and waits, at most the join
     /// timeout, until every node has joined.
     pub fn join(s: &Settings) -> Result<(Link, Place), ControlError> {
+        resolvable(&s.addr)?;
         let server = if s.join.node == 0 {
-            Some(start_server(
-                s.port,
-                s.join.nodes,
-                s.join_timeout,
-                s.heartbeat,
-            )?)
+            Some(start_server(ServerSettings {
+                bind: bind_address(s),
+                port: s.port,
+                join_timeout: s.join_timeout,
+                heartbeat: s.heartbeat,
+                reference: s.join.clone(),
+                secret: s.secret.clone(),
+            })?)
         } else {
             None
         };
-        resolvable(&s.addr)?;
+        if s.join.node == 0 && s.secret.is_none() && !s.quiet {
+            eprintln!(
+                "accel-launch: note: the control plane on {}:{} is not authenticated: anyone who reaches it can join or stop this run; set {} (or {}) to the same secret on every node",
+                s.addr,
+                s.port,
+                crate::env_vars::ACCEL_LAUNCH_SECRET,
+                crate::env_vars::ACCEL_LAUNCH_SECRET_FILE
+            );
+        }
         let addr = format!("{}:{}", s.addr, s.port);
         let deadline = Instant::now() + s.join_timeout;
         let timeout = || ControlError::JoinTimeout {
@@ -105,14 +120,34 @@ impl Link {
             secs: s.join_timeout.as_secs(),
             detail: None,
         };
-        let stream = loop {
+        let window = lost_after(s.heartbeat);
+        // Connect and authenticate, again while the join timeout lasts when node 0 is not up yet or
+        // dropped the connection before its challenge (its handshake slots are full).
+        let (mut reader, writer) = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(timeout());
             }
-            match connect(&addr, left.min(Duration::from_secs(5))) {
-                Ok(st) => break st,
-                Err(_) => std::thread::sleep(Duration::from_millis(100).min(left)),
+            let stream = match connect(&addr, left.min(Duration::from_secs(5))) {
+                Ok(st) => st,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(100).min(left));
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let Ok(w) = stream.try_clone() else { continue };
+            let mut writer = Writer::new(w, Way::ToServer);
+            let _ = writer.s.set_write_timeout(Some(window));
+            let mut reader = Reader::new(stream, Way::ToNode);
+            match authenticate(s, &addr, &mut reader, &mut writer) {
+                Ok(()) => break (reader, writer),
+                Err(ControlError::Io { .. })
+                    if Instant::now() + Duration::from_millis(200) < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
             }
         };
         let io = |what: &str, source| ControlError::Io {
@@ -120,10 +155,6 @@ impl Link {
             what: what.into(),
             source,
         };
-        let _ = stream.set_nodelay(true);
-        let writer = stream.try_clone().map_err(|e| io("clone", e))?;
-        let window = lost_after(s.heartbeat);
-        let _ = writer.set_write_timeout(Some(window));
         let writer = Arc::new(Mutex::new(writer));
         write_msg(&writer, &Msg::Join(s.join.clone())).map_err(|e| io("send the join", e))?;
         // Heartbeats start with the join, not with `start`: node 0 loses a member silent for the
@@ -142,7 +173,6 @@ impl Link {
                 }
             });
         }
-        let mut reader = BufReader::new(stream);
         let place = wait_for_start(s, &addr, deadline, &mut reader, window);
         let place = match place {
             Ok(p) => p,
@@ -151,7 +181,7 @@ impl Link {
                 return Err(e);
             }
         };
-        let _ = reader.get_ref().set_read_timeout(Some(window));
+        let _ = reader.stream().set_read_timeout(Some(window));
         let (tx, rx) = mpsc::channel();
         let (hang_tx, hang_rx) = mpsc::channel();
         {
@@ -347,6 +377,123 @@ impl Link {
     }
 }
 
+/// Where node 0 listens: every interface when joins are authenticated, else only the rendezvous
+/// address (when it is one of this host's), so that the open port reaches no further than it must.
+fn bind_address(s: &Settings) -> IpAddr {
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    if s.secret.is_some() {
+        return any;
+    }
+    let ours = |ip: &IpAddr| ip.is_ipv4() && std::net::TcpListener::bind((*ip, 0)).is_ok();
+    if let Ok(ip) = s.addr.parse::<IpAddr>() {
+        return if ours(&ip) { ip } else { any };
+    }
+    let Ok(addrs) = (s.addr.as_str(), s.port).to_socket_addrs() else {
+        return any;
+    };
+    let ips: Vec<IpAddr> = addrs.map(|a| a.ip()).filter(ours).collect();
+    // A host name this host resolves to loopback (Debian's 127.0.1.1 line) is not what the other
+    // nodes resolve it to: only `localhost` itself means loopback.
+    match ips.iter().find(|ip| !ip.is_loopback()) {
+        Some(ip) => *ip,
+        None if s.addr == "localhost" => ips.first().copied().unwrap_or(any),
+        None => any,
+    }
+}
+
+/// The node's side of the handshake ([`super::auth`]): hello, node 0's challenge checked (its
+/// run id, and its proof when the run has a secret), this node's proof, then every line sealed.
+fn authenticate(
+    s: &Settings,
+    addr: &str,
+    reader: &mut Reader,
+    writer: &mut Writer,
+) -> Result<(), ControlError> {
+    let refused = |reason: String| ControlError::Refused {
+        node: s.join.node,
+        addr: addr.to_string(),
+        reason,
+    };
+    let io = |what: &str, source| ControlError::Io {
+        addr: addr.to_string(),
+        what: what.into(),
+        source,
+    };
+    let client_nonce = nonce()?;
+    let hello = Msg::Hello {
+        protocol: super::PROTOCOL,
+        node: s.join.node,
+        nonce: client_nonce.clone(),
+    };
+    writer
+        .send(&hello.json())
+        .map_err(|e| io("send the hello", e))?;
+    let _ = reader
+        .stream()
+        .set_read_timeout(Some(Duration::from_secs(10)));
+    let (run_id, auth, server_nonce, proof) = match read_msg(reader) {
+        Ok(Some(Msg::Challenge {
+            run_id,
+            auth,
+            nonce,
+            proof,
+        })) => (run_id, auth, nonce, proof),
+        Ok(Some(Msg::Reject { reason })) => return Err(refused(reason)),
+        Ok(Some(_)) => return Err(refused("node 0 did not answer the hello".into())),
+        Ok(None) => {
+            return Err(io(
+                "authenticate",
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                ),
+            ))
+        }
+        Err(e) => return Err(io("authenticate", e)),
+    };
+    if run_id != s.join.run_id {
+        return Err(refused(format!(
+            "node 0 serves run `{run_id}`, this node belongs to run `{}`",
+            s.join.run_id
+        )));
+    }
+    let hs = Handshake {
+        run_id: &run_id,
+        node: s.join.node,
+        client_nonce: &client_nonce,
+        server_nonce: &server_nonce,
+    };
+    let var = crate::env_vars::ACCEL_LAUNCH_SECRET;
+    match (auth.as_str(), &s.secret) {
+        ("none", None) => Ok(()),
+        ("none", Some(_)) => Err(refused(format!(
+            "node 0 runs without a secret while this node has one: set the same {var} on every node"
+        ))),
+        ("hmac", None) => Err(refused(format!(
+            "node 0 requires the run's secret: set {var} (or {var}_FILE) on this node too"
+        ))),
+        ("hmac", Some(k)) => {
+            if !proof.is_some_and(|p| hs.server_proof_ok(k, &p)) {
+                return Err(refused(format!(
+                    "node 0 could not prove it holds this run's secret (a different {var}, or not this run's node 0)"
+                )));
+            }
+            let prove = Msg::Prove {
+                proof: hs.client_proof(k),
+            };
+            writer
+                .send(&prove.json())
+                .map_err(|e| io("send the proof", e))?;
+            writer.seal.key(hs.session(k));
+            reader.seal.key(hs.session(k));
+            Ok(())
+        }
+        (other, _) => Err(refused(format!(
+            "node 0 asks for authentication `{other}`, which this accel-launch does not speak"
+        ))),
+    }
+}
+
 /// Refuses at once a host that cannot name any address: a name the resolver says does not exist
 /// (or an empty or malformed one) cannot start answering later. A temporary failure (`EAI_AGAIN`:
 /// the DNS server did not answer) is left to the join's retries.
@@ -395,7 +542,7 @@ fn wait_for_start(
     s: &Settings,
     addr: &str,
     deadline: Instant,
-    reader: &mut BufReader<TcpStream>,
+    reader: &mut Reader,
     window: Duration,
 ) -> Result<Place, ControlError> {
     let timeout = || ControlError::JoinTimeout {
@@ -417,7 +564,7 @@ fn wait_for_start(
         if left.is_zero() {
             return Err(timeout());
         }
-        let _ = reader.get_ref().set_read_timeout(Some(left.min(window)));
+        let _ = reader.stream().set_read_timeout(Some(left.min(window)));
         match read_msg(reader) {
             Ok(Some(Msg::Start {
                 attempt,

@@ -5,7 +5,8 @@
 //!
 //! The node-0 launcher hosts a small TCP server at the rendezvous address on [`control_port`] (the
 //! master port + 1); every launcher, node 0's included, joins it with the run id, its node rank, its
-//! rank count and host. Messages are one JSON object per line ([`Msg`]). The server's
+//! rank count and host, after proving it holds the run's secret when there is one ([`auth`]).
+//! Messages are one JSON object per line ([`Msg`]), sealed with an HMAC once authenticated. The server's
 //! [`Coordinator`] (pure, unit-tested) decides:
 //!
 //! - **start**: once every node has joined, each gets the world size and its rank offset, so nodes
@@ -24,9 +25,10 @@
 //! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
 //! this keeps the same shape without a store, and one line per event.
 //!
-//! The parts: `protocol` (the messages and their framing), `coordinator` (the server's pure
+//! The parts: `protocol` (the messages), `auth` (the handshake and the sealed framing), `coordinator` (the server's pure
 //! decisions), `server` (node 0's hub around it) and `link` (every node's connection).
 
+mod auth;
 mod coordinator;
 mod link;
 mod protocol;
@@ -37,6 +39,7 @@ use std::time::Duration;
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
+pub use auth::Secret;
 pub use coordinator::{Coordinator, To};
 pub use link::{Decision, Link, Place, Settings, Waiting};
 pub use protocol::{FailureReport, Join, LostNode, Msg};
@@ -46,7 +49,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Heartbeat intervals without a word before the other side counts as lost.
 pub const MISSES: u32 = 5;
 /// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.
@@ -55,6 +58,19 @@ pub fn control_port(master_port: u16) -> u16 {
         master_port - 1
     } else {
         master_port + 1
+    }
+}
+
+/// The run id every node's launcher must give: the scheduler's job (and step) under SLURM, so that a
+/// launcher of another job meeting on the same port is refused; else the rendezvous port (not the
+/// address: nodes may spell node 0's address differently). The ranks' TORCHELASTIC_RUN_ID stays
+/// torchrun's (`none` without `--rdzv_id`).
+pub fn run_id(env: &crate::env_vars::Environment, cp: &super::resolve::ControlPlane) -> String {
+    use crate::env_vars::{SLURM_JOB_ID, SLURM_STEP_ID};
+    match (env.non_empty(SLURM_JOB_ID), env.non_empty(SLURM_STEP_ID)) {
+        (Some(job), Some(step)) => format!("slurm:{job}.{step}"),
+        (Some(job), None) => format!("slurm:{job}"),
+        _ => format!("port:{}", cp.port),
     }
 }
 
@@ -85,6 +101,8 @@ pub enum ControlError {
         addr: String,
         reason: String,
     },
+    #[error("{var}: {why}")]
+    Secret { var: String, why: String },
     #[error("cannot resolve --main_process_ip `{host}`: {reason}")]
     Unresolvable { host: String, reason: String },
     #[error("control plane at {addr}: {what}")]
@@ -110,6 +128,9 @@ impl Diagnostic for ControlError {
             ControlError::Refused { .. } => vec![
                 "every node must run the same accel-launch version with the same --num_machines, --max_restarts, --hang_timeout and a distinct --machine_rank".into(),
             ],
+            ControlError::Secret { .. } => vec![
+                "every node of the run needs the same secret: ACCEL_LAUNCH_SECRET, or ACCEL_LAUNCH_SECRET_FILE naming a file only you can read (e.g. `openssl rand -hex 32`)".into(),
+            ],
             ControlError::Unresolvable { .. } => vec![
                 "--main_process_ip (main_process_ip in the config) names node 0's host: an address or a name every node resolves".into(),
             ],
@@ -118,7 +139,7 @@ impl Diagnostic for ControlError {
     }
     fn exit_status(&self) -> ExitStatus {
         match self {
-            ControlError::Unresolvable { .. } => ExitStatus::Usage,
+            ControlError::Unresolvable { .. } | ControlError::Secret { .. } => ExitStatus::Usage,
             _ => ExitStatus::LauncherFailed,
         }
     }

@@ -1,18 +1,15 @@
 //! The control plane's wire: one JSON object per line ([`Msg`]), what each side says and how a line
 //! is read (capped) and written.
 
-use std::io::{BufRead, Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::super::verdict::WireStack;
+use super::auth::{Reader, Writer};
 use crate::exit_status::ExitStatus;
-
-/// The longest line either side accepts (a stderr tail is at most 16 KiB).
-const MAX_LINE: u64 = 1 << 20;
 
 /// A node's join.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +111,25 @@ impl FailureReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Msg {
-    /// Node → server, first line.
+    /// Node → server, the first line (never sealed): the node's protocol, rank and nonce.
+    Hello {
+        protocol: u32,
+        node: u32,
+        nonce: String,
+    },
+    /// Server → node, in answer (never sealed): node 0's run id, whether the run has a secret
+    /// (`auth`: `hmac` or `none`), node 0's nonce and, with a secret, its proof of holding it.
+    Challenge {
+        run_id: String,
+        auth: String,
+        nonce: String,
+        #[serde(default)]
+        proof: Option<String>,
+    },
+    /// Node → server (with a secret; never sealed): the node's proof of holding it. Every later
+    /// line both ways is sealed with the session key.
+    Prove { proof: String },
+    /// Node → server: the node's part of the world.
     Join(Join),
     /// Server → node: start attempt `attempt` with this place in the world.
     Start {
@@ -197,27 +212,24 @@ impl LostNode {
 }
 
 impl Msg {
-    pub(super) fn line(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec(self).unwrap_or_default();
-        v.push(b'\n');
-        v
+    /// The message's JSON, without the newline.
+    pub(super) fn json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
     }
 }
 
-pub(super) fn read_msg<R: BufRead>(r: &mut R) -> std::io::Result<Option<Msg>> {
-    let mut line = String::new();
-    let n = r.by_ref().take(MAX_LINE).read_line(&mut line)?;
-    if n == 0 {
+pub(super) fn read_msg<R: Read>(r: &mut Reader<R>) -> std::io::Result<Option<Msg>> {
+    let Some(line) = r.line()? else {
         return Ok(None);
-    }
-    serde_json::from_str(line.trim_end())
+    };
+    serde_json::from_str(&line)
         .map(Some)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-pub(super) fn write_msg(w: &Mutex<TcpStream>, m: &Msg) -> std::io::Result<()> {
+pub(super) fn write_msg(w: &Mutex<Writer>, m: &Msg) -> std::io::Result<()> {
     let mut s = w.lock().map_err(|_| std::io::Error::other("poisoned"))?;
-    s.write_all(&m.line())
+    s.send(&m.json())
 }
 
 pub(super) fn why_closed(e: Option<&std::io::Error>, window: Duration) -> String {
@@ -240,8 +252,7 @@ pub(super) fn why_closed(e: Option<&std::io::Error>, window: Duration) -> String
 
 #[cfg(test)]
 mod tests {
-    use std::io::BufReader;
-
+    use super::super::auth::Way;
     use super::super::control_port;
     use super::*;
 
@@ -268,9 +279,12 @@ mod tests {
             attempt: 2,
             ok: true,
         };
-        let line = m.line();
-        assert_eq!(line, b"{\"t\":\"ended\",\"attempt\":2,\"ok\":true}\n");
-        let back = read_msg(&mut BufReader::new(&line[..])).unwrap().unwrap();
+        let mut line = m.json();
+        assert_eq!(line, b"{\"t\":\"ended\",\"attempt\":2,\"ok\":true}");
+        line.push(b'\n');
+        let back = read_msg(&mut Reader::new(&line[..], Way::ToServer))
+            .unwrap()
+            .unwrap();
         assert_eq!(back, m);
         let f = rank_failure(1, 3);
         assert_eq!(f.exit_status(), ExitStatus::Worker(7));
