@@ -1196,3 +1196,75 @@ fn validate_refuses_what_accel_launch_refuses() {
         .run()
         .success();
 }
+
+/// FSDP1 and FSDP2 take different keys and values: an FSDP1 file (SHARD_GRAD_OP) switched to
+/// `fsdp_version 2` by `set` once passed `validate` and then killed every rank (`invalid truth
+/// value shard_grad_op`); a hand-written FSDP1 strategy launched as FSDP2 silently became full
+/// resharding. `set` writes and warns, `validate` and the launch refuse, naming the key and
+/// to-fsdp2; to-fsdp2's output launches.
+#[test]
+fn fsdp1_values_under_fsdp_version_2_are_refused_by_validate_and_launch() {
+    let home = tempfile::tempdir().unwrap();
+    let f = home.path().join("fsdp.yaml");
+    let fsdp1 = "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_machines: 1\nnum_processes: 2\nmixed_precision: 'no'\nuse_cpu: false\nfsdp_config:\n  fsdp_version: 1\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_offload_params: false\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n";
+    fs::write(&f, fsdp1).unwrap();
+    let dry = |file: &Path, extra: &[&str]| {
+        Run::new("accel-launch", home.path())
+            .args(["--dry-run", "--config_file"])
+            .arg(file)
+            .args(extra)
+            .arg("train.py")
+            .run()
+    };
+    dry(&f, &[]).success();
+    Run::new("accel-config", home.path())
+        .arg("--config_file")
+        .arg(&f)
+        .args(["set", "fsdp_config.fsdp_version", "2"])
+        .run()
+        .success()
+        .stderr_contains("accel-launch would refuse this file: fsdp_config.fsdp_reshard_after_forward is `SHARD_GRAD_OP`");
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&f)
+        .run()
+        .code_is(1)
+        .stderr_contains("FSDP2 takes true or false")
+        .stderr_contains("to-fsdp2");
+    dry(&f, &[])
+        .code_is(2)
+        .stderr_contains("fsdp_config.fsdp_reshard_after_forward is `SHARD_GRAD_OP`");
+    // Only the FSDP1 strategy, launched as FSDP2.
+    let g = home.path().join("strategy.yaml");
+    fs::write(
+        &g,
+        fsdp1.replace("  fsdp_reshard_after_forward: SHARD_GRAD_OP\n", ""),
+    )
+    .unwrap();
+    dry(&g, &["--fsdp_version", "2"])
+        .code_is(2)
+        .stderr_contains("fsdp_sharding_strategy is `SHARD_GRAD_OP` but fsdp_version is 2");
+    // FSDP1 with a bool.
+    let b = home.path().join("bool.yaml");
+    fs::write(
+        &b,
+        fsdp1.replace(
+            "fsdp_reshard_after_forward: SHARD_GRAD_OP",
+            "fsdp_reshard_after_forward: true",
+        ),
+    )
+    .unwrap();
+    dry(&b, &[])
+        .code_is(2)
+        .stderr_contains("FSDP1 takes a sharding strategy");
+    // to-fsdp2's conversion launches.
+    let out = home.path().join("fsdp2.yaml");
+    Run::new("accel-config", home.path())
+        .args(["to-fsdp2", "--config_file"])
+        .arg(home.path().join("strategy.yaml"))
+        .arg("--output_file")
+        .arg(&out)
+        .run()
+        .success();
+    dry(&out, &[]).success();
+}

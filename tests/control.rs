@@ -89,6 +89,22 @@ fn launcher(
     c
 }
 
+/// Node 0's launcher, its stderr watched.
+fn node0(dir: &Path, port: &str, mode: &str, extra: &[&str]) -> Watched {
+    Watched::spawn(launcher(None, dir, "127.0.0.1", port, 0, mode, extra))
+}
+
+/// Every one of the 4 ranks wrote its all_reduce of 1+2+3+4.
+fn assert_all_reduced(dir: &Path) {
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+    }
+}
+
 /// A launcher whose stderr is read as it comes, each line with the time it was seen.
 struct Watched {
     child: Child,
@@ -677,15 +693,7 @@ fn a_lost_node_not_replaced_in_time_ends_the_run() {
 fn a_node_starting_30_s_late_joins_the_run() {
     let d = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let n0 = Watched::spawn(launcher(
-        None,
-        d.path(),
-        "127.0.0.1",
-        &port,
-        0,
-        "allreduce",
-        &["--rdzv_timeout", "90"],
-    ));
+    let n0 = node0(d.path(), &port, "allreduce", &["--rdzv_timeout", "90"]);
     std::thread::sleep(Duration::from_secs(30));
     let mut n0 = n0;
     assert!(
@@ -697,13 +705,7 @@ fn a_node_starting_30_s_late_joins_the_run() {
     let (c1, e1) = finish(n1);
     let (c0, e0) = n0.finish();
     assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
-    for r in 0..4 {
-        let v: Value = serde_json::from_str(
-            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
-    }
+    assert_all_reduced(d.path());
 }
 
 /// A node that never starts: node 0 waits the whole `--rdzv_timeout` (here 12 s, beyond the
@@ -839,15 +841,12 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     let d = tempfile::tempdir().unwrap();
     let port = free_port();
     let cport = port + 1;
-    let n0 = Watched::spawn(launcher(
-        None,
+    let n0 = node0(
         d.path(),
-        "127.0.0.1",
         &port.to_string(),
-        0,
         "allreduce",
         &["--rdzv_timeout", "120"],
-    ));
+    );
     let mut seen: Vec<String> = Vec::new();
     // A hello as node 1, then a forged proof.
     let mut a = Stranger::connect(cport);
@@ -918,13 +917,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     drop(idle);
     let (c0, e0) = n0.finish();
     assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
-    for r in 0..4 {
-        let v: Value = serde_json::from_str(
-            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
-    }
+    assert_all_reduced(d.path());
     assert!(
         e0.contains("control plane: refused 127.0.0.1:") && e0.contains("failed authentication"),
         "{e0}"
@@ -938,15 +931,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
 fn a_launcher_without_the_secret_is_refused_and_changes_nothing() {
     let d = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let n0 = Watched::spawn(launcher(
-        None,
-        d.path(),
-        "127.0.0.1",
-        &port,
-        0,
-        "allreduce",
-        &["--rdzv_timeout", "120"],
-    ));
+    let n0 = node0(d.path(), &port, "allreduce", &["--rdzv_timeout", "120"]);
     let mut none = launcher(None, d.path(), "127.0.0.1", &port, 1, "allreduce", &[]);
     none.env_remove("ACCEL_LAUNCH_SECRET");
     let (c, e) = finish(none.spawn().unwrap());

@@ -264,6 +264,71 @@ fn origin_is_explicit(resolved: &Resolved, key: &str) -> bool {
     )
 }
 
+/// FSDP1 and FSDP2 read different keys and values (accelerate's
+/// `utils/dataclasses.py::FullyShardedDataParallelPlugin.__post_init__`): under FSDP2
+/// `reshard_after_forward` is a bool (a strategy name is a ValueError in every rank) and
+/// `sharding_strategy` is ignored, so an FSDP1 strategy left in the file silently becomes full
+/// resharding; under FSDP1 a bool is an error. Refused before any rank starts, the way
+/// `accel-config to-fsdp2` would have converted it named.
+fn fsdp_version_fits(
+    r: &Resolved,
+    values: &BTreeMap<String, Value>,
+    version: u32,
+) -> Result<(), String> {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let explicit = |k: &str| origin_is_explicit(r, &format!("fsdp_config.{k}"));
+    let reshard = values
+        .get("fsdp_reshard_after_forward")
+        .filter(|_| explicit("fsdp_reshard_after_forward"))
+        .map(text);
+    let strategy = values
+        .get("fsdp_sharding_strategy")
+        .filter(|_| explicit("fsdp_sharding_strategy"))
+        .map(text);
+    let as_bool = |s: &str| match s.to_ascii_lowercase().as_str() {
+        "y" | "yes" | "t" | "true" | "on" | "1" => Some(true),
+        "n" | "no" | "f" | "false" | "off" | "0" => Some(false),
+        _ => None,
+    };
+    // FSDP1's strategy as FSDP2's reshard_after_forward, as accelerate's to_fsdp2 maps it.
+    let fsdp2_of = |s: &str| {
+        matches!(
+            s.to_ascii_uppercase().as_str(),
+            "FULL_SHARD" | "HYBRID_SHARD" | "1" | "4"
+        )
+    };
+    let hint = "`accel-config to-fsdp2 --config_file FILE --overwrite` converts an FSDP1 file";
+    if version == 2 {
+        if let Some(v) = &reshard {
+            if as_bool(v).is_none() {
+                return Err(format!(
+                    "fsdp_config.fsdp_reshard_after_forward is `{v}`, an FSDP1 sharding strategy, but fsdp_version is 2: FSDP2 takes true or false ({hint})"
+                ));
+            }
+        }
+        if let Some(st) = &strategy {
+            let effective = reshard.as_deref().and_then(as_bool).unwrap_or(true);
+            if fsdp2_of(st) != effective {
+                return Err(format!(
+                    "fsdp_config.fsdp_sharding_strategy is `{st}` but fsdp_version is 2, which ignores it and reshards {}: set fsdp_reshard_after_forward: {} instead ({hint})",
+                    if effective { "after every forward" } else { "never after forward" },
+                    fsdp2_of(st)
+                ));
+            }
+        }
+    } else if let Some(v) = &reshard {
+        if as_bool(v).is_some() && !v.chars().all(|c| c.is_ascii_digit()) {
+            return Err(format!(
+                "fsdp_config.fsdp_reshard_after_forward is `{v}` but fsdp_version is 1: FSDP1 takes a sharding strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2); set fsdp_version: 2 for a bool"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Inputs of the merge besides the resolved config.
 pub struct MergeInput<'a> {
     pub resolved: &'a Resolved,
@@ -538,6 +603,9 @@ impl LaunchArgs {
             if ram && !sync {
                 return Err(ArgsError::Invalid("When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`".into()));
             }
+        }
+        if a.use_fsdp {
+            fsdp_version_fits(r, &a.values, fsdp_v).map_err(ArgsError::Invalid)?;
         }
         Ok(a)
     }

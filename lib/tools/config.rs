@@ -405,6 +405,18 @@ fn set(path: &Path, key: &str, raw: &str, env: &Environment) -> Result<ExitStatu
             write_text(path, &text)?;
         }
     }
+    // Written as asked (a change may take two `set`s, e.g. fsdp_version then
+    // fsdp_reshard_after_forward), but said at once when the launcher would refuse the result.
+    if let Some(why) = config::load(path).ok().as_ref().and_then(launch_refusal) {
+        warn(
+            TOOL,
+            &format!(
+                "{}: accel-launch would refuse this file: {why}",
+                path.display()
+            ),
+            env,
+        );
+    }
     Ok(ExitStatus::Success)
 }
 

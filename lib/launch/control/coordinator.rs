@@ -686,6 +686,62 @@ mod tests {
         assert_eq!(warning.exit_status(), ExitStatus::Requeued);
     }
 
+    /// Node 0's join is the reference, whoever joins first: a node 1 with another run id or
+    /// restart count is refused even before node 0 has joined.
+    #[test]
+    fn node_0_is_the_reference_whoever_joins_first() {
+        let mut j0 = join(0, 2);
+        j0.run_id = "slurm:7.0".into();
+        let mut c = Coordinator::new(2).with_reference(&j0);
+        let mut j1 = join(1, 2);
+        j1.run_id = "slurm:8.0".into();
+        assert!(c
+            .join(&j1)
+            .unwrap_err()
+            .contains("is not this run's `slurm:7.0`"));
+        let mut j1 = join(1, 2);
+        j1.run_id = "slurm:7.0".into();
+        j1.max_restarts = 5;
+        assert!(c.join(&j1).unwrap_err().contains("--max_restarts 5"));
+        j1.max_restarts = 1;
+        j1.local_ranks = u32::MAX;
+        assert!(c.join(&j1).unwrap_err().contains("ranks on one node"));
+        j1.local_ranks = 2;
+        assert!(c.join(&j1).unwrap().is_empty());
+        assert_eq!(c.join(&j0).unwrap().len(), 2);
+    }
+
+    /// A member speaks only for its own node: node 1's report of a failure "on node 0" is node
+    /// 1's, with node 1's host, a rank outside its own ranks dropped, and no hang flag.
+    #[test]
+    fn a_member_speaks_only_for_its_own_node() {
+        let mut c = Coordinator::new(2);
+        c.join(&join(0, 2)).unwrap();
+        c.join(&join(1, 2)).unwrap();
+        let forged = FailureReport {
+            local_rank: Some(9),
+            hang: true,
+            stderr_tail: "x".repeat(100_000),
+            ..rank_failure(0, 1)
+        };
+        let out = c.message(
+            1,
+            Msg::Failed {
+                attempt: 0,
+                failure: forged,
+            },
+        );
+        let [(To::All, Msg::Stop { failure, .. })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((failure.node, failure.host.as_str()), (1, "h1"));
+        assert_eq!(
+            (failure.rank, failure.local_rank, failure.hang),
+            (None, None, false)
+        );
+        assert_eq!(failure.stderr_tail.len(), 16 * 1024);
+    }
+
     #[test]
     fn uneven_nodes_get_offsets_in_node_order() {
         let mut c = Coordinator::new(2);
