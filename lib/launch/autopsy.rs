@@ -34,17 +34,21 @@ impl Frame {
     }
     /// Code of the Python installation (stdlib, site-packages) rather than the user's.
     pub fn is_library(&self) -> bool {
-        let f = &self.filename;
-        f.contains("/site-packages/")
-            || f.contains("/dist-packages/")
-            || f.contains("/lib/python3")
-            || f.starts_with('<')
+        is_library_file(&self.filename)
     }
     /// A frame of torch.distributed's collective API (`distributed_c10d.py::all_reduce`, `barrier`, …).
     fn is_collective(&self) -> bool {
         self.filename
             .ends_with("torch/distributed/distributed_c10d.py")
     }
+}
+
+/// Code of the Python installation (stdlib, site-packages) rather than the user's.
+fn is_library_file(f: &str) -> bool {
+    f.contains("/site-packages/")
+        || f.contains("/dist-packages/")
+        || f.contains("/lib/python3")
+        || f.starts_with('<')
 }
 
 /// One thread of a rank, innermost frame first.
@@ -97,6 +101,80 @@ impl RankStack {
 /// Parses `py-spy dump --json`.
 pub fn parse_py_spy_json(text: &str) -> Result<Vec<Thread>, String> {
     serde_json::from_str(text).map_err(|e| format!("unreadable py-spy output: {e}"))
+}
+
+/// A thread of `py-spy dump --json --locals`: the frames with their local variables, for the digest.
+#[derive(Deserialize)]
+struct DumpThread {
+    #[serde(default)]
+    thread_id: Option<u64>,
+    #[serde(default)]
+    thread_name: Option<String>,
+    #[serde(default)]
+    os_thread_id: Option<i64>,
+    #[serde(default)]
+    pid: Option<i64>,
+    frames: Vec<DumpFrame>,
+}
+
+#[derive(Deserialize)]
+struct DumpFrame {
+    #[serde(flatten)]
+    frame: Frame,
+    #[serde(default)]
+    locals: Option<Vec<Local>>,
+}
+
+#[derive(Deserialize, Hash)]
+struct Local {
+    name: String,
+    #[serde(default)]
+    repr: Option<String>,
+}
+
+/// Parses `py-spy dump --json [--locals]`: the threads, and a digest of what identifies the rank's
+/// Python execution at that moment (see [`digest`]).
+pub fn parse_dump(text: &str) -> Result<(Vec<Thread>, u64), String> {
+    let raw: Vec<DumpThread> =
+        serde_json::from_str(text).map_err(|e| format!("unreadable py-spy output: {e}"))?;
+    let digest = digest(&raw);
+    let threads = raw
+        .into_iter()
+        .map(|t| Thread {
+            thread_name: t.thread_name,
+            os_thread_id: t.os_thread_id,
+            pid: t.pid,
+            frames: t.frames.into_iter().map(|f| f.frame).collect(),
+        })
+        .collect();
+    Ok((threads, digest))
+}
+
+/// What must stay the same for a rank to be still: the set of its Python threads, and for the main
+/// thread and every thread running the user's code, each frame (function, file, line) with its
+/// local variables' names and values (py-spy's repr: a number, a short string, `<Tensor at 0x…>`).
+/// A loop's step counter or batch changes every iteration, even where the line does not. Threads
+/// made only of library frames (a DataLoader's pin-memory thread, a queue feeder) are counted but
+/// their frames are not: they poll on timers and move while the rank is stuck. py-spy's `active` and
+/// `owns_gil` flags flip from dump to dump and are left out.
+fn digest(threads: &[DumpThread]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut order: Vec<&DumpThread> = threads.iter().collect();
+    order.sort_by_key(|t| (t.thread_id, t.os_thread_id));
+    for t in order {
+        (t.thread_id, t.os_thread_id).hash(&mut h);
+        let main = t.thread_name.as_deref() == Some("MainThread")
+            || (t.os_thread_id.is_some() && t.os_thread_id == t.pid);
+        if !main && t.frames.iter().all(|f| is_library_file(&f.frame.filename)) {
+            continue;
+        }
+        for f in &t.frames {
+            (&f.frame.name, &f.frame.filename, f.frame.line).hash(&mut h);
+            f.locals.hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// Where a group of ranks is, for the verdict.
@@ -323,8 +401,23 @@ pub fn proc_state(pid: i32) -> char {
 /// Takes one process's Python stacks. `--nonblocking`: the rank is not paused (ptrace-stopping a
 /// SIGSTOPped process fails), which is exact for a process that does not move.
 pub fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> Result<Vec<Thread>, String> {
+    dump_digest(py_spy, pid, timeout, false).map(|(t, _)| t)
+}
+
+/// [`dump`], with the digest of the stacks; `locals`: with each frame's local variables in it.
+pub fn dump_digest(
+    py_spy: &Path,
+    pid: i32,
+    timeout: Duration,
+    locals: bool,
+) -> Result<(Vec<Thread>, u64), String> {
+    let mut args = vec!["dump", "--json", "--nonblocking"];
+    if locals {
+        args.push("--locals");
+    }
     let mut child = Command::new(py_spy)
-        .args(["dump", "--json", "--nonblocking", "--pid", &pid.to_string()])
+        .args(args)
+        .args(["--pid", &pid.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -357,8 +450,11 @@ pub fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> Result<Vec<Thread>, S
     };
     let (o, e) = reader.join().unwrap_or_default();
     match status {
-        None => Err(format!("py-spy took more than {}s", timeout.as_secs())),
-        Some(s) if s.success() => parse_py_spy_json(&o),
+        None => Err(format!(
+            "py-spy took more than {:.1}s",
+            timeout.as_secs_f64()
+        )),
+        Some(s) if s.success() => parse_dump(&o),
         Some(_) => {
             let first = e
                 .lines()
@@ -372,80 +468,93 @@ pub fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> Result<Vec<Thread>, S
     }
 }
 
-/// Takes every rank's stacks. `ranks`: (rank, node, pid).
-pub fn take(py_spy: Option<&Path>, ranks: &[(u32, u32, i32)]) -> Vec<RankStack> {
-    ranks
-        .iter()
-        .map(|&(rank, node, pid)| {
-            let state = proc_state(pid);
-            let threads = match py_spy {
-                None => Err("py-spy not found".to_string()),
-                Some(p) => {
-                    // A dump can race a rank changing its stack; one retry.
-                    dump(p, pid, Duration::from_secs(10))
-                        .or_else(|_| dump(p, pid, Duration::from_secs(10)))
-                }
-            };
-            RankStack {
-                rank,
-                node,
-                pid,
-                state,
-                threads,
-            }
-        })
-        .collect()
+/// One rank's sampled stacks: what is known of it, and the digest of its stacks when they were
+/// taken ([`parse_dump`]).
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    pub stack: RankStack,
+    pub digest: Option<u64>,
 }
 
 /// Takes every rank's stacks at once, a thread per rank, each dump bounded by `per_dump` (retried
-/// once when it failed fast: a dump can race a rank changing its stack), for the world's verdict on
-/// many nodes, where node 0 waits for every node's answer. `ranks`: (rank, node, pid).
+/// once when it failed fast: a dump can race a rank changing its stack), so that the whole takes at
+/// most `per_dump` however many ranks there are. `ranks`: (rank, node, pid).
 pub fn take_parallel(
     py_spy: Option<&Path>,
     ranks: &[(u32, u32, i32)],
     per_dump: Duration,
 ) -> Vec<RankStack> {
+    sample_parallel(py_spy, ranks, per_dump, false)
+        .into_iter()
+        .map(|s| s.stack)
+        .collect()
+}
+
+/// [`take_parallel`], with each rank's digest; `locals`: the frames' local variables in it.
+pub fn sample_parallel(
+    py_spy: Option<&Path>,
+    ranks: &[(u32, u32, i32)],
+    per_dump: Duration,
+    locals: bool,
+) -> Vec<Sampled> {
+    let one = move |py_spy: Option<PathBuf>, rank: u32, node: u32, pid: i32| {
+        let state = proc_state(pid);
+        let taken = match py_spy {
+            None => Err("py-spy not found".to_string()),
+            Some(p) => {
+                let t = Instant::now();
+                dump_digest(&p, pid, per_dump, locals).or_else(|e| {
+                    let left = per_dump.saturating_sub(t.elapsed());
+                    if left >= per_dump / 2 {
+                        dump_digest(&p, pid, left, locals)
+                    } else {
+                        Err(e)
+                    }
+                })
+            }
+        };
+        let (threads, digest) = match taken {
+            Ok((t, d)) => (Ok(t), Some(d)),
+            Err(e) => (Err(e), None),
+        };
+        Sampled {
+            stack: RankStack {
+                rank,
+                node,
+                pid,
+                state,
+                threads,
+            },
+            digest,
+        }
+    };
     let handles: Vec<_> = ranks
         .iter()
         .map(|&(rank, node, pid)| {
             let py_spy = py_spy.map(Path::to_path_buf);
-            std::thread::spawn(move || {
-                let state = proc_state(pid);
-                let threads = match py_spy {
-                    None => Err("py-spy not found".to_string()),
-                    Some(p) => {
-                        let t = Instant::now();
-                        dump(&p, pid, per_dump).or_else(|e| {
-                            let left = per_dump.saturating_sub(t.elapsed());
-                            if left >= per_dump / 2 {
-                                dump(&p, pid, left)
-                            } else {
-                                Err(e)
-                            }
-                        })
-                    }
-                };
-                RankStack {
-                    rank,
-                    node,
-                    pid,
-                    state,
-                    threads,
-                }
-            })
+            std::thread::Builder::new()
+                .name(format!("py-spy {pid}"))
+                .spawn(move || one(py_spy, rank, node, pid))
         })
         .collect();
     handles
         .into_iter()
         .zip(ranks)
         .map(|(h, &(rank, node, pid))| {
-            h.join().unwrap_or_else(|_| RankStack {
-                rank,
-                node,
-                pid,
-                state: '?',
-                threads: Err("the dump failed".into()),
-            })
+            let failed = |why: &str| Sampled {
+                stack: RankStack {
+                    rank,
+                    node,
+                    pid,
+                    state: proc_state(pid),
+                    threads: Err(why.to_string()),
+                },
+                digest: None,
+            };
+            match h {
+                Ok(h) => h.join().unwrap_or_else(|_| failed("the dump failed")),
+                Err(e) => failed(&format!("cannot start a thread for py-spy: {e}")),
+            }
         })
         .collect()
 }

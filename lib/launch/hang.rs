@@ -1,53 +1,74 @@
 //! Hang detection for `--hang_timeout`: the supervisor ticks a [`Watch`] with its live ranks, and the
 //! watch says when no rank has made progress for the timeout. Progress is judged from outside, with
-//! no code in the training script:
+//! no code in the training script. A rank is *still* while nothing observable about it changes:
 //!
-//! - I/O: the bytes a rank (with its descendants) read or wrote (`rchar`/`wchar` of /proc/<pid>/io:
-//!   its stdout/stderr, checkpoints, data) grew;
-//! - CPU: its CPU time (utime+stime, children's included) grew by at least [`BUSY_FRACTION`] of the
-//!   sampling interval — unless its last Python stack shows it waiting in a torch.distributed
-//!   collective, where a busy-polling wait is not progress;
-//! - stack: once the run has been quiet for half the timeout, Python stacks are sampled with py-spy
-//!   every few seconds, and a rank whose stack changed is progressing.
+//! - its Python execution: every rank's stacks are sampled with `py-spy dump --locals` from the start
+//!   of the run, in the background, every [`Schedule::period`] (a third of the timeout, 2–30 s); what
+//!   is compared is the digest of [`autopsy::parse_dump`]: the thread set, and each frame with its
+//!   local variables, so a loop's step counter or batch moves even where the line does not. A rank
+//!   whose stacks came out the same twice is sampled again every [`Schedule::recheck`] (a tenth of the
+//!   timeout, at least 1 s) until they change or the timeout passes, so a loop whose locals only
+//!   cycle among a few values is not judged from three samples;
+//! - its I/O (its process and every live descendant): `rchar`/`wchar` (bytes through read/write
+//!   calls that returned), `read_bytes`/`write_bytes` (pages read from and dirtied for storage, which
+//!   move during one long `write` or `fsync`), and the TCP bytes received and acknowledged on its
+//!   sockets ([`super::sockets`]: data streamed with `recv()`, a `send` draining to a slow peer);
+//! - its process tree: a rank or a child of one appearing or ending.
 //!
-//! A rank that waits in a collective uses almost no CPU and does no I/O (gloo: ~0.5% of a core for
-//! torch's background threads), so one rank computing while the others wait keeps the run alive, and a
-//! run is declared hung only when every rank is still.
+//! CPU time is never progress for a rank whose stacks can be read: a rank spinning in one C call (a
+//! regex, `cudaStreamSynchronize`, a busy-polling collective) uses a whole core with one unchanging
+//! stack. Only where py-spy cannot read a rank (not installed, not a Python process, not allowed)
+//! does its CPU time count, at [`BUSY_FRACTION`] of a core.
 //!
-//! The decision ([`Judge`]) is pure and unit-tested; [`Watch`] adds the /proc reads and py-spy.
+//! The decision ([`Judge`]) is pure; [`Watch`] holds the sampling rule and asks a [`Probe`] for the
+//! observations, so the unit tests run the real rule on a scripted probe.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::autopsy::{self, Frame};
+use super::autopsy::{self, RankStack, Sampled};
+use super::sockets;
 
-/// CPU use, as a fraction of one core over a sampling interval, that counts as computing.
+/// CPU use, as a fraction of one core over a sampling interval, that counts as computing for a rank
+/// whose stacks cannot be read.
 pub const BUSY_FRACTION: f64 = 0.05;
+
+/// The bound of one rank's dump in the single-node autopsy and `--stacks`.
+pub const AUTOPSY_DUMP: Duration = Duration::from_secs(10);
+
+/// The bound of one rank's dump while sampling: a dump of a live rank takes tens of milliseconds;
+/// one that takes longer tells nothing and is dropped.
+pub const SAMPLE_DUMP: Duration = Duration::from_secs(4);
 
 /// A rank's cumulative resource use (its process and live descendants).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
     /// utime+stime+cutime+cstime, in clock ticks.
     pub cpu_ticks: u64,
-    /// rchar+wchar.
-    pub io_bytes: u64,
+    /// rchar, wchar, read_bytes, write_bytes of /proc/<pid>/io.
+    pub io: [u64; 4],
+    /// bytes_received + bytes_acked of the TCP sockets the processes hold.
+    pub tcp_bytes: u64,
+    /// How many processes (the rank and its descendants).
+    pub procs: u32,
 }
 
-/// One observation of a rank.
-#[derive(Debug, Clone, Default)]
-pub struct Obs {
-    pub pid: i32,
-    pub usage: Option<Usage>,
-    /// The main thread's frames, when stacks were sampled this time.
-    pub stack: Option<Vec<Frame>>,
+impl Usage {
+    /// Something other than CPU time moved between two readings.
+    fn moved_since(&self, before: &Usage) -> bool {
+        self.io != before.io || self.tcp_bytes != before.tcp_bytes || self.procs != before.procs
+    }
 }
 
 #[derive(Debug, Default)]
 struct Seen {
     usage: Option<Usage>,
-    stack: Option<Vec<Frame>>,
-    waits_in_collective: bool,
+    /// The last digest of its stacks.
+    digest: Option<u64>,
+    /// Its last dump succeeded: its CPU time does not count.
+    readable: bool,
 }
 
 /// Decides, from successive observations, when the run last made progress.
@@ -71,47 +92,47 @@ impl Judge {
         }
     }
 
-    /// Records one observation of every live rank; returns the ranks that made progress since the
-    /// last one (a rank that appeared or ended counts as a change of the run).
-    pub fn observe(&mut self, now: Instant, obs: &[Obs]) -> Vec<i32> {
+    /// Records one reading of every live rank's usage; returns the ranks that made progress since
+    /// the last one (a rank that appeared or ended counts as a change of the run).
+    pub fn observe(&mut self, now: Instant, obs: &[(i32, Option<Usage>)]) -> Vec<i32> {
         let mut moved = Vec::new();
         let before = self.seen.len();
-        self.seen.retain(|pid, _| obs.iter().any(|o| o.pid == *pid));
+        self.seen.retain(|pid, _| obs.iter().any(|o| o.0 == *pid));
         let ended = self.seen.len() != before;
-        for o in obs {
-            let new = !self.seen.contains_key(&o.pid);
-            let s = self.seen.entry(o.pid).or_default();
+        for &(pid, usage) in obs {
+            let new = !self.seen.contains_key(&pid);
+            let s = self.seen.entry(pid).or_default();
             let mut progress = new;
-            if let (Some(a), Some(b)) = (s.usage, o.usage) {
-                if b.io_bytes > a.io_bytes {
-                    progress = true;
-                }
+            if let (Some(a), Some(b)) = (s.usage, usage) {
                 let cpu = b.cpu_ticks.saturating_sub(a.cpu_ticks);
-                if cpu >= self.busy_ticks && !s.waits_in_collective {
+                if b.moved_since(&a) || (!s.readable && cpu >= self.busy_ticks) {
                     progress = true;
                 }
             }
-            if o.usage.is_some() {
-                s.usage = o.usage;
-            }
-            if let Some(st) = &o.stack {
-                if s.stack.as_ref().is_some_and(|old| old != st) {
-                    progress = true;
-                }
-                s.waits_in_collective = st.iter().any(|f| {
-                    f.filename
-                        .ends_with("torch/distributed/distributed_c10d.py")
-                });
-                s.stack = Some(st.clone());
+            if usage.is_some() {
+                s.usage = usage;
             }
             if progress {
-                moved.push(o.pid);
+                moved.push(pid);
             }
         }
         if ended || !moved.is_empty() {
-            self.last_progress = now;
+            self.last_progress = self.last_progress.max(now);
         }
         moved
+    }
+
+    /// Records a rank's stacks taken at `at` (`None`: the dump failed). Returns whether they differ
+    /// from the last ones (`None`: nothing to compare, the rank is unknown or unreadable).
+    pub fn observe_stack(&mut self, at: Instant, pid: i32, digest: Option<u64>) -> Option<bool> {
+        let s = self.seen.get_mut(&pid)?;
+        s.readable = digest.is_some();
+        let d = digest?;
+        let changed = s.digest.replace(d) != Some(d);
+        if changed {
+            self.last_progress = self.last_progress.max(at);
+        }
+        Some(changed)
     }
 
     /// How long the run has been still.
@@ -124,22 +145,310 @@ impl Judge {
     }
 }
 
-/// Reads a rank's usage: its process and every live descendant (through
-/// /proc/<pid>/task/<tid>/children). `None` once the process is gone.
-pub fn usage_of(pid: i32) -> Option<Usage> {
-    let mut total = Usage::default();
+/// A live rank as the supervisor knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    pub rank: u32,
+    pub node: u32,
+    pub pid: i32,
+}
+
+/// Where the watch's observations come from: /proc and py-spy ([`ProcProbe`]), or a script in tests.
+pub trait Probe {
+    /// Each rank's usage (its process and live descendants); `None` once a rank is gone.
+    fn usages(&mut self, pids: &[i32]) -> Vec<Option<Usage>>;
+    /// Whether stacks can be sampled at all (py-spy was found).
+    fn can_sample(&self) -> bool;
+    /// Starts taking these ranks' stacks, in the background, each dump bounded by `per_dump`;
+    /// `locals`: with the frames' local variables. The watch starts one batch at a time.
+    fn start(&mut self, ranks: &[Live], per_dump: Duration, locals: bool);
+    /// The started batch's stacks, once every dump of it has ended.
+    fn poll(&mut self) -> Option<Vec<Sampled>>;
+}
+
+/// The sampling rule's periods, from the timeout.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// How often usage is read: a few /proc reads per rank and one sock_diag dump.
+    pub interval: Duration,
+    /// How often each rank's stacks are taken.
+    pub period: Duration,
+    /// How often a rank whose stacks came out the same twice is sampled again.
+    pub recheck: Duration,
+}
+
+impl Schedule {
+    pub fn of(timeout: Duration) -> Schedule {
+        let period = (timeout / 3).clamp(Duration::from_secs(2), Duration::from_secs(30));
+        Schedule {
+            interval: (timeout / 10).clamp(Duration::from_millis(200), Duration::from_secs(2)),
+            period,
+            recheck: (timeout / 10).clamp(Duration::from_secs(1), period),
+        }
+    }
+}
+
+/// What the watch decided on a tick.
+#[derive(Debug)]
+pub enum Decision {
+    /// No rank made progress for this long: the autopsy, taken before anything was stopped.
+    Hang {
+        quiet: Duration,
+        stacks: Vec<RankStack>,
+    },
+}
+
+/// The batch of dumps in flight.
+#[derive(Debug, Clone, Copy)]
+enum Batch {
+    Sample { at: Instant },
+    Autopsy,
+}
+
+/// The autopsy: every rank's stacks, for the verdict.
+#[derive(Debug)]
+enum Autopsy {
+    None,
+    /// Asked for, with this bound per dump: starts once the batch in flight has ended.
+    Wanted(Duration),
+    Running,
+    Done(Vec<RankStack>),
+}
+
+/// The supervisor's hang watcher: ticked from its monitor loop, never blocking it (dumps run in the
+/// background).
+pub struct Watch<P: Probe = ProcProbe> {
+    judge: Judge,
+    probe: P,
+    schedule: Schedule,
+    next_usage: Instant,
+    /// When each rank's stacks are next due.
+    due: HashMap<i32, Instant>,
+    batch: Option<Batch>,
+    autopsy: Autopsy,
+}
+
+impl Watch<ProcProbe> {
+    pub fn new(timeout: Duration, py_spy: Option<PathBuf>, now: Instant) -> Self {
+        Watch::with_probe(timeout, ProcProbe::new(py_spy), now)
+    }
+}
+
+impl<P: Probe> Watch<P> {
+    pub fn with_probe(timeout: Duration, probe: P, now: Instant) -> Self {
+        let schedule = Schedule::of(timeout);
+        // SAFETY: sysconf has no preconditions.
+        let tps = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Watch {
+            judge: Judge::new(timeout, schedule.interval, tps, now),
+            probe,
+            schedule,
+            next_usage: now,
+            due: HashMap::new(),
+            batch: None,
+            autopsy: Autopsy::None,
+        }
+    }
+
+    /// One node: samples what is due; returns the decision once the run is hung and every rank's
+    /// stacks are in (taken in the background: the caller goes on reaping and forwarding signals).
+    pub fn tick(&mut self, now: Instant, live: &[Live]) -> Option<Decision> {
+        self.sample(now, live);
+        if self.judge.hung(now) {
+            self.request_autopsy(AUTOPSY_DUMP);
+            self.advance(now, live);
+        }
+        let stacks = self.autopsy_ready()?;
+        Some(Decision::Hang {
+            quiet: self.judge.quiet(now),
+            stacks,
+        })
+    }
+
+    /// Samples what is due. On a usage round returns how long these ranks have been still (`None`
+    /// between rounds). On many nodes this is all a node judges; the world's hang is node 0's to
+    /// declare ([`super::verdict`]).
+    pub fn sample(&mut self, now: Instant, live: &[Live]) -> Option<Duration> {
+        self.advance(now, live);
+        if now < self.next_usage {
+            return None;
+        }
+        self.next_usage = now + self.schedule.interval;
+        let pids: Vec<i32> = live.iter().map(|l| l.pid).collect();
+        let usages = self.probe.usages(&pids);
+        let obs: Vec<(i32, Option<Usage>)> = pids.into_iter().zip(usages).collect();
+        self.judge.observe(now, &obs);
+        Some(self.judge.quiet(now))
+    }
+
+    /// Asks for every rank's stacks (node 0's autopsy on many nodes; the hang's on one): they come
+    /// from [`Watch::autopsy_ready`] on a later tick. Sampling pauses meanwhile.
+    pub fn request_autopsy(&mut self, per_dump: Duration) {
+        if matches!(self.autopsy, Autopsy::None) {
+            self.autopsy = Autopsy::Wanted(per_dump);
+        }
+    }
+
+    /// The asked-for stacks, once taken; sampling resumes after.
+    pub fn autopsy_ready(&mut self) -> Option<Vec<RankStack>> {
+        match std::mem::replace(&mut self.autopsy, Autopsy::None) {
+            Autopsy::Done(stacks) => Some(stacks),
+            other => {
+                self.autopsy = other;
+                None
+            }
+        }
+    }
+
+    /// How long the run has been still.
+    pub fn quiet(&self, now: Instant) -> Duration {
+        self.judge.quiet(now)
+    }
+
+    /// Collects the batch in flight when it has ended, and starts the next one when due.
+    fn advance(&mut self, now: Instant, live: &[Live]) {
+        if let Some(batch) = self.batch {
+            let Some(results) = self.probe.poll() else {
+                return;
+            };
+            self.batch = None;
+            match batch {
+                Batch::Sample { at } => {
+                    for s in results {
+                        let pid = s.stack.pid;
+                        let same = self.judge.observe_stack(at, pid, s.digest) == Some(false);
+                        let wait = if same {
+                            self.schedule.recheck
+                        } else {
+                            self.schedule.period
+                        };
+                        self.due.insert(pid, at + wait);
+                    }
+                }
+                Batch::Autopsy => {
+                    self.autopsy = Autopsy::Done(results.into_iter().map(|s| s.stack).collect());
+                    return;
+                }
+            }
+        }
+        if let Autopsy::Wanted(per_dump) = self.autopsy {
+            self.probe.start(live, per_dump, false);
+            self.batch = Some(Batch::Autopsy);
+            self.autopsy = Autopsy::Running;
+            return;
+        }
+        if !matches!(self.autopsy, Autopsy::None) || !self.probe.can_sample() {
+            return;
+        }
+        self.due.retain(|pid, _| live.iter().any(|l| l.pid == *pid));
+        let due: Vec<Live> = live
+            .iter()
+            .copied()
+            .filter(|l| self.due.get(&l.pid).is_none_or(|t| *t <= now))
+            .collect();
+        if !due.is_empty() {
+            self.probe.start(&due, SAMPLE_DUMP, true);
+            self.batch = Some(Batch::Sample { at: now });
+        }
+    }
+}
+
+/// The real observations: /proc, sock_diag, and py-spy on background threads.
+pub struct ProcProbe {
+    py_spy: Option<PathBuf>,
+    tcp: sockets::TcpBytes,
+    batch: Option<mpsc::Receiver<Vec<Sampled>>>,
+}
+
+impl ProcProbe {
+    pub fn new(py_spy: Option<PathBuf>) -> ProcProbe {
+        ProcProbe {
+            py_spy,
+            tcp: sockets::TcpBytes::new(),
+            batch: None,
+        }
+    }
+}
+
+impl Probe for ProcProbe {
+    fn usages(&mut self, pids: &[i32]) -> Vec<Option<Usage>> {
+        let trees: Vec<Vec<i32>> = pids.iter().map(|p| process_tree(*p)).collect();
+        let by_inode = self.tcp.by_inode();
+        trees
+            .iter()
+            .map(|tree| usage_of_tree(tree, by_inode.as_ref()))
+            .collect()
+    }
+
+    fn can_sample(&self) -> bool {
+        self.py_spy.is_some()
+    }
+
+    fn start(&mut self, ranks: &[Live], per_dump: Duration, locals: bool) {
+        let (tx, rx) = mpsc::channel();
+        let py_spy = self.py_spy.clone();
+        let triples = triples(ranks);
+        let spawned = std::thread::Builder::new()
+            .name("hang sampler".into())
+            .spawn(move || {
+                let _ = tx.send(autopsy::sample_parallel(
+                    py_spy.as_deref(),
+                    &triples,
+                    per_dump,
+                    locals,
+                ));
+            });
+        self.batch = match spawned {
+            Ok(_) => Some(rx),
+            Err(e) => {
+                // No thread for the batch: every dump of it failed, said so.
+                let (tx, rx) = mpsc::channel();
+                let why = format!("cannot start a thread for py-spy: {e}");
+                let _ = tx.send(
+                    ranks
+                        .iter()
+                        .map(|l| Sampled {
+                            stack: RankStack {
+                                rank: l.rank,
+                                node: l.node,
+                                pid: l.pid,
+                                state: autopsy::proc_state(l.pid),
+                                threads: Err(why.clone()),
+                            },
+                            digest: None,
+                        })
+                        .collect(),
+                );
+                Some(rx)
+            }
+        };
+    }
+
+    fn poll(&mut self) -> Option<Vec<Sampled>> {
+        let rx = self.batch.as_ref()?;
+        match rx.try_recv() {
+            Ok(r) => {
+                self.batch = None;
+                Some(r)
+            }
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.batch = None;
+                Some(Vec::new())
+            }
+        }
+    }
+}
+
+/// A process and its live descendants (through /proc/<pid>/task/<tid>/children), at most 4096.
+pub fn process_tree(pid: i32) -> Vec<i32> {
+    let mut tree = Vec::new();
     let mut todo = vec![pid];
-    let mut found = false;
-    let mut visited = 0;
     while let Some(p) = todo.pop() {
-        visited += 1;
-        if visited > 4096 {
+        if tree.len() >= 4096 {
             break;
         }
-        let Some(cpu) = cpu_ticks(p) else { continue };
-        found = true;
-        total.cpu_ticks += cpu;
-        total.io_bytes += io_bytes(p).unwrap_or(0);
+        tree.push(p);
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
             for t in tasks.flatten() {
                 if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
@@ -148,7 +457,38 @@ pub fn usage_of(pid: i32) -> Option<Usage> {
             }
         }
     }
+    tree
+}
+
+/// A rank's usage from its process tree; `None` once its first process is gone.
+fn usage_of_tree(tree: &[i32], by_inode: Option<&HashMap<u64, u64>>) -> Option<Usage> {
+    let mut total = Usage::default();
+    let mut found = false;
+    for &p in tree {
+        let Some(cpu) = cpu_ticks(p) else { continue };
+        found = true;
+        total.procs += 1;
+        total.cpu_ticks += cpu;
+        if let Some(io) = io_counters(p) {
+            for (t, v) in total.io.iter_mut().zip(io) {
+                *t = t.wrapping_add(v);
+            }
+        }
+        if let Some(map) = by_inode {
+            for inode in sockets::socket_inodes(p) {
+                total.tcp_bytes = total
+                    .tcp_bytes
+                    .wrapping_add(map.get(&inode).copied().unwrap_or(0));
+            }
+        }
+    }
     found.then_some(total)
+}
+
+/// Reads a rank's usage: its process and every live descendant. `None` once the process is gone.
+pub fn usage_of(pid: i32) -> Option<Usage> {
+    let by_inode = sockets::TcpBytes::new().by_inode();
+    usage_of_tree(&process_tree(pid), by_inode.as_ref())
 }
 
 fn cpu_ticks(pid: i32) -> Option<u64> {
@@ -164,120 +504,24 @@ fn cpu_ticks(pid: i32) -> Option<u64> {
     Some(n(14) + n(15) + n(16) + n(17))
 }
 
-fn io_bytes(pid: i32) -> Option<u64> {
+/// rchar, wchar, read_bytes, write_bytes of /proc/<pid>/io.
+fn io_counters(pid: i32) -> Option<[u64; 4]> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
-    let mut total = 0;
+    let mut io = [0; 4];
     for l in s.lines() {
-        if let Some(v) = l
-            .strip_prefix("rchar: ")
-            .or_else(|| l.strip_prefix("wchar: "))
-        {
-            total += v.trim().parse::<u64>().unwrap_or(0);
-        }
+        let Some((key, value)) = l.split_once(':') else {
+            continue;
+        };
+        let i = match key {
+            "rchar" => 0,
+            "wchar" => 1,
+            "read_bytes" => 2,
+            "write_bytes" => 3,
+            _ => continue,
+        };
+        io[i] = value.trim().parse().unwrap_or(0);
     }
-    Some(total)
-}
-
-/// A live rank as the supervisor knows it.
-#[derive(Debug, Clone, Copy)]
-pub struct Live {
-    pub rank: u32,
-    pub node: u32,
-    pub pid: i32,
-}
-
-/// What the watch decided on a tick.
-#[derive(Debug)]
-pub enum Decision {
-    /// No rank made progress for this long: the autopsy, taken before anything was stopped.
-    Hang {
-        quiet: Duration,
-        stacks: Vec<autopsy::RankStack>,
-    },
-}
-
-/// The supervisor's hang watcher: ticked from its monitor loop.
-#[derive(Debug)]
-pub struct Watch {
-    judge: Judge,
-    timeout: Duration,
-    py_spy: Option<PathBuf>,
-    interval: Duration,
-    stack_every: Duration,
-    next_sample: Instant,
-    next_stacks: Instant,
-}
-
-impl Watch {
-    pub fn new(timeout: Duration, py_spy: Option<PathBuf>, now: Instant) -> Watch {
-        // Sampling is a few /proc reads per rank; once a second is plenty for timeouts of seconds.
-        let interval = (timeout / 10).clamp(Duration::from_millis(200), Duration::from_secs(2));
-        let stack_every = (timeout / 5).clamp(Duration::from_secs(1), Duration::from_secs(30));
-        // SAFETY: sysconf has no preconditions.
-        let tps = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Watch {
-            judge: Judge::new(timeout, interval, tps, now),
-            timeout,
-            py_spy,
-            interval,
-            stack_every,
-            next_sample: now,
-            next_stacks: now,
-        }
-    }
-
-    /// Samples when due; returns a decision when the run is hung.
-    pub fn tick(&mut self, now: Instant, live: &[Live]) -> Option<Decision> {
-        self.sample(now, live)?;
-        if !self.judge.hung(now) {
-            return None;
-        }
-        // The autopsy: fresh stacks of every rank, before anything is stopped.
-        let stacks = autopsy::take(self.py_spy.as_deref(), &triples(live));
-        Some(Decision::Hang {
-            quiet: self.judge.quiet(now),
-            stacks,
-        })
-    }
-
-    /// Samples when due (`None` when not): how long these ranks have been still. On many nodes this
-    /// is all a node judges; the world's hang is node 0's to declare ([`super::verdict`]).
-    pub fn sample(&mut self, now: Instant, live: &[Live]) -> Option<Duration> {
-        if now < self.next_sample {
-            return None;
-        }
-        self.next_sample = now + self.interval;
-        // Stacks cost a py-spy run per rank: only while the run looks still.
-        let want_stacks = self.py_spy.is_some()
-            && self.judge.quiet(now) >= self.timeout / 2
-            && now >= self.next_stacks;
-        let mut dumped = Vec::new();
-        let obs: Vec<Obs> = live
-            .iter()
-            .map(|l| {
-                let stack = if want_stacks {
-                    let taken = autopsy::take(self.py_spy.as_deref(), &[(l.rank, l.node, l.pid)]);
-                    let main = taken
-                        .first()
-                        .and_then(|s| s.main_frames().map(<[Frame]>::to_vec));
-                    dumped.extend(taken);
-                    main
-                } else {
-                    None
-                };
-                Obs {
-                    pid: l.pid,
-                    usage: usage_of(l.pid),
-                    stack,
-                }
-            })
-            .collect();
-        if want_stacks {
-            self.next_stacks = now + self.stack_every;
-        }
-        self.judge.observe(now, &obs);
-        Some(self.judge.quiet(now))
-    }
+    Some(io)
 }
 
 pub fn triples(live: &[Live]) -> Vec<(u32, u32, i32)> {
@@ -287,81 +531,238 @@ pub fn triples(live: &[Live]) -> Vec<(u32, u32, i32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
-    fn obs(pid: i32, cpu: u64, io: u64) -> Obs {
-        Obs {
-            pid,
-            usage: Some(Usage {
-                cpu_ticks: cpu,
-                io_bytes: io,
-            }),
-            stack: None,
+    /// What a scripted rank shows at each moment: usage and the digest of its stacks (`None`: the
+    /// dump fails).
+    type Script = Box<dyn Fn(Duration) -> (Usage, Option<u64>)>;
+
+    /// A probe that plays scripts on a clock the test advances, and records each dump it was
+    /// asked for.
+    struct Scripted {
+        t0: Instant,
+        now: Rc<RefCell<Instant>>,
+        ranks: HashMap<i32, Script>,
+        dumps: Rc<RefCell<Vec<(Duration, i32)>>>,
+        pending: Option<Vec<Sampled>>,
+        py_spy: bool,
+    }
+
+    impl Probe for Scripted {
+        fn usages(&mut self, pids: &[i32]) -> Vec<Option<Usage>> {
+            let t = self.now.borrow().duration_since(self.t0);
+            pids.iter()
+                .map(|p| self.ranks.get(p).map(|s| s(t).0))
+                .collect()
+        }
+        fn can_sample(&self) -> bool {
+            self.py_spy
+        }
+        fn start(&mut self, ranks: &[Live], _: Duration, _: bool) {
+            let t = self.now.borrow().duration_since(self.t0);
+            self.pending = Some(
+                ranks
+                    .iter()
+                    .map(|l| {
+                        self.dumps.borrow_mut().push((t, l.pid));
+                        let digest = self.ranks.get(&l.pid).and_then(|s| s(t).1);
+                        Sampled {
+                            stack: RankStack {
+                                rank: l.rank,
+                                node: 0,
+                                pid: l.pid,
+                                state: 'S',
+                                threads: Ok(Vec::new()),
+                            },
+                            digest,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        fn poll(&mut self) -> Option<Vec<Sampled>> {
+            self.pending.take()
         }
     }
 
-    fn frame(name: &str, file: &str) -> Frame {
-        Frame {
-            name: name.into(),
-            filename: file.into(),
-            short_filename: None,
-            line: 1,
+    struct Run {
+        watch: Watch<Scripted>,
+        now: Rc<RefCell<Instant>>,
+        t0: Instant,
+        live: Vec<Live>,
+        dumps: Rc<RefCell<Vec<(Duration, i32)>>>,
+    }
+
+    impl Run {
+        fn new(timeout: u64, py_spy: bool, ranks: Vec<(i32, Script)>) -> Run {
+            let t0 = Instant::now();
+            let now = Rc::new(RefCell::new(t0));
+            let dumps = Rc::default();
+            let live = ranks
+                .iter()
+                .map(|(pid, _)| Live {
+                    rank: *pid as u32,
+                    node: 0,
+                    pid: *pid,
+                })
+                .collect();
+            let probe = Scripted {
+                t0,
+                now: Rc::clone(&now),
+                ranks: ranks.into_iter().collect(),
+                dumps: Rc::clone(&dumps),
+                pending: None,
+                py_spy,
+            };
+            Run {
+                watch: Watch::with_probe(Duration::from_secs(timeout), probe, t0),
+                now,
+                t0,
+                live,
+                dumps,
+            }
+        }
+
+        /// Ticks as the monitor does (every 100 ms) until `until`; the time of the verdict.
+        fn until(&mut self, until: Duration) -> Option<Duration> {
+            loop {
+                let t = self.now.borrow().duration_since(self.t0);
+                if t > until {
+                    return None;
+                }
+                let now = *self.now.borrow();
+                if self.watch.tick(now, &self.live).is_some() {
+                    return Some(t);
+                }
+                *self.now.borrow_mut() += Duration::from_millis(100);
+            }
+        }
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// 100 ticks a second of CPU: a whole core.
+    fn spinning(t: Duration) -> u64 {
+        (t.as_secs_f64() * 100.0) as u64
+    }
+
+    fn usage(cpu: u64, io: u64) -> Usage {
+        Usage {
+            cpu_ticks: cpu,
+            io: [io, 0, 0, 0],
+            tcp_bytes: 0,
+            procs: 1,
         }
     }
 
     #[test]
-    fn one_busy_rank_keeps_the_run_alive_and_stillness_is_a_hang() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        // 1 s samples, 100 ticks/s: 5 ticks count as busy.
-        let mut j = Judge::new(Duration::from_secs(10), Duration::from_secs(1), 100, t0);
-        j.observe(s(0), &[obs(1, 0, 0), obs(2, 0, 0)]);
-        // Rank 1 computes (100 ticks a second), rank 2 waits (background noise of 1 tick).
-        for n in 1..=30 {
-            j.observe(s(n), &[obs(1, 100 * n, 0), obs(2, n, 0)]);
-            assert!(!j.hung(s(n)));
-        }
-        // Now both are still: hung after exactly the timeout.
-        for n in 31..=39 {
-            j.observe(s(n), &[obs(1, 3000, 0), obs(2, n, 0)]);
-            assert!(!j.hung(s(n)), "at {n}");
-        }
-        j.observe(s(40), &[obs(1, 3000, 0), obs(2, 40, 0)]);
-        assert!(j.hung(s(40)));
+    fn a_rank_spinning_with_one_stack_is_still_whatever_its_cpu() {
+        // Rank 1 spins at 100% CPU in one C call from t=5 s; rank 2 sleeps from t=5 s. Before, both
+        // move (a step counter). Timeout 10: declared within timeout + one sampling period.
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (
+                    1,
+                    Box::new(|t| (usage(spinning(t), 0), Some(t.as_secs().min(5)))),
+                ),
+                (2, Box::new(|t| (usage(1, 0), Some(100 + t.as_secs().min(5))))),
+            ],
+        );
+        let at = run.until(secs(60.0)).expect("declared");
+        assert!(at >= secs(15.0) && at <= secs(5.0 + 10.0 + 3.4), "{at:?}");
     }
 
     #[test]
-    fn output_and_a_moving_stack_are_progress() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        let mut j = Judge::new(Duration::from_secs(10), Duration::from_secs(1), 100, t0);
-        j.observe(s(0), &[obs(1, 0, 0)]);
-        // A sleep loop printing a line every 8 s.
-        for n in 1..=40 {
-            j.observe(s(n), &[obs(1, 0, (n / 8) * 30)]);
-            assert!(!j.hung(s(n)));
-        }
-        // A stack that changes between samples, without CPU or I/O.
-        let mut j = Judge::new(Duration::from_secs(10), Duration::from_secs(1), 100, t0);
-        for n in 0..=40 {
-            let mut o = obs(1, 0, 0);
-            o.stack = Some(vec![frame(&format!("f{}", n % 2), "/w/a.py")]);
-            j.observe(s(n), &[o]);
-            assert!(!j.hung(s(n)));
-        }
+    fn a_rank_whose_step_counter_moves_is_not_still_though_its_line_stays() {
+        // 95% of each 1 s step in one call: the stack differs only in the step counter.
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (1, Box::new(|t| (usage(spinning(t), 0), Some(t.as_secs())))),
+                (2, Box::new(|_| (usage(0, 0), Some(7)))),
+            ],
+        );
+        assert_eq!(run.until(secs(60.0)), None);
     }
 
     #[test]
-    fn busy_polling_in_a_collective_is_not_progress() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        let mut j = Judge::new(Duration::from_secs(10), Duration::from_secs(1), 100, t0);
-        let c10d = "/v/site-packages/torch/distributed/distributed_c10d.py";
-        for n in 0..=10 {
-            let mut o = obs(1, 100 * n, 0);
-            o.stack = Some(vec![frame("all_reduce", c10d)]);
-            j.observe(s(n), &[o]);
+    fn locals_that_cycle_among_a_few_values_are_sampled_again_until_they_differ() {
+        // A loop without a counter whose tensor's address cycles among 3 values, one per 1.1 s, in
+        // step with the sampling period (3.3 s at timeout 10): every periodic sample sees the same
+        // value. A repeat is sampled again each second, which sees the others.
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (
+                    1,
+                    Box::new(|t| {
+                        let tick = (t.as_millis() as u64 + 50) / 100;
+                        (usage(spinning(t), 0), Some(tick % 33 / 11))
+                    }),
+                ),
+                (2, Box::new(|_| (usage(0, 0), Some(7)))),
+            ],
+        );
+        assert_eq!(run.until(secs(60.0)), None);
+        let dumps = run.dumps.borrow();
+        let of_1 = dumps.iter().filter(|d| d.1 == 1).count();
+        // A dump every period or two, more after repeats: far fewer than the 600 ticks.
+        assert!((18..=60).contains(&of_1), "{of_1}");
+    }
+
+    #[test]
+    fn cpu_counts_only_where_stacks_cannot_be_read() {
+        let spinner = || -> Script { Box::new(|t| (usage(spinning(t), 0), None)) };
+        // Without py-spy: the spinning rank keeps the run alive.
+        let mut run = Run::new(10, false, vec![(1, spinner()), (2, Box::new(|_| (usage(0, 0), None)))]);
+        assert_eq!(run.until(secs(40.0)), None);
+        assert!(run.dumps.borrow().is_empty(), "no py-spy: nothing sampled");
+        // With py-spy but a rank it cannot read: the same.
+        let mut run = Run::new(10, true, vec![(1, spinner()), (2, Box::new(|_| (usage(0, 0), Some(3))))]);
+        assert_eq!(run.until(secs(40.0)), None);
+        // Readable, the same spinning is still.
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (1, Box::new(|t| (usage(spinning(t), 0), Some(1)))),
+                (2, Box::new(|_| (usage(0, 0), Some(3)))),
+            ],
+        );
+        let at = run.until(secs(40.0)).expect("declared");
+        assert!(at <= secs(10.5), "{at:?}");
+    }
+
+    #[test]
+    fn any_io_counter_or_a_process_appearing_is_progress() {
+        // Each counter moves alone, every 8 s, with a timeout of 10 and an unchanging stack.
+        for i in 0..6 {
+            let mut run = Run::new(
+                10,
+                true,
+                vec![(
+                    1,
+                    Box::new(move |t| {
+                        let step = t.as_secs() / 8;
+                        let mut u = usage(0, 0);
+                        match i {
+                            0..=3 => u.io[i] = step,
+                            4 => u.tcp_bytes = step * 1000,
+                            _ => u.procs = 1 + (step % 2) as u32,
+                        }
+                        (u, Some(1))
+                    }),
+                )],
+            );
+            assert_eq!(run.until(secs(40.0)), None, "counter {i}");
         }
-        assert!(j.hung(s(10)));
     }
 
     #[test]
@@ -369,16 +770,32 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut j = Judge::new(Duration::from_secs(10), Duration::from_secs(1), 100, t0);
-        j.observe(s(0), &[obs(1, 0, 0), obs(2, 0, 0)]);
-        j.observe(s(9), &[obs(1, 0, 0)]);
+        j.observe(s(0), &[(1, Some(usage(0, 0))), (2, Some(usage(0, 0)))]);
+        j.observe(s(9), &[(1, Some(usage(0, 0)))]);
         assert!(!j.hung(s(18)));
         assert!(j.hung(s(19)));
     }
 
     #[test]
+    fn the_autopsy_waits_for_the_batch_in_flight_and_sampling_resumes_after() {
+        let mut run = Run::new(10, true, vec![(1, Box::new(|_| (usage(0, 0), Some(1))))]);
+        let now = run.t0;
+        run.watch.sample(now, &run.live);
+        // A sampling batch is in flight (the scripted probe answers on the next poll).
+        run.watch.request_autopsy(Duration::from_secs(1));
+        assert!(run.watch.autopsy_ready().is_none());
+        run.watch.sample(now, &run.live);
+        run.watch.sample(now, &run.live);
+        let stacks = run.watch.autopsy_ready().expect("taken");
+        assert_eq!(stacks.len(), 1);
+        assert!(run.watch.autopsy_ready().is_none());
+    }
+
+    #[test]
     fn reads_this_process() {
         let u = usage_of(std::process::id() as i32).unwrap();
-        assert!(u.io_bytes > 0 || u.cpu_ticks > 0);
+        assert!(u.io[0] > 0 || u.cpu_ticks > 0);
+        assert!(u.procs >= 1);
         assert!(usage_of(i32::MAX).is_none());
     }
 }

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod ports;
 pub mod requeue;
 pub mod resolve;
+pub mod sockets;
 pub mod supervise;
 pub mod verdict;
 

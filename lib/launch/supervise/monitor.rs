@@ -296,19 +296,19 @@ impl<'a> Monitor<'a> {
             .log_dir
             .as_ref()
             .map(|d| d.join("hang").join(format!("node_{}", self.node)));
+        // Node 0's autopsy: every rank's stacks at once, in the background (the watch's sampler),
+        // so that this loop goes on reaping and forwarding signals; answered once they are in.
+        if let Some(stacks) = w.autopsy_ready() {
+            link.send_stacks(self.attempt, verdict::to_wire(&stacks));
+            wh.reporter.answered(Instant::now());
+            if let Some(d) = &opts.log_dir {
+                autopsy::flight_recorder_dump(&d.join("hang"), &stacks);
+            }
+            wh.own = Some(stacks);
+        }
         match link.poll_hang(self.attempt) {
             Some(control::Msg::Autopsy { .. }) => {
-                let stacks = autopsy::take_parallel(
-                    opts.py_spy.as_deref(),
-                    &hang::triples(live),
-                    verdict::DUMP_TIMEOUT,
-                );
-                link.send_stacks(self.attempt, verdict::to_wire(&stacks));
-                wh.reporter.answered(Instant::now());
-                if let Some(d) = &opts.log_dir {
-                    autopsy::flight_recorder_dump(&d.join("hang"), &stacks);
-                }
-                wh.own = Some(stacks);
+                w.request_autopsy(verdict::DUMP_TIMEOUT);
                 false
             }
             Some(control::Msg::Verdict {
@@ -634,15 +634,13 @@ fn stacks_on_failure(opts: &Options, running: &[Running], head: &str, node: u32,
         return;
     }
     let began = Instant::now();
-    let stacks = if multi_node {
-        autopsy::take_parallel(
-            opts.py_spy.as_deref(),
-            &hang::triples(&live),
-            verdict::DUMP_TIMEOUT,
-        )
+    // Many nodes: within node 0's answer deadline; one node: the single-node autopsy's bound.
+    let per_dump = if multi_node {
+        verdict::DUMP_TIMEOUT
     } else {
-        autopsy::take(opts.py_spy.as_deref(), &hang::triples(&live))
+        hang::AUTOPSY_DUMP
     };
+    let stacks = autopsy::take_parallel(opts.py_spy.as_deref(), &hang::triples(&live), per_dump);
     let report = autopsy::report(head, &stacks);
     if let Some(dir) = &opts.log_dir {
         let dir = dir.join("failure");
