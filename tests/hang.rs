@@ -89,6 +89,7 @@ fn without_py_spy(dir: &Path) -> Setup {
     }
 }
 
+/// `mode`: the fixture's MODE, then its SUSPECT and ARG if given, separated by spaces.
 fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
@@ -97,11 +98,13 @@ fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
         .env("HOME", dir)
         .env("HF_HOME", dir)
         .env("ACCEL_PYTHON", &setup.python)
+        // The watch's reasons (`accel::launch::hang=debug`), when a developer asks for them.
+        .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default())
         .args(["--cpu", "--num_processes", "2", "--grace_period", "3"])
         .args(extra)
         .arg(fixture())
         .arg(dir)
-        .arg(mode)
+        .args(mode.split(' '))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     c
@@ -192,14 +195,16 @@ pub fn assert_none_left(dir: &Path, what: &str, at_least: usize, limit: Duration
 }
 
 struct Hang {
+    /// MODE [SUSPECT [ARG]]; `{logs}` stands for the run's --log_dir.
     mode: &'static str,
     verdict: String,
     no_py_spy: bool,
+    /// Another line the report must hold.
+    also: Option<String>,
 }
 
 #[test]
 fn injected_hangs_are_declared_named_and_stopped() {
-    let timeout = TIMEOUT.to_string();
     let cases = vec![
         Hang {
             mode: "skip_allreduce",
@@ -209,6 +214,7 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 at("allreduce.skip_allreduce")
             ),
             no_py_spy: false,
+            also: None,
         },
         Hang {
             mode: "order",
@@ -218,6 +224,7 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 at("allreduce.order")
             ),
             no_py_spy: false,
+            also: None,
         },
         Hang {
             mode: "sigstop",
@@ -227,6 +234,7 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 at("allreduce.sigstop")
             ),
             no_py_spy: false,
+            also: None,
         },
         Hang {
             mode: "lock",
@@ -236,6 +244,7 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 at("allreduce.lock")
             ),
             no_py_spy: false,
+            also: None,
         },
         Hang {
             mode: "subprocess",
@@ -245,14 +254,86 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 at("allreduce.subprocess")
             ),
             no_py_spy: false,
+            also: None,
+        },
+        // The Flight Recorder's dumps, where the ranks wrote them (as NCCL ranks do when asked):
+        // the collective rank 0 entered and rank 1 never did.
+        Hang {
+            mode: "flight_recorder 1 {logs}/hang",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in stuck_in_data_loading ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("sleep"),
+                at("allreduce.flight_recorder")
+            ),
+            no_py_spy: false,
+            also: Some(format!(
+                "accel-launch: flight recorder: process group 0 (default_pg): collective #2 gloo:all_reduce [[4]] Float at {} was entered by rank 0; never by rank 1 (its last: #1 gloo:all_reduce, scheduled)",
+                at("allreduce.flight_recorder")
+            )),
         },
         // Without py-spy: a warning at start, and the verdict says what /proc knows.
         Hang {
             mode: "sigstop",
             verdict: "accel-launch: hang: rank 1 (node 0) is stopped (no Python stack: py-spy not found); rank 0 (node 0) is sleeping (no Python stack: py-spy not found)".into(),
             no_py_spy: true,
+            also: None,
         },
     ];
+    declare_all(cases);
+}
+
+/// Hangs as GPUs hang: the hung rank spins at 100% CPU with one unchanging stack (in one C call, in
+/// a Python loop, on a helper thread), or every rank does, each at its own line.
+#[test]
+fn spinning_hangs_are_declared_within_the_timeout_and_named() {
+    declare_all(vec![
+        Hang {
+            mode: "spin_regex 0",
+            verdict: format!(
+                "accel-launch: hang: rank 0 (node 0) is in spin_in_one_call ({}); rank 1 (node 0) is in stuck_in_data_loading ({})",
+                at("regex"),
+                at("sleep")
+            ),
+            no_py_spy: false,
+            also: None,
+        },
+        Hang {
+            mode: "spin_allreduce",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in busy_poll ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("busy_poll"),
+                at("allreduce.spin_allreduce")
+            ),
+            no_py_spy: false,
+            also: None,
+        },
+        Hang {
+            mode: "spin_everywhere",
+            verdict: format!(
+                "accel-launch: hang: rank 0 (node 0) is in spin_at ({}); rank 1 (node 0) is in spin_at ({})",
+                at("spin_even"),
+                at("spin_odd")
+            ),
+            no_py_spy: false,
+            also: None,
+        },
+        Hang {
+            mode: "spin_thread",
+            verdict: format!(
+                "accel-launch: hang: rank 1 (node 0) is in waits_on_spinning_thread ({}); rank 0 (node 0) waits in all_reduce ({})",
+                at("join"),
+                at("allreduce.spin_thread")
+            ),
+            no_py_spy: false,
+            also: None,
+        },
+    ]);
+}
+
+/// Runs each case in its own thread: exit 124, the verdict line, within the timeout + 10 s of the
+/// hang's beginning, the report and dumps under --log_dir, nothing left.
+fn declare_all(cases: Vec<Hang>) {
+    let timeout = TIMEOUT.to_string();
     let handles: Vec<_> = cases
         .into_iter()
         .map(|case| {
@@ -268,9 +349,10 @@ fn injected_hangs_are_declared_named_and_stopped() {
                 };
                 let logs = tmp.path().join("logs");
                 let logs_arg = logs.to_string_lossy().into_owned();
+                let mode = case.mode.replace("{logs}", &logs_arg);
                 let ran = run(
                     &dir,
-                    case.mode,
+                    &mode,
                     &["--hang_timeout", &timeout, "--log_dir", &logs_arg],
                     &setup,
                 );
@@ -286,9 +368,16 @@ fn injected_hangs_are_declared_named_and_stopped() {
                     .find(|l| l.starts_with("accel-launch: hang:"))
                     .unwrap_or_else(|| panic!("{what}: no verdict in {}", ran.stderr));
                 assert_eq!(first, case.verdict, "{what}: {}", ran.stderr);
+                if let Some(line) = &case.also {
+                    assert!(
+                        ran.stderr.lines().any(|l| l == line),
+                        "{what}: no line\n{line}\nin\n{}",
+                        ran.stderr
+                    );
+                }
                 let to_verdict = ran.to_verdict.unwrap();
                 assert!(
-                    to_verdict <= Duration::from_secs(TIMEOUT + 20),
+                    to_verdict <= Duration::from_secs(TIMEOUT + 10),
                     "{what}: verdict {to_verdict:?} after the hang began"
                 );
                 if case.no_py_spy {
@@ -331,12 +420,23 @@ fn injected_hangs_are_declared_named_and_stopped() {
 #[test]
 fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
     let mut handles = Vec::new();
-    for mode in ["compute", "checkpoint", "sleep_print"] {
+    let server = slow_server(2_000_000, 100_000);
+    let device = SlowDevice::new(5 << 20);
+    let modes = vec![
+        "compute".to_string(),
+        "checkpoint".into(),
+        "sleep_print".into(),
+        "sync_point".into(),
+        "pipe_write".into(),
+        format!("recv_slow 0 {}", server.port),
+        format!("fsync_slow 0 {}", device.arg()),
+    ];
+    for mode in modes {
         handles.push(std::thread::spawn(move || {
             let tmp = tempfile::tempdir().unwrap();
             let ran = run(
                 tmp.path(),
-                mode,
+                &mode,
                 &["--hang_timeout", &TIMEOUT.to_string()],
                 &with_py_spy(),
             );
@@ -422,5 +522,133 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
             );
         }
     }
+    assert!(
+        server.sent() >= 2_000_000,
+        "the slow server sent {}",
+        server.sent()
+    );
+    drop(device);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// A server on loopback that sends `total` bytes to its first client at `rate` bytes/s, then closes.
+struct SlowServer {
+    port: u16,
+    sent: Arc<Mutex<usize>>,
+}
+
+impl SlowServer {
+    fn sent(&self) -> usize {
+        *self.sent.lock().unwrap()
+    }
+}
+
+fn slow_server(total: usize, rate: usize) -> SlowServer {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let sent: Arc<Mutex<usize>> = Arc::default();
+    let counter = Arc::clone(&sent);
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let mut conn = loop {
+            match listener.accept() {
+                Ok((c, _)) => break c,
+                Err(_) if t.elapsed() < Duration::from_secs(180) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(_) => return,
+            }
+        };
+        conn.set_nonblocking(false).unwrap();
+        let chunk = vec![7u8; rate / 10];
+        let mut n = 0;
+        while n < total {
+            let k = chunk.len().min(total - n);
+            if conn.write_all(&chunk[..k]).is_err() {
+                return;
+            }
+            n += k;
+            *counter.lock().unwrap() = n;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    SlowServer { port, sent }
+}
+
+/// A slow block device: an ext4 file system on a loop device, mounted in a temporary directory,
+/// and a cgroup-v1 blkio group that throttles writes to it to `bps` bytes/s (the rank joins it).
+/// Needs root, as the suite does for its network namespaces.
+struct SlowDevice {
+    _tmp: tempfile::TempDir,
+    mount: PathBuf,
+    loop_dev: String,
+    cgroup: PathBuf,
+}
+
+impl SlowDevice {
+    fn new(bps: u64) -> SlowDevice {
+        let tmp = tempfile::tempdir().unwrap();
+        let image = tmp.path().join("disk.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(400 << 20)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&image)
+            .output_within(WAIT);
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let loop_dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mount = tmp.path().join("mnt");
+        std::fs::create_dir_all(&mount).unwrap();
+        let ok = |c: &mut Command| {
+            let o = c.output_within(WAIT);
+            assert!(
+                o.status.success(),
+                "{c:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        ok(Command::new("mkfs.ext4").args(["-q", &loop_dev]));
+        ok(Command::new("mount").arg(&loop_dev).arg(&mount));
+        use std::os::unix::fs::MetadataExt;
+        let rdev = std::fs::metadata(&loop_dev).unwrap().rdev();
+        let cgroup = PathBuf::from(format!(
+            "/sys/fs/cgroup/blkio/accel-hang-test-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&cgroup).unwrap();
+        std::fs::write(
+            cgroup.join("blkio.throttle.write_bps_device"),
+            format!("{}:{} {bps}", libc::major(rdev), libc::minor(rdev)),
+        )
+        .unwrap();
+        SlowDevice {
+            _tmp: tmp,
+            mount,
+            loop_dev,
+            cgroup,
+        }
+    }
+
+    /// The fixture's ARG: DIR:CGROUP.
+    fn arg(&self) -> String {
+        format!("{}:{}", self.mount.display(), self.cgroup.display())
+    }
+}
+
+impl Drop for SlowDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status_within(WAIT);
+        let _ = Command::new("losetup")
+            .args(["-d", &self.loop_dev])
+            .status_within(WAIT);
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
 }

@@ -38,6 +38,8 @@ fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Comman
         .env("HOME", dir)
         .env("HF_HOME", dir)
         .env("ACCEL_PYTHON", venv_bin().join("python"))
+        // The watch's reasons (`accel::launch::hang=debug`), when a developer asks for them.
+        .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
         .args([
@@ -166,7 +168,8 @@ struct Case {
 
 /// (a) rank 3 on node 1 never joins an all_reduce; (b) rank 0 (node 0) and rank 3 (node 1) call
 /// collectives in a different order; (c) rank 3 on node 1 computes for 25 s while the others wait
-/// in a barrier, which is not a hang. In parallel, each its own pair of launchers.
+/// in a barrier, which is not a hang; (d, e) rank 3 spins with one stack; (f) rank 3's steps wait
+/// in one call, its step counter moving. In parallel, each its own pair of launchers.
 #[test]
 fn the_world_is_judged_on_node_0_and_every_node_stops() {
     let cases = vec![
@@ -190,6 +193,32 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
         },
         Case {
             mode: "compute",
+            suspect: 3,
+            verdict: None,
+        },
+        // Hangs as GPUs hang: rank 3 spins with one stack, in Python while the others wait in
+        // all_reduce, or in one C call while the others sleep.
+        Case {
+            mode: "spin_allreduce",
+            suspect: 3,
+            verdict: Some(format!(
+                "{VERDICT} rank 3 (node 1) is in busy_poll ({}); ranks 0,1,2 (nodes 0,1) wait in all_reduce ({})",
+                at("busy_poll"),
+                at("allreduce.spin_allreduce")
+            )),
+        },
+        Case {
+            mode: "spin_regex",
+            suspect: 3,
+            verdict: Some(format!(
+                "{VERDICT} ranks 0,1,2 (nodes 0,1) are in stuck_in_data_loading ({}); rank 3 (node 1) is in spin_in_one_call ({})",
+                at("sleep"),
+                at("regex")
+            )),
+        },
+        // Rank 3 spends 95% of each 1 s step in one C call for 40 s: only its step counter moves.
+        Case {
+            mode: "sync_point",
             suspect: 3,
             verdict: None,
         },
@@ -242,7 +271,7 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
                     .and_then(|(t, _)| t.duration_since(crate::hang::hung_at(&dir).unwrap()).ok())
                     .unwrap();
                 assert!(
-                    to_verdict <= Duration::from_secs(TIMEOUT + 20),
+                    to_verdict <= Duration::from_secs(TIMEOUT + 10),
                     "{what}: verdict {to_verdict:?} after the hang began"
                 );
                 assert_no_survivors(&dir, what);
@@ -262,6 +291,42 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Node 1 runs 8 ranks (node 0 one): rank 8 sleeps, the other 8 wait in all_reduce. Node 1 takes
+/// its 8 ranks' stacks at once and answers node 0 within its deadline (no node named silent): the
+/// verdict groups all 9 ranks, and every rank's full stacks are written.
+#[test]
+fn a_node_with_8_ranks_answers_in_time_with_every_stack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port().to_string();
+    let timeout = TIMEOUT.to_string();
+    let extra = |n: &'static str| ["--hang_timeout", timeout.as_str(), "--nproc_per_node", n];
+    let n0 = Node::with(&dir, &logs, &port, 0, "skip_allreduce", 8, &extra("1"));
+    let n1 = Node::with(&dir, &logs, &port, 1, "skip_allreduce", 8, &extra("8"));
+    let limit = Duration::from_secs(240);
+    let (c0, e0) = n0.finish(limit);
+    let (c1, e1) = n1.finish(Duration::from_secs(30));
+    let want = format!(
+        "{VERDICT} rank 8 (node 1) is in stuck_in_data_loading ({}); ranks 0,1,2,3,4,5,6,7 (nodes 0,1) wait in all_reduce ({})",
+        at("sleep"),
+        at("allreduce.skip_allreduce")
+    );
+    assert_eq!((c0, c1), (124, 124), "node 0: {e0}\nnode 1: {e1}");
+    for e in [&e0, &e1] {
+        let first = e.lines().find(|l| l.starts_with(VERDICT));
+        assert_eq!(first, Some(want.as_str()), "node 0: {e0}\nnode 1: {e1}");
+    }
+    assert!(logs.join("hang/node_0/rank_0.txt").exists());
+    for r in 1..=8 {
+        let f = logs.join(format!("hang/node_1/rank_{r}.txt"));
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(text.contains("hang_cases.py"), "rank {r}: {text}");
+    }
+    crate::hang::assert_none_left(&dir, "8 ranks", 18, Duration::from_secs(GRACE + 10));
 }
 
 /// Node 1's launcher is SIGSTOPped once it has told node 0 that its ranks are still: node 0 still

@@ -513,6 +513,9 @@ pub fn sample_parallel(
                 })
             }
         };
+        if let Err(e) = &taken {
+            log::debug!("py-spy on pid {pid}: {e}");
+        }
         let (threads, digest) = match taken {
             Ok((t, d)) => (Ok(t), Some(d)),
             Err(e) => (Err(e), None),

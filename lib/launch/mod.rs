@@ -6,6 +6,7 @@
 
 pub mod autopsy;
 pub mod control;
+pub mod flight_recorder;
 pub mod hang;
 pub mod plan;
 pub mod ports;

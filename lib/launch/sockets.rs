@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
 use netlink_packet_sock_diag::{
     constants::{AF_INET, AF_INET6, IPPROTO_TCP},
     inet::{nlas::Nla, ExtensionFlags, InetRequest, SocketId, StateFlags},

@@ -49,6 +49,8 @@ pub enum Globals {
     TorchWeights,
     /// Anything, as opaque tags (DeepSpeed files pickle their own classes). Still nothing is executed.
     Any,
+    /// No global at all: plain dicts, lists, strings and numbers (torch's Flight Recorder dumps).
+    Plain,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -120,6 +122,7 @@ pub const TORCH_DTYPES: &[&str] = &[
 fn allowed(policy: Globals, module: &str, name: &str) -> bool {
     match policy {
         Globals::Any => true,
+        Globals::Plain => false,
         Globals::DcpMetadata => match module {
             DCP_MODULE => matches!(
                 name,
@@ -175,6 +178,7 @@ fn kind_name(policy: Globals) -> &'static str {
         Globals::DcpMetadata => "DCP .metadata",
         Globals::TorchWeights => "torch.save tensor",
         Globals::Any => "pickle",
+        Globals::Plain => "Flight Recorder",
     }
 }
 
@@ -600,7 +604,7 @@ impl<'a> Vm<'a> {
                 }
                 b'Q' => {
                     let pid = self.pop()?;
-                    if self.policy == Globals::DcpMetadata {
+                    if matches!(self.policy, Globals::DcpMetadata | Globals::Plain) {
                         return Err(PickleError::Opcode { op, pos: at });
                     }
                     self.push(Node::Persistent(pid))?

@@ -502,11 +502,8 @@ fn stacks_of(pid: i32, env: &Environment) -> Result<ExitStatus> {
     if py_spy.is_none() {
         warn(TOOL, "py-spy not found (on PATH or next to the ranks' interpreter): only process states are known; `pip install py-spy`", env);
     }
-    let stacks = launch::autopsy::take_parallel(
-        py_spy.as_deref(),
-        &ranks,
-        launch::hang::AUTOPSY_DUMP,
-    );
+    let stacks =
+        launch::autopsy::take_parallel(py_spy.as_deref(), &ranks, launch::hang::AUTOPSY_DUMP);
     let report = launch::autopsy::report(&format!("{TOOL} {pid}"), &stacks);
     print!("{report}");
     Ok(ExitStatus::Success)

@@ -43,6 +43,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::autopsy;
 use super::control::{self, Decision, FailureReport};
+use super::flight_recorder;
 use super::hang;
 use super::plan::{Plan, RankSpec};
 use super::ports;

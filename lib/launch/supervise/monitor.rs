@@ -299,6 +299,11 @@ impl<'a> Monitor<'a> {
         // Node 0's autopsy: every rank's stacks at once, in the background (the watch's sampler),
         // so that this loop goes on reaping and forwarding signals; answered once they are in.
         if let Some(stacks) = w.autopsy_ready() {
+            log::debug!(
+                "node {}: the stacks of {} ranks taken for node 0's autopsy",
+                self.node,
+                stacks.len()
+            );
             link.send_stacks(self.attempt, verdict::to_wire(&stacks));
             wh.reporter.answered(Instant::now());
             if let Some(d) = &opts.log_dir {
@@ -308,7 +313,8 @@ impl<'a> Monitor<'a> {
         }
         match link.poll_hang(self.attempt) {
             Some(control::Msg::Autopsy { .. }) => {
-                w.request_autopsy(verdict::DUMP_TIMEOUT);
+                log::debug!("node {}: node 0 asks for the stacks", self.node);
+                w.request_autopsy(live, verdict::DUMP_TIMEOUT);
                 false
             }
             Some(control::Msg::Verdict {
@@ -317,11 +323,18 @@ impl<'a> Monitor<'a> {
                 quiet_ms,
                 ..
             }) => {
-                let report = format!(
+                let mut report = format!(
                     "{}: hang: {line}
 {stacks}",
                     opts.tool
                 );
+                // This node's ranks' Flight Recorder dumps, asked for with their stacks.
+                if let (Some(d), Some(own)) = (&opts.log_dir, &wh.own) {
+                    let ranks: Vec<u32> = own.iter().map(|s| s.rank).collect();
+                    for l in flight_recorder::report(&d.join("hang"), &ranks) {
+                        report.push_str(&format!("{}: flight recorder: {l}\n", opts.tool));
+                    }
+                }
                 let mut out = report.clone();
                 out.push_str(&format!(
                     "{}: no rank of any node made progress for {:.0}s (--hang_timeout); stopping the run
@@ -600,7 +613,17 @@ fn live_ranks(running: &[Running], node: u32) -> Vec<hang::Live> {
 /// Prints the hang's verdict and grouped stacks, and writes the dumps under --log_dir/hang.
 fn hang_report(opts: &Options, quiet: Duration, stacks: &[autopsy::RankStack]) {
     let head = format!("{}: hang", opts.tool);
-    let report = autopsy::report(&head, stacks);
+    let mut report = autopsy::report(&head, stacks);
+    // NCCL ranks dump their Flight Recorder when asked through their pipe; any rank's dump under
+    // LOG_DIR/hang (NCCL's own on its watchdog's timeout too) is read into the report.
+    if let Some(dir) = &opts.log_dir {
+        let dir = dir.join("hang");
+        autopsy::flight_recorder_dump(&dir, stacks);
+        let ranks: Vec<u32> = stacks.iter().map(|s| s.rank).collect();
+        for line in flight_recorder::report(&dir, &ranks) {
+            report.push_str(&format!("{}: flight recorder: {line}\n", opts.tool));
+        }
+    }
     let mut out = report.clone();
     out.push_str(&format!(
         "{}: no rank made progress for {:.0}s (--hang_timeout); stopping the run\n",
@@ -609,7 +632,6 @@ fn hang_report(opts: &Options, quiet: Duration, stacks: &[autopsy::RankStack]) {
     ));
     if let Some(dir) = &opts.log_dir {
         let dir = dir.join("hang");
-        autopsy::flight_recorder_dump(&dir, stacks);
         match autopsy::write_dumps(&dir, &report, stacks) {
             Ok(()) => out.push_str(&format!(
                 "{}: stacks written to {}\n",
