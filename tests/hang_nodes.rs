@@ -168,8 +168,8 @@ struct Case {
 
 /// (a) rank 3 on node 1 never joins an all_reduce; (b) rank 0 (node 0) and rank 3 (node 1) call
 /// collectives in a different order; (c) rank 3 on node 1 computes for 25 s while the others wait
-/// in a barrier, which is not a hang; (d, e) rank 3 spins with one stack; (f) rank 3's steps wait
-/// in one call, its step counter moving. In parallel, each its own pair of launchers.
+/// in a barrier, which is not a hang; (d) rank 3's steps wait in one call, its step counter moving,
+/// which is not a hang either. In parallel, each its own pair of launchers.
 #[test]
 fn the_world_is_judged_on_node_0_and_every_node_stops() {
     let cases = vec![
@@ -196,8 +196,22 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
             suspect: 3,
             verdict: None,
         },
-        // Hangs as GPUs hang: rank 3 spins with one stack, in Python while the others wait in
-        // all_reduce, or in one C call while the others sleep.
+        // Rank 3 spends 95% of each 1 s step in one C call for 40 s: only its step counter moves.
+        Case {
+            mode: "sync_point",
+            suspect: 3,
+            verdict: None,
+        },
+    ];
+    judge_all(cases);
+}
+
+/// Hangs as GPUs hang, across two nodes: rank 3 spins with one stack, in Python while the others
+/// wait in all_reduce, or in one C call while the others sleep; every rank spins, at one of two
+/// lines; rank 3's main thread joins a spinning thread.
+#[test]
+fn spinning_hangs_across_nodes_are_declared_and_named() {
+    judge_all(vec![
         Case {
             mode: "spin_allreduce",
             suspect: 3,
@@ -216,13 +230,29 @@ fn the_world_is_judged_on_node_0_and_every_node_stops() {
                 at("regex")
             )),
         },
-        // Rank 3 spends 95% of each 1 s step in one C call for 40 s: only its step counter moves.
         Case {
-            mode: "sync_point",
+            mode: "spin_everywhere",
             suspect: 3,
-            verdict: None,
+            verdict: Some(format!(
+                "{VERDICT} ranks 0,2 (nodes 0,1) are in spin_at ({}); ranks 1,3 (nodes 0,1) are in spin_at ({})",
+                at("spin_even"),
+                at("spin_odd")
+            )),
         },
-    ];
+        Case {
+            mode: "spin_thread",
+            suspect: 3,
+            verdict: Some(format!(
+                "{VERDICT} rank 3 (node 1) is in waits_on_spinning_thread ({}); ranks 0,1,2 (nodes 0,1) wait in all_reduce ({})",
+                at("join"),
+                at("allreduce.spin_thread")
+            )),
+        },
+    ]);
+}
+
+/// Runs each case with its own pair of launchers, in parallel.
+fn judge_all(cases: Vec<Case>) {
     let handles: Vec<_> = cases
         .into_iter()
         .map(|case| {

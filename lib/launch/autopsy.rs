@@ -44,7 +44,7 @@ impl Frame {
 }
 
 /// Code of the Python installation (stdlib, site-packages) rather than the user's.
-fn is_library_file(f: &str) -> bool {
+pub(crate) fn is_library_file(f: &str) -> bool {
     f.contains("/site-packages/")
         || f.contains("/dist-packages/")
         || f.contains("/lib/python3")

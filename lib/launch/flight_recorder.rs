@@ -81,11 +81,8 @@ fn entry(p: &Pickle, e: Id) -> Option<Entry> {
             frames.iter().find_map(|&f| {
                 let file = p.get(f, "filename").and_then(|v| p.as_str(v))?;
                 let line = p.get(f, "line").and_then(|v| p.as_int(v))?;
-                let library = file.contains("/site-packages/")
-                    || file.contains("/dist-packages/")
-                    || file.contains("/lib/python3")
-                    || file.starts_with('<');
-                (!library).then(|| format!("{}:{line}", file.rsplit('/').next().unwrap_or(file)))
+                (!super::autopsy::is_library_file(file))
+                    .then(|| format!("{}:{line}", file.rsplit('/').next().unwrap_or(file)))
             })
         });
     let p2p = p

@@ -3,7 +3,8 @@
 //! no code in the training script. A rank is *still* while nothing observable about it changes:
 //!
 //! - its Python execution: every rank's stacks are sampled with `py-spy dump --locals` from the start
-//!   of the run, in the background, every [`Schedule::period`] (a third of the timeout, 2–30 s); what
+//!   of the run, in the background, every [`Schedule::period`] (a third of the timeout, 2–30 s), but
+//!   only for a rank whose usage (below) did not move since its stacks were last due; what
 //!   is compared is the digest of [`autopsy::parse_dump`]: the thread set, and each frame with its
 //!   local variables, so a loop's step counter or batch moves even where the line does not. A rank
 //!   whose stacks came out the same twice, or whose dump failed, is sampled again every
@@ -18,8 +19,7 @@
 //! CPU time is never progress for a rank whose stacks can be read: a rank spinning in one C call (a
 //! regex, `cudaStreamSynchronize`, a busy-polling collective) uses a whole core with one unchanging
 //! stack. Only where py-spy cannot read a rank (not installed, not a Python process, not allowed, or
-//! no dump of it succeeded for half the timeout) does its CPU time count, at [`BUSY_FRACTION`] of a
-//! core.
+//! its last two dumps failed) does its CPU time count, at [`BUSY_FRACTION`] of a core.
 //!
 //! The decision ([`Judge`]) is pure; [`Watch`] holds the sampling rule and asks a [`Probe`] for the
 //! observations, so the unit tests run the real rule on a scripted probe.
@@ -73,9 +73,11 @@ struct Seen {
     usage: Option<Usage>,
     /// The last digest of its stacks.
     digest: Option<u64>,
-    /// When a dump of it last succeeded: while that is within half the timeout, its CPU time does
-    /// not count (a dump that fails now and then, as on a loaded machine, changes nothing).
-    readable_at: Option<Instant>,
+    /// A dump of it ever succeeded.
+    ever_read: bool,
+    /// Its dumps that failed since the last that succeeded. One failure now and then (a loaded
+    /// machine) changes nothing; from two in a row its stacks count as unreadable.
+    failed_in_a_row: u32,
 }
 
 /// Decides, from successive observations, when the run last made progress.
@@ -100,8 +102,9 @@ impl Judge {
     }
 
     /// Records one reading of every live rank's usage; returns the ranks that made progress since
-    /// the last one (a rank that appeared or ended counts as a change of the run).
-    pub fn observe(&mut self, now: Instant, obs: &[(i32, Option<Usage>)]) -> Vec<i32> {
+    /// the last one (a rank that appeared or ended counts as a change of the run), each with whether
+    /// its usage other than CPU moved.
+    pub fn observe(&mut self, now: Instant, obs: &[(i32, Option<Usage>)]) -> Vec<(i32, bool)> {
         let mut moved = Vec::new();
         let before = self.seen.len();
         self.seen.retain(|pid, _| obs.iter().any(|o| o.0 == *pid));
@@ -110,15 +113,14 @@ impl Judge {
             let new = !self.seen.contains_key(&pid);
             let s = self.seen.entry(pid).or_default();
             let mut progress = new;
+            let mut by_usage = false;
             if let (Some(a), Some(b)) = (s.usage, usage) {
                 let cpu = b.cpu_ticks.saturating_sub(a.cpu_ticks);
                 if b.moved_since(&a) {
                     log::debug!("hang watch: pid {pid} moved: {a:?} -> {b:?}");
                     progress = true;
-                } else if cpu >= self.busy_ticks
-                    && s.readable_at
-                        .is_none_or(|t| now.saturating_duration_since(t) > self.timeout / 2)
-                {
+                    by_usage = true;
+                } else if cpu >= self.busy_ticks && (!s.ever_read || s.failed_in_a_row >= 2) {
                     log::debug!("hang watch: pid {pid} computes ({cpu} ticks) and its stacks cannot be read");
                     progress = true;
                 }
@@ -127,7 +129,7 @@ impl Judge {
                 s.usage = usage;
             }
             if progress {
-                moved.push(pid);
+                moved.push((pid, by_usage));
             }
         }
         if ended || !moved.is_empty() {
@@ -140,9 +142,14 @@ impl Judge {
     /// whether they differ from the last ones (`None`: nothing to compare).
     pub fn observe_stack(&mut self, at: Instant, pid: i32, digest: Option<u64>) -> Option<bool> {
         let s = self.seen.get_mut(&pid)?;
-        let d = digest?;
-        s.readable_at = Some(s.readable_at.map_or(at, |t| t.max(at)));
-        let changed = s.digest.replace(d) != Some(d);
+        let Some(d) = digest else {
+            s.failed_in_a_row += 1;
+            return None;
+        };
+        s.ever_read = true;
+        s.failed_in_a_row = 0;
+        // A first digest is a baseline, not a change.
+        let changed = s.digest.replace(d).is_some_and(|before| before != d);
         if changed {
             log::debug!("hang watch: pid {pid}: its stacks changed");
             self.last_progress = self.last_progress.max(at);
@@ -250,6 +257,9 @@ pub struct Watch<P: Probe = ProcProbe> {
     autopsy: Autopsy,
     /// Each rank's last readable stacks, and when they were taken.
     latest: HashMap<i32, (Instant, RankStack)>,
+    /// Ranks whose usage moved since their stacks were last due: they are progressing, and their
+    /// stacks are not taken (a rank in collectives over TCP, or writing, costs no dump).
+    moving: std::collections::HashSet<i32>,
 }
 
 impl Watch<ProcProbe> {
@@ -272,6 +282,7 @@ impl<P: Probe> Watch<P> {
             sampling: None,
             autopsy: Autopsy::None,
             latest: HashMap::new(),
+            moving: std::collections::HashSet::new(),
         }
     }
 
@@ -302,7 +313,9 @@ impl<P: Probe> Watch<P> {
         let pids: Vec<i32> = live.iter().map(|l| l.pid).collect();
         let usages = self.probe.usages(&pids);
         let obs: Vec<(i32, Option<Usage>)> = pids.into_iter().zip(usages).collect();
-        self.judge.observe(now, &obs);
+        let moved = self.judge.observe(now, &obs);
+        self.moving
+            .extend(moved.into_iter().filter(|m| m.1).map(|m| m.0));
         Some(self.judge.quiet(now))
     }
 
@@ -390,11 +403,19 @@ impl<P: Probe> Watch<P> {
         self.due.retain(|pid, _| live.iter().any(|l| l.pid == *pid));
         self.latest
             .retain(|pid, _| live.iter().any(|l| l.pid == *pid));
-        let due: Vec<Live> = live
-            .iter()
-            .copied()
-            .filter(|l| self.due.get(&l.pid).is_none_or(|t| *t <= now))
-            .collect();
+        self.moving.retain(|pid| live.iter().any(|l| l.pid == *pid));
+        let mut due = Vec::new();
+        for l in live {
+            if self.due.get(&l.pid).is_some_and(|t| *t > now) {
+                continue;
+            }
+            if self.moving.remove(&l.pid) {
+                // Moved since it was last due: progress already; look again in a period.
+                self.due.insert(l.pid, now + self.schedule.period);
+            } else {
+                due.push(*l);
+            }
+        }
         if !due.is_empty() {
             self.probe.start(Kind::Sample, &due, SAMPLE_DUMP);
             self.sampling = Some(now);
@@ -897,6 +918,41 @@ mod tests {
             );
             assert_eq!(run.until(secs(40.0)), None, "counter {i}");
         }
+    }
+
+    #[test]
+    fn a_rank_whose_io_moves_costs_no_dump_and_is_sampled_once_it_stops() {
+        // Rank 1 moves bytes (collectives over TCP) for 30 s, then spins still; rank 2 is still.
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (
+                    1,
+                    Box::new(|t| {
+                        let mut u = usage(spinning(t), 0);
+                        u.tcp_bytes = t.min(secs(30.0)).as_millis() as u64;
+                        (u, Some(1))
+                    }),
+                ),
+                (2, Box::new(|_| (usage(0, 0), Some(2)))),
+            ],
+        );
+        // Still from 30 s: declared within the timeout and one sampling period.
+        let at = run.until(secs(80.0)).expect("declared");
+        assert!(at >= secs(40.0) && at <= secs(30.0 + 10.0 + 3.4), "{at:?}");
+        let dumps = run.dumps.borrow();
+        let of_1: Vec<Duration> = dumps.iter().filter(|d| d.1 == 1).map(|d| d.0).collect();
+        // Its baseline at the start (and one recheck before the first reading), then none while
+        // it moves.
+        assert!(
+            of_1.iter().all(|t| *t <= secs(1.0) || *t > secs(30.0)),
+            "{of_1:?}"
+        );
+        assert!(
+            !of_1.is_empty() && of_1.iter().any(|t| *t > secs(30.0)),
+            "{of_1:?}"
+        );
     }
 
     #[test]
