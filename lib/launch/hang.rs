@@ -410,8 +410,9 @@ impl<P: Probe> Watch<P> {
                 continue;
             }
             if self.moving.remove(&l.pid) {
-                // Moved since it was last due: progress already; look again in a period.
-                self.due.insert(l.pid, now + self.schedule.period);
+                // Moved since it was last due: progress already, no dump. Looked at again soon, so
+                // that once it stops moving its stacks are taken within about a second.
+                self.due.insert(l.pid, now + self.schedule.recheck);
             } else {
                 due.push(*l);
             }
