@@ -623,12 +623,15 @@ impl SlowDevice {
             "/sys/fs/cgroup/blkio/accel-hang-test-{}",
             std::process::id()
         ));
-        std::fs::create_dir_all(&cgroup).unwrap();
-        std::fs::write(
-            cgroup.join("blkio.throttle.write_bps_device"),
-            format!("{}:{} {bps}", libc::major(rdev), libc::minor(rdev)),
-        )
-        .unwrap();
+        // A cgroup-v1 blkio hierarchy (this machine kind has one; the test fails without it).
+        std::fs::create_dir_all(&cgroup)
+            .and_then(|()| {
+                std::fs::write(
+                    cgroup.join("blkio.throttle.write_bps_device"),
+                    format!("{}:{} {bps}", libc::major(rdev), libc::minor(rdev)),
+                )
+            })
+            .unwrap_or_else(|e| panic!("a cgroup-v1 blkio throttle at {}: {e}", cgroup.display()));
         SlowDevice {
             _tmp: tmp,
             mount,
