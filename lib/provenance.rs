@@ -59,10 +59,7 @@ pub fn installed(exe: &Path) -> String {
     } else if dir.ends_with(".cargo/bin") {
         format!("cargo install, {}", dir.display())
     } else {
-        format!(
-            "{} (not by pip: scripts/install, or a copy)",
-            dir.display()
-        )
+        format!("{} (not by pip: scripts/install, or a copy)", dir.display())
     }
 }
 

@@ -350,7 +350,8 @@ fn open(path: &Path, flags: c_int) -> Result<*mut c_void, LibtorchError> {
         what: path.to_path_buf(),
         message,
     };
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| load_error("NUL in path".into()))?;
+    let c =
+        CString::new(path.as_os_str().as_bytes()).map_err(|_| load_error("NUL in path".into()))?;
     // SAFETY: a valid C string; libraries stay loaded for the life of the process (never dlclosed).
     let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
     if h.is_null() {
@@ -395,7 +396,14 @@ mod tests {
         for v in ["2.13", "2.13.0", "2.13.1+cpu", "2.13.0+cu130"] {
             assert!(supported(v), "{v}");
         }
-        for v in ["2.12.1", "2.130.0", "2.14.0", "2.1", "", "of unknown version"] {
+        for v in [
+            "2.12.1",
+            "2.130.0",
+            "2.14.0",
+            "2.1",
+            "",
+            "of unknown version",
+        ] {
             assert!(!supported(v), "{v}");
         }
     }
