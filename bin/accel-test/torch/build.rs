@@ -171,6 +171,11 @@ fn main() {
     if let Some(lib) = rerun_env("ACCEL_LINK_LIBSTDCXX") {
         println!("cargo:rustc-link-arg-cdylib={lib}");
     }
+    // zig's linker searches only the paths it is given: scripts/wheel names one with the libraries that
+    // torch-sys asks for by name and zig lacks (libgomp; dropped again under --as-needed).
+    if let Some(dir) = rerun_env("ACCEL_LINK_SEARCH") {
+        println!("cargo:rustc-link-search=native={dir}");
+    }
     println!("cargo:rustc-link-search=native={}", torch.lib.display());
     // The version this object was built against, for `accel-test --version`.
     if let Some(v) = &torch.version {
