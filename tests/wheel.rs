@@ -239,6 +239,36 @@ fn pip_install_offline_into_fresh_venvs_with_and_without_torch() {
     o.ok();
     assert!(o.stdout.contains("verdict: PASS"), "{}", o.stdout);
 
+    // A c10d exception raised in torch (rank 0's TCPStore on a port that is taken) and caught in the
+    // part's C++ shim, through the part's own frames: the unwinder is the one torch raised it with.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let o = run(
+        user(&with, &home, "accel-test")
+            .args(["--worker", "--device", "cpu", "--timeout", "3"])
+            .envs([
+                ("RANK", "0"),
+                ("LOCAL_RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+            ])
+            .env(
+                "MASTER_PORT",
+                taken.local_addr().unwrap().port().to_string(),
+            ),
+        WAIT,
+    );
+    drop(taken);
+    assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout
+            .contains("\"name\":\"rendezvous.host_store\",\"ok\":false")
+            && o.stdout.contains("address already in use"),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+
     let o = run(user(&with, &home, "man").args(["-w", "accel-launch"]), WAIT);
     o.ok();
     assert_eq!(

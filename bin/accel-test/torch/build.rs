@@ -166,10 +166,14 @@ fn main() {
     }
 
     // scripts/wheel links with zig for glibc 2.28, while the C++ is compiled by g++ against libstdc++:
-    // zig would take `-lstdc++` for its own libc++, so the C++ builds name no library (CXXSTDLIB=) and
-    // libstdc++ is given here by path.
-    if let Some(lib) = rerun_env("ACCEL_LINK_LIBSTDCXX") {
-        println!("cargo:rustc-link-arg-cdylib={lib}");
+    // zig would take `-lstdc++` for its own libc++ and `-lgcc_s` for its own static unwinder, so the C++
+    // builds name no library (CXXSTDLIB=) and libstdc++ and libgcc_s are given here by path. The unwinder
+    // must be libgcc_s's: torch's exceptions are raised by it, and our frames' cleanups resume them
+    // (_Unwind_Resume) on their way to the shim's catch.
+    if let Some(libs) = rerun_env("ACCEL_LINK_LIBS") {
+        for lib in env::split_paths(&libs) {
+            println!("cargo:rustc-link-arg-cdylib={}", lib.display());
+        }
     }
     // zig's linker searches only the paths it is given: scripts/wheel names one with the libraries that
     // torch-sys asks for by name and zig lacks (libgomp; dropped again under --as-needed).
