@@ -270,7 +270,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                         Ok(m) => Some(m),
                         Err(why) => {
                             if t.node_rank == 0 && !cli.quiet {
-                                eprintln!("{TOOL}: note: MUNGE cannot authenticate this run's control plane: {why}");
+                                eprintln!("{TOOL}: note: control plane: MUNGE cannot authenticate it: {why}");
                             }
                             None
                         }

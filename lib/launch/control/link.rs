@@ -479,10 +479,10 @@ fn auth_in_force(s: &Settings) -> String {
     let var = crate::env_vars::ACCEL_LAUNCH_SECRET;
     match (&s.secret, &s.munge) {
         (Some(_), _) => format!(
-            "the control plane on {addr}:{port} admits only launchers holding this run's secret ({var}, HMAC-SHA256)"
+            "control plane: {addr}:{port} admits only launchers holding this run's secret ({var}; HMAC-SHA256)"
         ),
         (None, Some(m)) => format!(
-            "the control plane on {addr}:{port} admits only launchers proving uid {} with MUNGE (munged at {}; SLURM's own authentication)",
+            "control plane: {addr}:{port} admits only launchers proving uid {} with MUNGE (SLURM's own authentication; munged at {})",
             m.uid(),
             m.socket()
         ),

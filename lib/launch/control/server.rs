@@ -308,6 +308,10 @@ struct Conn {
     queued: usize,
     /// Since when its queue has held bytes the socket took none of.
     stuck_since: Option<Instant>,
+    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
+    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
+    /// receive window leaves them there while our own queue is empty.
+    unread: Option<(usize, Instant)>,
     writable: bool,
     /// When a byte was last heard from it.
     heard: Instant,
@@ -470,6 +474,7 @@ impl Loop {
                 out: VecDeque::new(),
                 queued: 0,
                 stuck_since: None,
+                unread: None,
                 writable: true,
                 heard: now,
                 until: now + HANDSHAKE,
@@ -927,7 +932,7 @@ impl Loop {
                     let body: Arc<[u8]> = body.into();
                     let slots: Vec<usize> = self.node_conn.values().copied().collect();
                     for slot in slots {
-                        self.queue(slot, Arc::clone(&body));
+                        self.queue(slot, Arc::clone(&body), true);
                     }
                 }
             }
@@ -937,15 +942,18 @@ impl Loop {
     fn send(&mut self, slot: usize, m: &Msg) {
         let mut body = m.json();
         body.push(b'\n');
-        self.queue(slot, body.into());
+        self.queue(slot, body.into(), true);
     }
 
     /// Queues one line (its body ends with the newline, which its tag does not cover) and writes
-    /// what the socket takes now.
-    fn queue(&mut self, slot: usize, body: Arc<[u8]>) {
+    /// what the socket takes now; `watch`: see that the peer reads it (every message but heartbeats).
+    fn queue(&mut self, slot: usize, body: Arc<[u8]>, watch: bool) {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
+        if watch && conn.unread.is_none() {
+            conn.unread = Some((0, Instant::now()));
+        }
         let head = conn.tx.head(&body[..body.len().saturating_sub(1)]);
         let out = Out {
             head,
@@ -1097,6 +1105,15 @@ impl Loop {
                                 c.queued.div_ceil(1024)
                             ),
                         ));
+                    } else if let Some(unread) = watch_unread(c, now, window) {
+                        lost.push((
+                            slot,
+                            format!(
+                                "its launcher read nothing for {:.0} s ({} KiB sent to it unread)",
+                                window.as_secs_f64(),
+                                unread.div_ceil(1024)
+                            ),
+                        ));
                     } else if !c.paused && now.duration_since(c.heard) >= window {
                         lost.push((slot, why_closed(Some(&timed_out()), window)));
                     } else if now >= c.next_beat {
@@ -1143,7 +1160,7 @@ impl Loop {
             body.push(b'\n');
             let body: Arc<[u8]> = body.into();
             for slot in beat {
-                self.queue(slot, Arc::clone(&body));
+                self.queue(slot, Arc::clone(&body), false);
             }
         }
         for slot in resume {
@@ -1170,6 +1187,39 @@ impl Loop {
             self.stop = true;
         }
     }
+}
+
+/// Bytes the kernel holds unacknowledged for the connection (SIOCOUTQ).
+fn unacked(sock: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd as _;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int for a TCP socket we own.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    if rc == 0 {
+        usize::try_from(n).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// A member whose kernel send queue has not shrunk for the loss window since a message was sent
+/// to it: the bytes left unread. Looked at only while a message is unacknowledged.
+fn watch_unread(c: &mut Conn, now: Instant, window: Duration) -> Option<usize> {
+    let (last, since) = c.unread?;
+    let left = unacked(&c.sock);
+    if left == 0 {
+        c.unread = if c.out.is_empty() {
+            None
+        } else {
+            Some((0, now))
+        };
+        return None;
+    }
+    if last == 0 || left < last {
+        c.unread = Some((left, now));
+        return None;
+    }
+    (now.duration_since(since) >= window).then_some(left)
 }
 
 fn timed_out() -> std::io::Error {
