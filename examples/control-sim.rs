@@ -33,6 +33,8 @@ const IN_FLIGHT: usize = 200;
 enum State {
     Idle,
     Handshake,
+    /// Joined, waiting for every other node.
+    Joined,
     Running,
     Stopped,
     Finished,
@@ -234,11 +236,14 @@ impl Sim {
             let Some(p) = n.peer.as_mut() else { return };
             let (back, events) = p.feed(&buf[..got]);
             n.out.extend(back);
+            if n.state == State::Handshake && p.joined() {
+                n.state = State::Joined;
+                self.in_flight -= 1;
+            }
             for e in events {
                 match e {
                     Event::Started(_) => {
-                        if n.state == State::Handshake {
-                            self.in_flight -= 1;
+                        if n.state == State::Joined {
                             self.started += 1;
                         }
                         n.state = State::Running;
@@ -262,6 +267,9 @@ impl Sim {
                         }
                     }
                 }
+            }
+            if n.state == State::Joined && n.next_beat <= Instant::now() {
+                n.next_beat = Instant::now() + Duration::from_secs(1);
             }
             self.flush(i);
         }
@@ -297,7 +305,9 @@ impl Sim {
             let now = Instant::now();
             for i in 0..self.nodes.len() {
                 let n = &mut self.nodes[i];
-                if matches!(n.state, State::Running | State::Stopped) && now >= n.next_beat {
+                if matches!(n.state, State::Joined | State::Running | State::Stopped)
+                    && now >= n.next_beat
+                {
                     n.next_beat = now + Duration::from_secs(1);
                     self.send(i, &Msg::Hb);
                 }

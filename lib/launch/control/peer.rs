@@ -83,6 +83,11 @@ impl Peer {
         self.tx.seal(&m.json())
     }
 
+    /// Whether the peer has sent its join (node 0 no longer counts it as in its handshake).
+    pub fn joined(&self) -> bool {
+        matches!(self.stage, Stage::Start | Stage::Running)
+    }
+
     /// Whether the peer has joined and started.
     pub fn running(&self) -> bool {
         self.stage == Stage::Running
