@@ -38,7 +38,7 @@ use nix::unistd::Pid;
 
 use self::guard::Strays;
 use self::monitor::Monitor;
-use self::output::{LogFiles, Sink, Tail};
+use self::output::{LogFiles, Sink, Tail, Terminal};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::autopsy;
@@ -454,6 +454,7 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         tmp_root,
         logs,
         strays: Strays::new(),
+        terminal: Terminal::new(opts.tool),
     };
     let result = session.run_attempts(plan.clone());
     guard::set_subreaper(false);
@@ -473,6 +474,8 @@ struct Session<'a> {
     logs: Option<LogFiles>,
     /// The run's processes outside the ranks' groups, for the guards.
     strays: Option<Strays>,
+    /// The launcher's terminal, which ranks writing to the console see as theirs.
+    terminal: Terminal,
 }
 
 enum Outcome {
@@ -675,11 +678,30 @@ impl Session<'_> {
                 *file = Some(logs.create(&path)?);
             }
         }
-        let mut child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
+        let (stdout, stderr) = self.sinks(plan, spec, attempt);
+        let mut masters = [None, None];
+        for (stream, pty) in self
+            .terminal
+            .ptys([&stdout, &stderr])
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(pty) = pty {
+                match stream {
+                    0 => cmd.stdout(pty.slave),
+                    _ => cmd.stderr(pty.slave),
+                };
+                masters[stream] = Some(pty.master);
+            }
+        }
+        let spawned = cmd.spawn();
+        // The launcher's copies of the ptys' slaves close here: a master reads EOF once the rank's do.
+        drop(cmd);
+        let mut child = spawned.map_err(|e| spawn_error(program, e))?;
         let pid = Pid::from_raw(child.id() as i32);
         let guard = guard::spawn_guard(pid, self.opts.grace, self.strays.as_ref());
-        let (stdout, stderr) = self.sinks(plan, spec, attempt);
-        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files);
+        self.terminal.watch(&masters, pid);
+        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files, masters);
         Ok(Running {
             rank: spec.rank,
             local_rank: spec.local_rank,
@@ -695,7 +717,7 @@ impl Session<'_> {
     }
 
     /// A rank's command: its argv and variables, torchelastic's restart count and error file, pipes
-    /// for its output, and its own session.
+    /// for its output (a stream that gets a pty is given it in [`Session::spawn`]), and its own session.
     fn command(&self, plan: &Plan, spec: &RankSpec, attempt: u32) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]);
