@@ -8,6 +8,7 @@
 //! plan of checks, the network probes, the report and the coordinator are plain Rust, always built.
 
 pub mod coordinator;
+pub mod memory;
 pub mod network;
 pub mod plan;
 pub mod python;

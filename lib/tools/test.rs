@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::exit_status::ExitStatus;
 use crate::launch::{self, RunInput, Scope};
 use crate::preflight::coordinator::{self, WorkerArgs};
+use crate::preflight::memory;
 use crate::preflight::world::{Device, World};
 use crate::preflight::PreflightError;
 
@@ -87,6 +88,12 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
             env,
         );
         world.device = Device::Cpu;
+    }
+    if world.unmet_devices.is_none() {
+        // Before any rank starts: a world far too large for this machine never gives a verdict.
+        let bench = cli.bench.then_some(cli.max_size);
+        let need = memory::estimate(world.nproc_per_node, world.world_size(), bench);
+        memory::check(&need, bench, memory::available())?;
     }
     let mut args = vec![
         "--timeout".to_string(),
