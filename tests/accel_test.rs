@@ -843,3 +843,40 @@ fn sigterm_while_ranks_start_on_a_starved_machine_starts_no_more() {
         seen.len()
     );
 }
+
+/// Issue 24 item 11: libtorch's warnings stay out of accel-test's output unless asked for: its ranks
+/// get TORCH_CPP_LOG_LEVEL=ERROR, which a C++ program applies only by calling c10::initLogging (as
+/// `import torch` does). In a network namespace with no name server, c10d warns that the client
+/// socket's host name cannot be retrieved; TORCH_CPP_LOG_LEVEL=WARNING shows that it still does.
+#[test]
+fn c10d_warnings_are_quiet_unless_asked_for() {
+    let run = |level: Option<&str>| {
+        let mut c = Command::new("unshare");
+        c.args([
+            "-n",
+            "sh",
+            "-c",
+            r#"ip link set lo up && exec "$@""#,
+            "sh",
+            BIN,
+        ]);
+        isolated(&mut c);
+        if let Some(l) = level {
+            c.env("TORCH_CPP_LOG_LEVEL", l);
+        }
+        let o = c
+            .args(["--cpu", "--num_processes", "2", "--timeout", "10"])
+            .output_within(WAIT);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}");
+        t
+    };
+    let warned = run(Some("WARNING"));
+    assert!(
+        warned.contains("] [W") && warned.contains("[c10d]"),
+        "the namespace should make c10d warn:\n{warned}"
+    );
+    let quiet = run(None);
+    assert!(!quiet.contains("] [W"), "{quiet}");
+    assert!(!quiet.contains("[c10d]"), "{quiet}");
+}
