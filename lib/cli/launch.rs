@@ -404,17 +404,17 @@ pub static CONFIG_FLAGS: &[FlagGroup] = &[
     FlagGroup {
         heading: Some("DeepSpeed Arguments"),
         flags: &[
-            value("deepspeed_config.deepspeed_config_file", "DeepSpeed JSON config file"),
+            named("deepspeed_config.deepspeed_config_file", "PATH", "DeepSpeed JSON config file"),
             value("deepspeed_config.zero_stage", "ZeRO stage (0-3)"),
             value("deepspeed_config.offload_optimizer_device", "Optimizer offload: none, cpu or nvme"),
             value("deepspeed_config.offload_param_device", "Parameter offload: none, cpu or nvme"),
-            value("deepspeed_config.offload_optimizer_nvme_path", "NVMe path for optimizer offload (exported, unlike accelerate 1.15)"),
-            value("deepspeed_config.offload_param_nvme_path", "NVMe path for parameter offload (exported, unlike accelerate 1.15)"),
+            named("deepspeed_config.offload_optimizer_nvme_path", "DIR", "NVMe path for optimizer offload (exported, unlike accelerate 1.15)"),
+            named("deepspeed_config.offload_param_nvme_path", "DIR", "NVMe path for parameter offload (exported, unlike accelerate 1.15)"),
             value("deepspeed_config.gradient_accumulation_steps", "Gradient accumulation steps"),
             value("deepspeed_config.gradient_clipping", "Gradient clipping value"),
             value("deepspeed_config.zero3_init_flag", "ZeRO-3 zero.Init for large models (true/false)"),
             value("deepspeed_config.zero3_save_16bit_model", "Save 16-bit model weights with ZeRO-3 (true/false)"),
-            value("deepspeed_config.deepspeed_hostfile", "Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)"),
+            named("deepspeed_config.deepspeed_hostfile", "PATH", "Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)"),
             value("deepspeed_config.deepspeed_exclusion_filter", "deepspeed --exclude filter"),
             value("deepspeed_config.deepspeed_inclusion_filter", "deepspeed --include filter"),
             value("deepspeed_config.deepspeed_multinode_launcher", "deepspeed multi-node launcher: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm"),
@@ -538,6 +538,29 @@ fn config_flags() -> &'static [Named] {
     })
 }
 
+/// The values of a config-backed flag that shell completion offers: the key's choices, from the
+/// schema; `None` for a free value.
+fn completion(flag: &ConfigFlag) -> Option<Vec<&'static str>> {
+    const NUMBERS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    let bools = ["true", "false"];
+    match schema::lookup(flag.key)?.kind {
+        schema::Kind::Choice { values, .. } => Some(values.to_vec()),
+        schema::Kind::IntChoice(values) => Some(
+            values
+                .iter()
+                .filter_map(|v| {
+                    usize::try_from(*v)
+                        .ok()
+                        .and_then(|i| NUMBERS.get(i).copied())
+                })
+                .collect(),
+        ),
+        schema::Kind::Bool => Some(bools.to_vec()),
+        schema::Kind::BoolOrChoice(values) => Some(bools.iter().chain(values).copied().collect()),
+        _ => None,
+    }
+}
+
 /// The config-backed flags given on the command line, built from [`CONFIG_FLAGS`].
 #[derive(Debug, Clone, Default)]
 pub struct ConfigFlags {
@@ -598,10 +621,25 @@ impl clap::Args for ConfigFlags {
             }
             cmd = cmd.arg(match flag.value_name {
                 None => arg.action(clap::ArgAction::SetTrue),
-                Some(name) => arg
-                    .action(clap::ArgAction::Set)
-                    .value_name(name)
-                    .value_parser(clap::value_parser!(String)),
+                Some(name) => {
+                    let arg = arg.action(clap::ArgAction::Set).value_name(name);
+                    // What shell completion offers: the key's values, a path, or nothing (not the
+                    // file names it offers an option that says nothing).
+                    match completion(flag) {
+                        Some(values) => arg
+                            .value_parser(super::Candidates(values))
+                            .hide_possible_values(true),
+                        None if name == "PATH" => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::FilePath),
+                        None if name == "DIR" => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::DirPath),
+                        None => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::Other),
+                    }
+                }
             });
         }
         cmd
