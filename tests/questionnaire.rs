@@ -719,6 +719,7 @@ fn two_machine_fsdp2_bf16_matches_accelerate() {
         "compute_environment": "LOCAL_MACHINE",
         "debug": false,
         "distributed_type": "FSDP",
+        "downcast_bf16": "no",
         "dynamo_config": {
             "dynamo_backend": "INDUCTOR",
             "dynamo_mode": "max-autotune",
