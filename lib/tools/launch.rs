@@ -40,11 +40,9 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         let help =
             "`accel-launch --help` lists the options; put the script before its own arguments";
         let cmd = crate::cli::launch::doc().command;
-        let hint =
-            match crate::cli::suggest_option(&given, &cmd(), crate::cli::OTHER_LAUNCHERS_OPTIONS) {
-                Some(s) => format!("{s}; {help}"),
-                None => help.to_string(),
-            };
+        // The option meant, where one is close; else where the options are listed.
+        let hint = crate::cli::suggest_option(&given, &cmd(), crate::cli::OTHER_LAUNCHERS_OPTIONS)
+            .unwrap_or_else(|| help.to_string());
         return Err(usage(format!("unknown option `{given}`"), hint));
     }
     if cli.module && cli.no_python {
