@@ -45,7 +45,7 @@ pub struct LaunchCli {
     #[arg(long = "no_python", visible_alias = "no-python")]
     pub no_python: bool,
 
-    /// Print the resolved config with the origin of each value, and each rank's argv and environment; run nothing.
+    /// Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank's argv and environment; run nothing.
     #[arg(long = "dry-run", visible_alias = "dry_run", help_heading = "accel")]
     pub dry_run: bool,
     /// With --dry-run: print JSON.
@@ -365,7 +365,7 @@ pub static CONFIG_FLAGS: &[FlagGroup] = &[
     FlagGroup {
         heading: Some("Resource Selection Arguments"),
         flags: &[
-            value("mixed_precision", "Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision)"),
+            value("mixed_precision", "Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision); fp8 needs Transformer Engine, MS-AMP or torchao >= 0.6.1 in the ranks' Python, checked before any rank starts as accelerate launch checks it (exit 125)"),
             value("num_processes", "Total number of processes over all machines (config: num_processes)"),
             value("num_machines", "Number of machines (config: num_machines)"),
             switch("enable_cpu_affinity", "Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)"),

@@ -20,7 +20,7 @@ complete -c accel-launch -l vm -d 'TPU pod VMs (not supported)' -r -f
 complete -c accel-launch -l env -d 'TPU pod environment (not supported)' -r -f
 complete -c accel-launch -l aws_access_key_id -l aws-access-key-id -d 'SageMaker (not supported)' -r -f
 complete -c accel-launch -l aws_secret_access_key -l aws-secret-access-key -d 'SageMaker (not supported)' -r -f
-complete -c accel-launch -l mixed_precision -l mixed-precision -d 'Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision)' -r -f -a "no\t''
+complete -c accel-launch -l mixed_precision -l mixed-precision -d 'Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision); fp8 needs Transformer Engine, MS-AMP or torchao >= 0.6.1 in the ranks\' Python, checked before any rank starts as accelerate launch checks it (exit 125)' -r -f -a "no\t''
 fp16\t''
 bf16\t''
 fp8\t''"
@@ -201,7 +201,7 @@ complete -c accel-launch -l parallelism_config_sp_attn_implementation -l paralle
 complete -c accel-launch -s q -l quiet -d 'Print only the failing rank\'s report, no launcher notes'
 complete -c accel-launch -s m -l module -d 'Run the script as a module: `python -m MODULE`'
 complete -c accel-launch -l no_python -l no-python -d 'Run the script directly, without python (any executable)'
-complete -c accel-launch -l dry-run -l dry_run -d 'Print the resolved config with the origin of each value, and each rank\'s argv and environment; run nothing'
+complete -c accel-launch -l dry-run -l dry_run -d 'Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank\'s argv and environment; run nothing'
 complete -c accel-launch -l json -d 'With --dry-run: print JSON'
 complete -c accel-launch -l cpu -d 'Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process)'
 complete -c accel-launch -l multi_gpu -l multi-gpu -d 'Distributed GPU training (DDP)'

@@ -55,8 +55,8 @@ _accel-launch() {
 '--aws-access-key-id=[SageMaker (not supported)]:ID:' \
 '--aws_secret_access_key=[SageMaker (not supported)]:KEY:' \
 '--aws-secret-access-key=[SageMaker (not supported)]:KEY:' \
-'--mixed_precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:(no fp16 bf16 fp8)' \
-'--mixed-precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision)]:VALUE:(no fp16 bf16 fp8)' \
+'--mixed_precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision); fp8 needs Transformer Engine, MS-AMP or torchao >= 0.6.1 in the ranks'\'' Python, checked before any rank starts as accelerate launch checks it (exit 125)]:VALUE:(no fp16 bf16 fp8)' \
+'--mixed-precision=[Mixed precision\: no, fp16, bf16 or fp8 (config\: mixed_precision); fp8 needs Transformer Engine, MS-AMP or torchao >= 0.6.1 in the ranks'\'' Python, checked before any rank starts as accelerate launch checks it (exit 125)]:VALUE:(no fp16 bf16 fp8)' \
 '--num_processes=[Total number of processes over all machines (config\: num_processes)]:VALUE:' \
 '--num-processes=[Total number of processes over all machines (config\: num_processes)]:VALUE:' \
 '--num_machines=[Number of machines (config\: num_machines)]:VALUE:' \
@@ -241,8 +241,8 @@ _accel-launch() {
 '--module[Run the script as a module\: \`python -m MODULE\`]' \
 '--no_python[Run the script directly, without python (any executable)]' \
 '--no-python[Run the script directly, without python (any executable)]' \
-'--dry-run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
-'--dry_run[Print the resolved config with the origin of each value, and each rank'\''s argv and environment; run nothing]' \
+'--dry-run[Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank'\''s argv and environment; run nothing]' \
+'--dry_run[Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank'\''s argv and environment; run nothing]' \
 '--json[With --dry-run\: print JSON]' \
 '--cpu[Run on CPU\: N gloo ranks with --num_processes N (accelerate starts one process)]' \
 '--multi_gpu[Distributed GPU training (DDP)]' \
