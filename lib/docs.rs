@@ -109,3 +109,76 @@ pub fn one_liner(cmd: &clap::Command) -> Option<String> {
     let first = long.lines().next()?.trim().trim_end_matches('.');
     (!first.is_empty()).then(|| first.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 24 item 11: shell completion offers file names only where a path goes. clap_complete's
+    /// bash script offers file names for a value without possible values or a value hint
+    /// (`--mixed_precision` and `--tee` did).
+    #[test]
+    fn completion_offers_file_names_only_for_paths() {
+        let mut wrong = Vec::new();
+        for tool in tools() {
+            let mut cmds = vec![(tool.command)()];
+            while let Some(mut c) = cmds.pop() {
+                c.build();
+                for a in c.get_arguments() {
+                    let takes_value = a.get_num_args().is_some_and(|n| n.takes_values());
+                    if !takes_value || a.is_positional() || !a.get_possible_values().is_empty() {
+                        continue;
+                    }
+                    use clap::ValueHint::*;
+                    let files = !matches!(a.get_value_hint(), Other | DirPath);
+                    let path = matches!(
+                        a.get_value_hint(),
+                        FilePath | AnyPath | ExecutablePath | DirPath
+                    );
+                    if files && !path {
+                        wrong.push(format!(
+                            "{} {} --{} ({:?})",
+                            tool.name,
+                            c.get_name(),
+                            a.get_long().unwrap_or_default(),
+                            a.get_value_hint()
+                        ));
+                    }
+                }
+                cmds.extend(c.get_subcommands().cloned());
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} options complete file names but take no path:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+        // The bash script itself: the values of --mixed_precision, nothing for --tee.
+        let bash = render_all()
+            .into_iter()
+            .find(|(p, _)| p == "man/completions/accel-launch.bash")
+            .map(|(_, b)| String::from_utf8(b).unwrap_or_default())
+            .unwrap_or_default();
+        // The lines of an option's case up to its `return`.
+        let case = |opt: &str| {
+            let start = bash.find(&format!("                {opt})")).unwrap_or(0);
+            let rest = &bash[start..];
+            rest[..rest.find("return 0").unwrap_or(rest.len())].to_string()
+        };
+        assert!(case("--mixed_precision")
+            .contains(r#"COMPREPLY=($(compgen -W "no fp16 bf16 fp8" -- "${cur}"))"#));
+        assert!(case("--tee").contains(r#"COMPREPLY=("${cur}")"#));
+        for opt in [
+            "--mixed_precision",
+            "--tee",
+            "--num_processes",
+            "--hang_timeout",
+        ] {
+            assert!(!case(opt).contains("compgen -f"), "{opt}: {}", case(opt));
+        }
+        for opt in ["--config_file", "--log_dir", "--deepspeed_config_file"] {
+            assert!(case(opt).contains("compgen -"), "{opt}: {}", case(opt));
+        }
+    }
+}

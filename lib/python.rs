@@ -46,22 +46,7 @@ const PROBE: &str =
 
 /// Runs the probe. `Err` carries a one-line reason for the report.
 pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
-    let python = find_python(env).ok_or_else(|| "no python3 or python on PATH".to_string())?;
-    let out = Command::new(&python)
-        .args(["-c", PROBE])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "{} failed: {}",
-            python.display(),
-            err.lines().last().unwrap_or("")
-        ));
-    }
-    let (executable, version, path): (String, String, Vec<String>) =
-        serde_json::from_slice(&out.stdout)
-            .map_err(|e| format!("unexpected probe output from {}: {e}", python.display()))?;
+    let (executable, version, path) = interpreter(env)?;
     let mut installed = installed_distributions(path.iter().map(Path::new));
     if let Some(local) = torch_local_version(path.iter().map(Path::new)) {
         installed.insert("torch".into(), local);
@@ -80,6 +65,80 @@ pub fn probe(env: &Environment) -> Result<PythonInfo, String> {
         packages,
         nccl,
     })
+}
+
+/// accelerate's `is_fp8_available` (`utils/imports.py`), for the interpreter the ranks run: MS-AMP
+/// (`msamp`, ms-amp), Transformer Engine (`transformer_engine`, transformer-engine) or torchao ≥ 0.6.1
+/// importable and installed, as its `_is_package_available` asks (the module found on `sys.path` and the
+/// distribution's metadata present). `Err`: the interpreter could not be asked, with the reason.
+pub fn fp8_available(env: &Environment) -> Result<(bool, String), String> {
+    let (executable, _, path) = interpreter(env)?;
+    let dirs = || path.iter().map(Path::new);
+    let installed = installed_distributions(dirs());
+    let has =
+        |module: &str, dist: &str| module_on_path(module, dirs()) && installed.contains_key(dist);
+    let torchao = has("torchao", "torchao")
+        && installed
+            .get("torchao")
+            .is_some_and(|v| version_at_least(v, &[0, 6, 1]));
+    Ok((
+        has("msamp", "ms_amp") || has("transformer_engine", "transformer_engine") || torchao,
+        executable,
+    ))
+}
+
+/// Whether `import name` finds something on `dirs` (a package, a namespace package, a module or an
+/// extension), as `importlib.util.find_spec` would for a top-level name.
+fn module_on_path<'a>(name: &str, dirs: impl Iterator<Item = &'a Path>) -> bool {
+    dirs.into_iter().any(|d| {
+        d.join(name).is_dir()
+            || d.join(format!("{name}.py")).is_file()
+            || std::fs::read_dir(d).is_ok_and(|entries| {
+                entries.flatten().any(|e| {
+                    e.file_name().to_str().is_some_and(|n| {
+                        n.strip_prefix(name)
+                            .is_some_and(|rest| rest.starts_with('.') && rest.ends_with(".so"))
+                    })
+                })
+            })
+    })
+}
+
+/// `version` ≥ `min`, comparing the leading numeric release parts (`0.7.0+cu126` → 0, 7, 0).
+fn version_at_least(version: &str, min: &[u64]) -> bool {
+    let parts: Vec<u64> = version
+        .split(['.', '+', '-'])
+        .map_while(|p| {
+            let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect();
+    for (i, m) in min.iter().enumerate() {
+        let v = parts.get(i).copied().unwrap_or(0);
+        if v != *m {
+            return v > *m;
+        }
+    }
+    true
+}
+
+/// The interpreter's `sys.executable`, version and `sys.path`.
+fn interpreter(env: &Environment) -> Result<(String, String, Vec<String>), String> {
+    let python = find_python(env).ok_or_else(|| "no python3 or python on PATH".to_string())?;
+    let out = Command::new(&python)
+        .args(["-c", PROBE])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "{} failed: {}",
+            python.display(),
+            err.lines().last().unwrap_or("")
+        ));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("unexpected probe output from {}: {e}", python.display()))
 }
 
 /// torch's full version with its local part (`2.13.0+cu130`, `2.13.0+cpu`), which is what
@@ -145,6 +204,15 @@ pub fn installed_distributions<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_compare_by_release_numbers() {
+        assert!(version_at_least("0.6.1", &[0, 6, 1]));
+        assert!(version_at_least("0.13.0+cu126", &[0, 6, 1]));
+        assert!(!version_at_least("0.6.0", &[0, 6, 1]));
+        assert!(!version_at_least("0.5.9", &[0, 6, 1]));
+        assert!(version_at_least("1", &[0, 6, 1]));
+    }
 
     #[test]
     fn reads_dist_info_names() {

@@ -1268,3 +1268,38 @@ fn fsdp1_values_under_fsdp_version_2_are_refused_by_validate_and_launch() {
         .success();
     dry(&out, &[]).success();
 }
+
+/// Issue 24 item 11: a config file that cannot be read (a directory, a path through a file, one this
+/// user may not read) is an error of the command for `validate` as for `show`, `get` and `set`: exit 2
+/// naming the file, where `validate` said 1, as for an invalid file.
+#[test]
+fn an_unreadable_config_file_is_exit_2_for_every_subcommand() {
+    let home = tempdir();
+    let dir = home.path();
+    fs::write(dir.join("c.yaml"), "num_processes: 2\n").unwrap();
+    let mut paths = vec![dir.to_path_buf(), dir.join("c.yaml/x.yaml")];
+    // Root reads any file; a user without permission is tried where the tests run as someone else.
+    let locked = dir.join("locked.yaml");
+    fs::write(&locked, "num_processes: 2\n").unwrap();
+    fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    if fs::read(&locked).is_err() {
+        paths.push(locked);
+    }
+    for path in &paths {
+        for args in [
+            vec!["validate"],
+            vec!["show"],
+            vec!["get", "num_processes"],
+            vec!["set", "num_processes", "3"],
+        ] {
+            let mut run = Run::new("accel-config", dir).args(&args);
+            run = match args[0] {
+                "validate" => run.arg(path),
+                _ => run.arg("--config_file").arg(path),
+            };
+            run.run()
+                .code_is(2)
+                .stderr_contains(&format!("cannot read config file `{}`", path.display()));
+        }
+    }
+}

@@ -217,6 +217,21 @@ const CASES: &[Case] = &[
     },
 ];
 
+/// A directory with a stand-in torchao 0.7.0 (an empty package and its dist-info), for PYTHONPATH.
+pub(crate) fn fp8_stub(dir: &Path) -> std::path::PathBuf {
+    let stub = dir.join("fp8_stub");
+    std::fs::create_dir_all(stub.join("torchao")).unwrap();
+    std::fs::write(stub.join("torchao/__init__.py"), "").unwrap();
+    let meta = stub.join("torchao-0.7.0.dist-info");
+    std::fs::create_dir_all(&meta).unwrap();
+    std::fs::write(
+        meta.join("METADATA"),
+        "Metadata-Version: 2.1\nName: torchao\nVersion: 0.7.0\n",
+    )
+    .unwrap();
+    stub
+}
+
 fn run_case(case: &Case, root: &Path) -> Result<(), String> {
     let dir = root.join(case.name);
     let (a, b, hf) = (dir.join("a"), dir.join("b"), dir.join("hf"));
@@ -255,6 +270,13 @@ fn run_case(case: &Case, root: &Path) -> Result<(), String> {
             ours.args(["--main_process_port", &port_b]);
         }
         ours.args(&node_flags).args(case.flags).arg(&probe).arg(&b);
+        if case.yaml.contains("mixed_precision: fp8") {
+            // FP8 needs a backend installed, and both launchers check (accelerate's
+            // `is_fp8_available`): a stand-in torchao, the module and its distribution's metadata.
+            let stub = fp8_stub(&dir);
+            acc.env("PYTHONPATH", &stub);
+            ours.env("PYTHONPATH", &stub);
+        }
         for c in [&mut acc, &mut ours] {
             handles.push(
                 c.stdout(Stdio::piped())

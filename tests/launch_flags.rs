@@ -285,3 +285,102 @@ fn a_script_whose_interpreter_is_missing_names_it() {
         }
     }
 }
+
+/// Issue 24 item 11: an unknown option names the option meant, by spelling or by another launcher's
+/// name for it (accelerate launch's parser does the first; accel-launch takes unknown options as the
+/// script, so it says so itself).
+#[test]
+fn an_unknown_option_names_the_option_meant() {
+    launch(&["--num_proceses", "2"])
+        .code_is(2)
+        .stderr_contains("unknown option `--num_proceses`")
+        .stderr_contains("hint: did you mean `--num_processes`?");
+    launch(&["--mixed-precison=bf16"])
+        .code_is(2)
+        .stderr_contains("did you mean `--mixed_precision`?");
+    launch(&["--master_port", "29500"])
+        .code_is(2)
+        .stderr_contains("`--master_port` is torchrun's name: here it is `--main_process_port`");
+    launch(&["--num_gpus", "2"])
+        .code_is(2)
+        .stderr_contains("`--num_gpus` is deepspeed's name: here it is `--num_processes`");
+    launch(&["--zzz"])
+        .code_is(2)
+        .stderr_contains("unknown option `--zzz`")
+        .stderr_lacks("did you mean");
+}
+
+/// Issue 24 item 11: --dry-run says who starts the ranks: accel-launch itself, not the torchrun that
+/// accelerate launch would run for the same config (the plan said `path = Torchrun`).
+#[test]
+fn dry_run_says_accel_launch_starts_the_ranks() {
+    let home = tempdir();
+    let out = Run::new("accel-launch", home.path())
+        .args(["--multi_gpu", "--num_processes", "2", "--dry-run", "ok.py"])
+        .run();
+    out.success()
+        .stdout_contains("started by = accel-launch (")
+        .stdout_contains("accelerate launch would use = torchrun\n");
+    assert!(!out.stdout.contains("path = "), "{}", out.stdout);
+    let json = launch(&["--dry-run", "--json"]);
+    json.success()
+        .stdout_contains("\"started_by\": \"accel-launch\"");
+    assert!(!json.stdout.contains("\"path\""), "{}", json.stdout);
+}
+
+/// Issue 24 item 11: `--mixed_precision fp8` without an FP8 backend in the ranks' Python is refused
+/// before any rank starts, as accelerate launch refuses it ("FP8 is not available on this machine");
+/// with one (a stand-in torchao 0.7.0 on PYTHONPATH) the run starts; torchao 0.6.0 is too old for
+/// accelerate. In each case accel-launch decides as accelerate's own `is_fp8_available` does there.
+#[test]
+fn fp8_without_a_backend_is_refused_as_accelerate_refuses_it() {
+    let home = tempdir();
+    std::fs::write(home.path().join("ok.py"), "print('ok')\n").unwrap();
+    let stub = crate::launch::fp8_stub(home.path());
+    let old = home.path().join("old_stub");
+    std::fs::create_dir_all(old.join("torchao")).unwrap();
+    std::fs::write(old.join("torchao/__init__.py"), "").unwrap();
+    std::fs::create_dir_all(old.join("torchao-0.6.0.dist-info")).unwrap();
+    std::fs::write(
+        old.join("torchao-0.6.0.dist-info/METADATA"),
+        "Metadata-Version: 2.1\nName: torchao\nVersion: 0.6.0\n",
+    )
+    .unwrap();
+    for (pythonpath, available) in [(None, false), (Some(&stub), true), (Some(&old), false)] {
+        let mut envs = std::collections::BTreeMap::new();
+        if let Some(p) = pythonpath {
+            envs.insert("PYTHONPATH", p.display().to_string());
+        }
+        let accelerate = crate::util::python(
+            "from accelerate.utils import is_fp8_available; print(is_fp8_available())",
+            &envs,
+        );
+        assert_eq!(accelerate.trim(), if available { "True" } else { "False" });
+        let mut run = Run::new("accel-launch", home.path()).args([
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "fp8",
+            "--fp8_backend",
+            "te",
+            "ok.py",
+        ]);
+        if let Some(p) = pythonpath {
+            run = run.env("PYTHONPATH", p);
+        }
+        let out = run.run();
+        if available {
+            out.success().stdout_contains("ok");
+        } else {
+            out.code_is(125)
+                .stderr_contains("FP8 is not available on this machine")
+                .stderr_contains("torchao >= 0.6.1");
+            assert!(
+                !out.stdout.contains("ok"),
+                "no rank may start: {}",
+                out.stdout
+            );
+        }
+    }
+}

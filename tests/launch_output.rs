@@ -327,3 +327,242 @@ fn log_templates_that_collide_are_refused_and_earlier_runs_are_kept() {
         "the first run's log\n"
     );
 }
+
+/// A rank that records what it sees of its terminal: `isatty` of stdout and stderr,
+/// `shutil.get_terminal_size()` (stdout's) and stderr's size, and the SIGWINCHes it got; once when
+/// started (`TAG.RANK.ready`), again once the test says the window was resized (`TAG.RANK.final`;
+/// with WAIT_WINCH 1 only after a SIGWINCH came, so the size is read after the launcher forwarded it).
+const TERMINAL_PROBE: &str = r#"
+import json, os, shutil, signal, sys, time
+out, tag, wait_winch = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+rank = os.environ["RANK"]
+winch = []
+signal.signal(signal.SIGWINCH, lambda *a: winch.append(1))
+def state():
+    return {"isatty": [os.isatty(1), os.isatty(2)], "size": list(shutil.get_terminal_size()),
+            "stderr_size": list(os.get_terminal_size(2)) if os.isatty(2) else None, "winch": len(winch)}
+def put(name, v):
+    p = os.path.join(out, f"{tag}.{rank}.{name}")
+    with open(p + ".tmp", "w") as f:
+        json.dump(v, f)
+    os.rename(p + ".tmp", p)
+print(f"hello from rank {rank}")
+print(f"warn from rank {rank}", file=sys.stderr)
+sys.stdout.flush()
+put("ready", state())
+t = time.monotonic()
+while not os.path.exists(os.path.join(out, "go")) and time.monotonic() - t < 100:
+    time.sleep(0.05)
+while wait_winch and not winch and time.monotonic() - t < 110:
+    time.sleep(0.05)
+put("final", state())
+"#;
+
+/// Kills a test's tmux server (and what runs in it) however the test ends.
+struct Tmux(std::path::PathBuf);
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new("tmux");
+        c.arg("-S").arg(&self.0).args(args);
+        c
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).output_within(WAIT);
+    }
+}
+
+/// Issue 24 item 6: in a terminal, each rank sees one, as under torchrun: `isatty` true for stdout
+/// and stderr and the terminal's size, following a resize (which accel-launch also forwards as
+/// SIGWINCH); a stream whose output is piped stays a pipe. Run in tmux, beside the real torchrun, with
+/// --tee and --log_dir on: the console lines keep their prefix and the log files get the bytes as
+/// written (no `\r\n` from a terminal's output processing).
+#[test]
+fn in_a_terminal_ranks_see_it_as_under_torchrun_and_pipes_stay_pipes() {
+    let d = tempdir();
+    let dir = d.path();
+    std::fs::write(dir.join("probe.py"), TERMINAL_PROBE).unwrap();
+    std::fs::write(
+        dir.join("tmux.conf"),
+        "set -g status off\nset -g history-limit 10000\n",
+    )
+    .unwrap();
+    let venv = crate::util::repo().join(".venv/bin");
+    let accel = crate::util::bin("accel-launch");
+    let torchrun = venv.join("torchrun");
+    assert!(
+        torchrun.exists(),
+        "{} is missing: run scripts/setup",
+        torchrun.display()
+    );
+    let q = |p: &Path| format!("'{}'", p.display());
+    let port = || crate::util::free_port().to_string();
+    let (accel, torchrun, d_) = (q(&accel), q(&torchrun), q(dir));
+    // Three pairs at once in one pane: the terminal for both streams; stdout piped (stderr still
+    // the terminal); both streams redirected to a file.
+    let script = format!(
+        "cd {d_}\nunset COLUMNS LINES\nexport PATH={venv}:$PATH\n\
+         {accel} --cpu --num_processes 2 --main_process_port {p1} --tee 3 --log_dir {d_}/logs probe.py {d_} accel 1 &\n\
+         {torchrun} --nproc-per-node 2 --master-port {p2} probe.py {d_} torch 0 &\n\
+         {accel} --cpu --num_processes 2 --main_process_port {p3} probe.py {d_} accel_piped 0 | cat &\n\
+         {torchrun} --nproc-per-node 2 --master-port {p4} probe.py {d_} torch_piped 0 | cat &\n\
+         {accel} --cpu --num_processes 2 --main_process_port {p5} probe.py {d_} accel_file 0 > accel_file.out 2>&1 &\n\
+         {torchrun} --nproc-per-node 2 --master-port {p6} probe.py {d_} torch_file 0 > torch_file.out 2>&1 &\n\
+         wait\necho done > done\nsleep 600\n",
+        venv = q(&venv),
+        p1 = port(),
+        p2 = port(),
+        p3 = port(),
+        p4 = port(),
+        p5 = port(),
+        p6 = port(),
+    );
+    std::fs::write(dir.join("run.sh"), script).unwrap();
+    let tmux = Tmux(dir.join("tmux.sock"));
+    let conf = dir.join("tmux.conf");
+    let conf = conf.to_str().unwrap();
+    let st = tmux
+        .cmd(&[
+            "-f",
+            conf,
+            "new-session",
+            "-d",
+            "-x",
+            "150",
+            "-y",
+            "30",
+            "sh run.sh",
+        ])
+        .current_dir(dir)
+        .env_remove("COLUMNS")
+        .env_remove("LINES")
+        .env("TERM", "xterm-256color")
+        .status_within(WAIT);
+    assert!(st.success(), "tmux new-session: {st}");
+    let tags = [
+        "accel",
+        "torch",
+        "accel_piped",
+        "torch_piped",
+        "accel_file",
+        "torch_file",
+    ];
+    let read = |tag: &str, rank: u32, what: &str| -> Option<serde_json::Value> {
+        let t = std::fs::read_to_string(dir.join(format!("{tag}.{rank}.{what}"))).ok()?;
+        serde_json::from_str(&t).ok()
+    };
+    let all = |what: &str| {
+        let t = Instant::now();
+        loop {
+            let missing: Vec<String> = tags
+                .iter()
+                .flat_map(|tag| (0..2).map(move |r| (tag, r)))
+                .filter(|(tag, r)| read(tag, *r, what).is_none())
+                .map(|(tag, r)| format!("{tag}.{r}"))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < WAIT,
+                "no `{what}` from {missing:?} after {WAIT:?}; the pane:\n{}",
+                String::from_utf8_lossy(
+                    &tmux.cmd(&["capture-pane", "-p"]).output_within(WAIT).stdout
+                )
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    all("ready");
+    // The pane's size, for both launchers.
+    let size = |w: u64, h: u64| serde_json::json!([w, h]);
+    for r in 0..2 {
+        let t = read("torch", r, "ready").unwrap();
+        assert_eq!(
+            t["isatty"],
+            serde_json::json!([true, true]),
+            "torchrun's rank {r}: {t}"
+        );
+        assert_eq!(t["size"], size(150, 30), "torchrun's rank {r}: {t}");
+    }
+    let out = tmux
+        .cmd(&["resize-window", "-x", "120", "-y", "40"])
+        .output_within(WAIT);
+    assert!(out.status.success(), "tmux resize-window: {out:?}");
+    std::fs::write(dir.join("go"), "").unwrap();
+    all("final");
+    let without_winch = |mut v: serde_json::Value| {
+        v.as_object_mut().unwrap().remove("winch");
+        v
+    };
+    for (ours, theirs) in [
+        ("accel", "torch"),
+        ("accel_piped", "torch_piped"),
+        ("accel_file", "torch_file"),
+    ] {
+        for what in ["ready", "final"] {
+            for r in 0..2 {
+                let a = read(ours, r, what).unwrap();
+                let t = read(theirs, r, what).unwrap();
+                assert_eq!(
+                    without_winch(a.clone()),
+                    without_winch(t.clone()),
+                    "rank {r} `{what}` under accel-launch ({ours}) and torchrun ({theirs})"
+                );
+            }
+        }
+    }
+    for r in 0..2 {
+        let a = read("accel", r, "final").unwrap();
+        assert_eq!(a["size"], size(120, 40), "after the resize, rank {r}: {a}");
+        assert!(
+            a["winch"].as_u64().unwrap() >= 1,
+            "SIGWINCH forwarded to rank {r}: {a}"
+        );
+        let p = read("accel_piped", r, "final").unwrap();
+        assert_eq!(
+            p["isatty"],
+            serde_json::json!([false, true]),
+            "piped stdout, rank {r}: {p}"
+        );
+        let f = read("accel_file", r, "final").unwrap();
+        assert_eq!(
+            f["isatty"],
+            serde_json::json!([false, false]),
+            "redirected, rank {r}: {f}"
+        );
+        // The log files get the bytes as written.
+        let log = |s: &str| std::fs::read(dir.join(format!("logs/attempt_0/{r}/{s}.log"))).unwrap();
+        assert_eq!(log("stdout"), format!("hello from rank {r}\n").into_bytes());
+        assert_eq!(log("stderr"), format!("warn from rank {r}\n").into_bytes());
+    }
+    let t = Instant::now();
+    while !dir.join("done").exists() {
+        assert!(t.elapsed() < WAIT, "the launchers did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The console lines, with --tee's prefix, whole.
+    let pane = tmux
+        .cmd(&["capture-pane", "-p", "-J", "-S", "-"])
+        .output_within(WAIT);
+    let pane = String::from_utf8_lossy(&pane.stdout);
+    for r in 0..2 {
+        for line in [
+            format!("[default{r}]:hello from rank {r}"),
+            format!("[default{r}]:warn from rank {r}"),
+        ] {
+            assert!(
+                pane.lines().any(|l| l == line),
+                "`{line}` in the pane:\n{pane}"
+            );
+        }
+    }
+    let file = std::fs::read_to_string(dir.join("accel_file.out")).unwrap();
+    assert!(
+        file.contains("hello from rank 0\n") && !file.contains('\r'),
+        "{file:?}"
+    );
+}

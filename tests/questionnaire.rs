@@ -280,13 +280,6 @@ fn saved(status: ExitStatus, transcript: &str, path: &Path) {
     );
 }
 
-/// The one value accel writes differently on purpose: `downcast_bf16` false instead of the string 'no'.
-fn without_downcast(mut v: Value, expected: Value) -> Value {
-    let m = v.as_object_mut().unwrap();
-    assert_eq!(m.remove("downcast_bf16"), Some(expected));
-    v
-}
-
 /// The other deliberate difference: accelerate's questionnaire writes three fp8 keys under names its
 /// launcher never reads (`amax_history_length`, `amax_compute_algorithm`, `optimization_level`); accel
 /// writes the names the launcher reads (see `lib/questionnaire/flow.rs`).
@@ -328,8 +321,9 @@ fn same_as_accelerate_on(
     );
     let mut loaded = accelerate_load(&[&ours, &theirs]).into_iter();
     let (a, b) = (loaded.next().unwrap(), loaded.next().unwrap());
-    let a = without_downcast(a, json!(false));
-    let b = with_launcher_fp8_names(without_downcast(b, json!("no")));
+    // Issue 24 item 11: `downcast_bf16` is accelerate's 'no' too (accel wrote false).
+    assert_eq!(a["downcast_bf16"], "no");
+    let b = with_launcher_fp8_names(b);
     assert_eq!(a, b, "accel (left) and accelerate (right) differ");
     (ours, a)
 }
@@ -685,7 +679,7 @@ fn cpu_only_defaults_match_accelerate() {
         "compute_environment: LOCAL_MACHINE\n\
          debug: false\n\
          distributed_type: 'NO'\n\
-         downcast_bf16: false\n\
+         downcast_bf16: 'no'\n\
          enable_cpu_affinity: false\n\
          machine_rank: 0\n\
          main_training_function: main\n\
@@ -706,8 +700,8 @@ fn cpu_only_defaults_match_accelerate() {
         "accelerate config: exit {status}:\n{transcript}"
     );
     let mut loaded = accelerate_load(&[&path, &theirs]).into_iter();
-    let ours = without_downcast(loaded.next().unwrap(), json!(false));
-    let theirs = without_downcast(loaded.next().unwrap(), json!("no"));
+    let ours = loaded.next().unwrap();
+    let theirs = loaded.next().unwrap();
     assert_eq!(ours, theirs, "accel (left) and accelerate (right) differ");
     assert_eq!(ours["distributed_type"], "NO");
     assert_eq!(ours["mixed_precision"], "no");
@@ -725,6 +719,7 @@ fn two_machine_fsdp2_bf16_matches_accelerate() {
         "compute_environment": "LOCAL_MACHINE",
         "debug": false,
         "distributed_type": "FSDP",
+        "downcast_bf16": "no",
         "dynamo_config": {
             "dynamo_backend": "INDUCTOR",
             "dynamo_mode": "max-autotune",

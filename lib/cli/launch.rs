@@ -45,7 +45,7 @@ pub struct LaunchCli {
     #[arg(long = "no_python", visible_alias = "no-python")]
     pub no_python: bool,
 
-    /// Print the resolved config with the origin of each value, and each rank's argv and environment; run nothing.
+    /// Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank's argv and environment; run nothing.
     #[arg(long = "dry-run", visible_alias = "dry_run", help_heading = "accel")]
     pub dry_run: bool,
     /// With --dry-run: print JSON.
@@ -365,7 +365,7 @@ pub static CONFIG_FLAGS: &[FlagGroup] = &[
     FlagGroup {
         heading: Some("Resource Selection Arguments"),
         flags: &[
-            value("mixed_precision", "Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision)"),
+            value("mixed_precision", "Mixed precision: no, fp16, bf16 or fp8 (config: mixed_precision); fp8 needs Transformer Engine, MS-AMP or torchao >= 0.6.1 in the ranks' Python, checked before any rank starts as accelerate launch checks it (exit 125)"),
             value("num_processes", "Total number of processes over all machines (config: num_processes)"),
             value("num_machines", "Number of machines (config: num_machines)"),
             switch("enable_cpu_affinity", "Pin each rank to CPU cores near its GPU (ACCELERATE_CPU_AFFINITY=1)"),
@@ -404,17 +404,17 @@ pub static CONFIG_FLAGS: &[FlagGroup] = &[
     FlagGroup {
         heading: Some("DeepSpeed Arguments"),
         flags: &[
-            value("deepspeed_config.deepspeed_config_file", "DeepSpeed JSON config file"),
+            named("deepspeed_config.deepspeed_config_file", "PATH", "DeepSpeed JSON config file"),
             value("deepspeed_config.zero_stage", "ZeRO stage (0-3)"),
             value("deepspeed_config.offload_optimizer_device", "Optimizer offload: none, cpu or nvme"),
             value("deepspeed_config.offload_param_device", "Parameter offload: none, cpu or nvme"),
-            value("deepspeed_config.offload_optimizer_nvme_path", "NVMe path for optimizer offload (exported, unlike accelerate 1.15)"),
-            value("deepspeed_config.offload_param_nvme_path", "NVMe path for parameter offload (exported, unlike accelerate 1.15)"),
+            named("deepspeed_config.offload_optimizer_nvme_path", "DIR", "NVMe path for optimizer offload (exported, unlike accelerate 1.15)"),
+            named("deepspeed_config.offload_param_nvme_path", "DIR", "NVMe path for parameter offload (exported, unlike accelerate 1.15)"),
             value("deepspeed_config.gradient_accumulation_steps", "Gradient accumulation steps"),
             value("deepspeed_config.gradient_clipping", "Gradient clipping value"),
             value("deepspeed_config.zero3_init_flag", "ZeRO-3 zero.Init for large models (true/false)"),
             value("deepspeed_config.zero3_save_16bit_model", "Save 16-bit model weights with ZeRO-3 (true/false)"),
-            value("deepspeed_config.deepspeed_hostfile", "Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)"),
+            named("deepspeed_config.deepspeed_hostfile", "PATH", "Hostfile for multi-node DeepSpeed (runs the deepspeed launcher)"),
             value("deepspeed_config.deepspeed_exclusion_filter", "deepspeed --exclude filter"),
             value("deepspeed_config.deepspeed_inclusion_filter", "deepspeed --include filter"),
             value("deepspeed_config.deepspeed_multinode_launcher", "deepspeed multi-node launcher: pdsh (default), standard, openmpi, mvapich, mpich, nossh, slurm"),
@@ -538,6 +538,29 @@ fn config_flags() -> &'static [Named] {
     })
 }
 
+/// The values of a config-backed flag that shell completion offers: the key's choices, from the
+/// schema; `None` for a free value.
+fn completion(flag: &ConfigFlag) -> Option<Vec<&'static str>> {
+    const NUMBERS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    let bools = ["true", "false"];
+    match schema::lookup(flag.key)?.kind {
+        schema::Kind::Choice { values, .. } => Some(values.to_vec()),
+        schema::Kind::IntChoice(values) => Some(
+            values
+                .iter()
+                .filter_map(|v| {
+                    usize::try_from(*v)
+                        .ok()
+                        .and_then(|i| NUMBERS.get(i).copied())
+                })
+                .collect(),
+        ),
+        schema::Kind::Bool => Some(bools.to_vec()),
+        schema::Kind::BoolOrChoice(values) => Some(bools.iter().chain(values).copied().collect()),
+        _ => None,
+    }
+}
+
 /// The config-backed flags given on the command line, built from [`CONFIG_FLAGS`].
 #[derive(Debug, Clone, Default)]
 pub struct ConfigFlags {
@@ -598,10 +621,25 @@ impl clap::Args for ConfigFlags {
             }
             cmd = cmd.arg(match flag.value_name {
                 None => arg.action(clap::ArgAction::SetTrue),
-                Some(name) => arg
-                    .action(clap::ArgAction::Set)
-                    .value_name(name)
-                    .value_parser(clap::value_parser!(String)),
+                Some(name) => {
+                    let arg = arg.action(clap::ArgAction::Set).value_name(name);
+                    // What shell completion offers: the key's values, a path, or nothing (not the
+                    // file names it offers an option that says nothing).
+                    match completion(flag) {
+                        Some(values) => arg
+                            .value_parser(super::Candidates(values))
+                            .hide_possible_values(true),
+                        None if name == "PATH" => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::FilePath),
+                        None if name == "DIR" => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::DirPath),
+                        None => arg
+                            .value_parser(clap::value_parser!(String))
+                            .value_hint(clap::ValueHint::Other),
+                    }
+                }
             });
         }
         cmd
@@ -734,6 +772,7 @@ pub fn doc() -> ToolDoc {
                 "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
                 "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE). Ranks get --grace_period seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
                 "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). The template is a path relative to --log_dir without `..` and holds only the placeholders above (else exit 2), so every log file stays inside --log_dir. On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
+                "Terminal: when accel-launch's stdout (or stderr) is a terminal, each rank's stdout (or stderr) that reaches the console is a pty of its own rather than a pipe, so a rank sees a terminal as under torchrun and accelerate launch, whose ranks write to the terminal itself: isatty() is true, and the window size (shutil.get_terminal_size(), tqdm's bar width) is the terminal's. When the terminal is resized, every rank's pty takes the new size and the rank's process group gets SIGWINCH (torchrun's ranks, in a session of their own, get none). The pty is not the rank's controlling terminal, so /dev/tty (getpass, prompts) is still the one accel-launch was started from, and it passes the bytes unchanged (no \\n to \\r\\n): the console lines stay whole and prefixed as above, and --log_dir files get what the rank wrote. A stream accel-launch writes to a pipe or a file, and a rank --local_ranks_filter leaves off the console, get pipes as before.",
             ]),
             ("HANGS", &[
                 "--hang_timeout SECONDS (or ACCEL_LAUNCH_HANG_TIMEOUT) watches the ranks from outside, with no code in the training script, and declares the run hung when no rank has made progress for that long. A rank is still while nothing observable about it changes, whatever CPU it uses: a rank spinning in one C call (a GPU sync waiting on a hung NCCL kernel, a regex, a busy-polling collective) or in a Python loop is still. What counts as progress: (1) its Python execution: from the start of the run, each rank's stacks, with the frames' local variables, are taken with `py-spy dump` every timeout/3 seconds (2 to 30 s), in the background, all ranks at once, unless the rank's I/O (2, 3) moved since its stacks were last due (it is progressing; a rank in collectives over TCP costs no dump); progress is a change of its set of Python threads, or of any frame (function, file, line) or local variable (name and value as py-spy shows it: a step counter, a batch, a tensor's address) of its main thread or of a thread running the user's code (threads made only of library frames, such as a DataLoader's pin-memory thread, count by their presence only). A rank whose stacks came out the same twice, or whose dump failed, is sampled again every timeout/10 seconds (at least 1 s) until they change. A rank that spends 95% of every step in one call is moving: its step counter changes. (2) Its I/O, with its child processes: rchar, wchar, read_bytes and write_bytes of /proc/PID/io (data read or written, pages dirtied for storage), the TCP bytes received and acknowledged on its sockets (tcp_info through sock_diag, for the sockets in /proc/PID/fd: data streamed with recv(), a send to a slow peer), and, while one of its threads is in fsync, fdatasync or sync_file_range on a file of a block device, that device's written sectors (/sys/dev/block/M:m/stat). A single write into a pipe counts through the child that drains it. (3) A rank or a child process appearing or ending. CPU time counts (at 5% of a core) only for a rank whose stacks cannot be read: py-spy missing (a warning says so), not a Python process, not permitted, or its last two dumps failed (one failure now and then, as on a loaded machine, changes nothing). Cost: at most one py-spy dump (about 20 ms of CPU) per rank per timeout/3, and a few /proc reads per rank and one sock_diag query every timeout/10 (0.2 to 2 s): with 8 ranks and --hang_timeout 60, measured on 2 cores (scripts/bench/hang), the watch adds 0.2% of a core when the ranks' collectives move TCP bytes and 0.5% when every rank's stacks are sampled. Limits: one C call longer than the timeout that neither moves its locals nor does I/O the above sees (a flush to NFS or Lustre, which have no block device; a GPU kernel that really takes that long) is judged still; a thread whose locals keep changing (a polling loop of the user's with a counter) keeps its rank moving; a module-level loop has no locals to compare, only its line. A rank waiting in a collective does not move, so one rank computing while the others wait keeps the run alive; only a run in which every rank is still is declared hung.",

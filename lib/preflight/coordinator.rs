@@ -39,6 +39,8 @@ const REPORT_MARGIN: Duration = Duration::from_secs(10);
 const IDLE_MARGIN: Duration = Duration::from_secs(15);
 /// SIGTERM to SIGKILL: a worker has nothing to save.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// The ranks' oom_score_adj: the first the kernel's OOM killer picks.
+const RANK_OOM_SCORE_ADJ: i32 = 1000;
 
 /// This machine's ranks as a launch plan: `exe --worker ARGS…` for each local rank, with exactly the
 /// contract accel-launch exports (torchrun's worker variables), CUDA_VISIBLE_DEVICES from gpu_ids,
@@ -141,12 +143,16 @@ pub fn supervise(
             sink: tx,
             stop: Arc::clone(&stop),
         }),
+        // Short of memory, the kernel kills a rank (which the report names) rather than the
+        // coordinator, which would leave no verdict, or another program of the machine.
+        oom_score_adj: Some(RANK_OOM_SCORE_ADJ),
         ..launch::Options::default()
     };
     let mut report = Report::new(
         plan.ranks.iter().map(|r| r.rank as usize).collect(),
         world.world_size(),
     );
+    let oom_before = oom_kills();
     let finished = AtomicBool::new(false);
     let follower = Follower {
         report: &mut report,
@@ -165,6 +171,16 @@ pub fn supervise(
         (outcome, followed)
     });
     let outcome = outcome?;
+    if let Some(n) = oom_kills()
+        .zip(oom_before)
+        .map(|(a, b)| a.saturating_sub(b))
+    {
+        if n > 0 {
+            report.notes.push(format!(
+                "the kernel's OOM killer killed {n} process(es) on this machine during the check (it picks accel-test's ranks first): this machine ran out of memory"
+            ));
+        }
+    }
     let rest = report.flush(true);
     let seconds = start.elapsed().as_secs_f64();
     if json {
@@ -186,6 +202,15 @@ pub fn supervise(
     } else {
         ExitStatus::Failure
     })
+}
+
+/// How many processes the kernel's OOM killer has killed since boot (/proc/vmstat, Linux 4.13+).
+fn oom_kills() -> Option<u64> {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Reads the ranks' events while the supervisor runs them; prints the report as it completes and asks

@@ -10,6 +10,7 @@
 
 pub mod coordinator;
 pub mod libtorch;
+pub mod memory;
 pub mod network;
 pub mod plan;
 pub mod python;

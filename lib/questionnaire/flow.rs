@@ -484,9 +484,10 @@ fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
         q.say("Torch dynamo used without mixed precision requires TF32 to be efficient: consider enabling it in your script (torch.backends.cuda.matmul.allow_tf32 = True).");
     }
     // accelerate then asks about `downcast_bf16` for XLA with bf16, which cannot happen (XLA forces
-    // mixed_precision "no" above). It always writes the string 'no'; accel writes `false`, which both
-    // accel and accelerate read as the same "do not downcast" (neither launcher reads it from a config).
-    let downcast_bf16 = false;
+    // mixed_precision "no" above), so it always writes its default answer, the string 'no'
+    // (`commands/config/cluster.py`: `tpu_downcast_bf16 = "no"`). The same file is written here, byte for
+    // byte; accel reads 'no' as false.
+    let downcast_bf16 = "no";
 
     // `ClusterConfig.to_dict()`: None values and empty sections are left out; lists stay, even empty.
     let mut m = Map::new();

@@ -36,10 +36,14 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         ));
     };
     if script.to_string_lossy().starts_with('-') && script != "-" {
-        return Err(usage(
-            format!("unknown option `{}`", script.to_string_lossy()),
-            "`accel-launch --help` lists the options; put the script before its own arguments",
-        ));
+        let given = script.to_string_lossy();
+        let help =
+            "`accel-launch --help` lists the options; put the script before its own arguments";
+        let cmd = crate::cli::launch::doc().command;
+        // The option meant, where one is close; else where the options are listed.
+        let hint = crate::cli::suggest_option(&given, &cmd(), crate::cli::OTHER_LAUNCHERS_OPTIONS)
+            .unwrap_or_else(|| help.to_string());
+        return Err(usage(format!("unknown option `{given}`"), hint));
     }
     if cli.module && cli.no_python {
         return Err(usage(
@@ -99,6 +103,9 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         );
     }
     let args = &run.args;
+    if args.mixed_precision.eq_ignore_ascii_case("fp8") {
+        fp8_available(env)?;
+    }
     let argv = worker_argv(&cli, env, args, &script)?;
     let requeue_signal = requeue_signal(&cli, env)?;
     if requeue_signal.is_some() && run.engine != Engine::Own {
@@ -526,6 +533,25 @@ fn stacks_of(pid: i32, env: &Environment) -> Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
+/// `--mixed_precision fp8` needs an FP8 backend in the ranks' Python: accelerate launch refuses the run
+/// without one (`utils/launch.py`, every launch path: "FP8 is not available on this machine"), before
+/// any rank starts, and so does accel-launch, asking the interpreter the ranks run.
+fn fp8_available(env: &Environment) -> Result<()> {
+    match crate::python::fp8_available(env) {
+        Ok((true, _)) => Ok(()),
+        Ok((false, python)) => Err(Error::msg_hint(
+            ExitStatus::LauncherFailed,
+            format!("FP8 is not available on this machine: none of Transformer Engine (transformer-engine), MS-AMP (ms-amp) or torchao >= 0.6.1 is installed for {python}"),
+            "install one into the training environment (e.g. `pip install torchao`), or use --mixed_precision bf16",
+        )),
+        // No interpreter to ask: the ranks' own start will say so (--no_python runs no Python).
+        Err(why) => {
+            log::debug!("FP8 availability not checked: {why}");
+            Ok(())
+        }
+    }
+}
+
 /// torchrun's worker argv (`torch/distributed/run.py::config_from_args`: `python -u script`); the plain child of accelerate's simple path has no `-u`.
 fn worker_argv(
     cli: &LaunchCli,
@@ -866,8 +892,16 @@ fn dry_run(
         .iter()
         .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
         .collect();
+    // accelerate launch's path (a plain process, torchrun, deepspeed's torchrun) is what it would
+    // start; here accel-launch starts and supervises every rank itself.
+    let accelerate_path = match args.path {
+        LaunchPath::Simple => "one plain process",
+        LaunchPath::Torchrun => "torchrun",
+        LaunchPath::DeepSpeed => "torchrun with DeepSpeed's variables",
+    };
     let launch = json!({
-        "path": args.path,
+        "started_by": "accel-launch",
+        "accelerate_launch_would_use": accelerate_path,
         "num_processes": args.num_processes,
         "num_machines": args.num_machines,
         "machine_rank": plan.topology.as_ref().map(|t| t.node_rank),
@@ -907,8 +941,8 @@ fn dry_run(
         ));
     }
     o.push_str(&format!(
-        "\n# launch\npath = {:?}\nnum_processes = {}\nnum_machines = {}\ntopology from = {:?}\n",
-        args.path, args.num_processes, args.num_machines, source
+        "\n# launch\nstarted by = accel-launch (every rank its own child, supervised; no torchrun, deepspeed or mpirun process)\naccelerate launch would use = {accelerate_path}\nnum_processes = {}\nnum_machines = {}\ntopology from = {:?}\n",
+        args.num_processes, args.num_machines, source
     ));
     for d in &args.defaulted {
         o.push_str(&format!("no config file: {}\n", d.trim_start_matches('\t')));

@@ -14,6 +14,7 @@ use crate::exit_status::ExitStatus;
 use crate::launch::{self, RunInput, Scope};
 use crate::preflight::coordinator::{self, WorkerArgs};
 use crate::preflight::libtorch::Libtorch;
+use crate::preflight::memory;
 use crate::preflight::world::{Device, World};
 
 /// This machine's share of the world, resolved exactly as accel-launch resolves its run (the same
@@ -91,6 +92,12 @@ fn run_with(
             env,
         );
         world.device = Device::Cpu;
+    }
+    if world.unmet_devices.is_none() {
+        // Before any rank starts: a world far too large for this machine never gives a verdict.
+        let bench = cli.bench.then_some(cli.max_size);
+        let need = memory::estimate(world.nproc_per_node, world.world_size(), bench);
+        memory::check(&need, bench, memory::available())?;
     }
     let mut args = vec![
         "--timeout".to_string(),

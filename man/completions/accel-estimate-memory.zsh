@@ -21,27 +21,27 @@ _accel-estimate-memory() {
 '--from=[Size the model from its config formula, its safetensors headers, or (auto) the formula when the architecture is known]:FROM:((auto\:"The config formula when the family is known, else the safetensors headers"
 config\:"Always the config formula (accelerate'\''s AutoModel)"
 weights\:"Always the safetensors headers (the checkpoint as stored, task head included)"))' \
-'--revision=[Hub revision (branch, tag or commit) for a Hub id]:REVISION:_default' \
+'--revision=[Hub revision (branch, tag or commit) for a Hub id]:REVISION:' \
 '--strategy=[Training strategy for the per-GPU estimate]:STRATEGY:((ddp\:"Everything replicated on every GPU"
 fsdp\:"FSDP FULL_SHARD\: parameters, gradients and optimizer state sharded"
 zero1\:"ZeRO stage 1\: optimizer state (and master weights) sharded"
 zero2\:"ZeRO stage 2\: plus gradients"
 zero3\:"ZeRO stage 3\: plus parameters"))' \
-'--num_gpus=[GPUs the model is trained or served on (default\: the detected GPUs, else 1)]:N:_default' \
-'--num-gpus=[GPUs the model is trained or served on (default\: the detected GPUs, else 1)]:N:_default' \
+'--num_gpus=[GPUs the model is trained or served on (default\: the detected GPUs, else 1)]:N:' \
+'--num-gpus=[GPUs the model is trained or served on (default\: the detected GPUs, else 1)]:N:' \
 '--precision=[Training precision\: bf16/fp16 mixed precision (fp32 master weights) or pure fp32]:PRECISION:((fp32\:"Pure fp32\: 4-byte weights and gradients, no master copy"
 bf16\:"bf16 mixed precision\: 2-byte weights and gradients, fp32 master weights"
 fp16\:"fp16 mixed precision\: as bf16"))' \
-'--batch_size=[Micro-batch size per GPU (training), or sequences served at once (inference)]:B:_default' \
-'--batch-size=[Micro-batch size per GPU (training), or sequences served at once (inference)]:B:_default' \
-'--seq_len=[Training sequence length, for activation memory]:S:_default' \
-'--seq-len=[Training sequence length, for activation memory]:S:_default' \
-'--context=[Inference\: KV cache for this many tokens per sequence]:TOKENS:_default' \
+'--batch_size=[Micro-batch size per GPU (training), or sequences served at once (inference)]:B:' \
+'--batch-size=[Micro-batch size per GPU (training), or sequences served at once (inference)]:B:' \
+'--seq_len=[Training sequence length, for activation memory]:S:' \
+'--seq-len=[Training sequence length, for activation memory]:S:' \
+'--context=[Inference\: KV cache for this many tokens per sequence]:TOKENS:' \
 '--dtype=[Inference\: dtype of the weights]:DTYPE:(float32 float16 bfloat16 fp8 int8 int4)' \
 '--kv_dtype=[Inference\: dtype of the KV cache]:KV_DTYPE:(float32 float16 bfloat16 fp8 int8 int4)' \
 '--kv-dtype=[Inference\: dtype of the KV cache]:KV_DTYPE:(float32 float16 bfloat16 fp8 int8 int4)' \
-'--gpu_memory=[Memory of one GPU (e.g. 80GB, 81920MiB; binary units); default\: the first detected GPU'\''s]:SIZE:_default' \
-'--gpu-memory=[Memory of one GPU (e.g. 80GB, 81920MiB; binary units); default\: the first detected GPU'\''s]:SIZE:_default' \
+'--gpu_memory=[Memory of one GPU (e.g. 80GB, 81920MiB; binary units); default\: the first detected GPU'\''s]:SIZE:' \
+'--gpu-memory=[Memory of one GPU (e.g. 80GB, 81920MiB; binary units); default\: the first detected GPU'\''s]:SIZE:' \
 '--trust_remote_code[Accepted for compatibility with accelerate; no repository code is ever run]' \
 '--trust-remote-code[Accepted for compatibility with accelerate; no repository code is ever run]' \
 '--json[Print JSON (sizes in bytes) instead of tables]' \

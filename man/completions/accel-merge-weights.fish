@@ -1,13 +1,13 @@
-complete -c accel-merge-weights -l max_shard_size -l max-shard-size -d 'Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named `model-0000K-of-0000N.safetensors`, plus `model.safetensors.index.json`' -r
+complete -c accel-merge-weights -l max_shard_size -l max-shard-size -d 'Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named `model-0000K-of-0000N.safetensors`, plus `model.safetensors.index.json`' -r -f
 complete -c accel-merge-weights -l dtype -d 'Dtype of floating-point tensors in the output; integer and bool tensors are never cast' -r -f -a "keep\t'Each tensor keeps the dtype it has in the checkpoint (fp32 for DeepSpeed master weights)'
 fp32\t''
 bf16\t''
 fp16\t''"
-complete -c accel-merge-weights -l key -d 'Write this top-level key\'s subtree, without the key in the names. By default: the only key; else `model` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but `optimizer`, `lr_scheduler`, `dataloader`, `train_state` and the like. The summary line says which' -r
-complete -c accel-merge-weights -l exclude-key -l exclude_key -d 'Leave out tensors whose full dotted name (e.g. `optimizer.state.0.exp_avg`) or output name matches GLOB (`*` any run of characters, `?` one). Repeatable' -r
-complete -c accel-merge-weights -l strip_prefix -l strip-prefix -d 'Remove PREFIX from tensor names that start with it (e.g. `_orig_mod.` or `module.`). Repeatable' -r
+complete -c accel-merge-weights -l key -d 'Write this top-level key\'s subtree, without the key in the names. By default: the only key; else `model` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but `optimizer`, `lr_scheduler`, `dataloader`, `train_state` and the like. The summary line says which' -r -f
+complete -c accel-merge-weights -l exclude-key -l exclude_key -d 'Leave out tensors whose full dotted name (e.g. `optimizer.state.0.exp_avg`) or output name matches GLOB (`*` any run of characters, `?` one). Repeatable' -r -f
+complete -c accel-merge-weights -l strip_prefix -l strip-prefix -d 'Remove PREFIX from tensor names that start with it (e.g. `_orig_mod.` or `module.`). Repeatable' -r -f
 complete -c accel-merge-weights -l hf_reference -l hf-reference -d 'Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with `from_pretrained`' -r -F
-complete -c accel-merge-weights -l tag -d 'DeepSpeed: the tag (subdirectory) to read, instead of the one named in `latest`' -r
+complete -c accel-merge-weights -l tag -d 'DeepSpeed: the tag (subdirectory) to read, instead of the one named in `latest`' -r -f
 complete -c accel-merge-weights -l unsafe_serialization -l unsafe-serialization -d 'Write `pytorch_model.bin` (torch.save format, loadable by `torch.load`) instead of safetensors'
 complete -c accel-merge-weights -l remove_checkpoint_dir -l remove-checkpoint-dir -d 'Delete the checkpoint directory after the merged weights were written and read back'
 complete -c accel-merge-weights -l no-verify -l no_verify -d 'Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)'

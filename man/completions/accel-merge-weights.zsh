@@ -15,20 +15,20 @@ _accel-merge-weights() {
 
     local context curcontext="$curcontext" state line
     _arguments "${_arguments_options[@]}" : \
-'--max_shard_size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:_default' \
-'--max-shard-size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:_default' \
+'--max_shard_size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:' \
+'--max-shard-size=[Split the output into files of at most SIZE (e.g. 5GB, 500MiB, 1000000) named \`model-0000K-of-0000N.safetensors\`, plus \`model.safetensors.index.json\`]:SIZE:' \
 '--dtype=[Dtype of floating-point tensors in the output; integer and bool tensors are never cast]:DTYPE:((keep\:"Each tensor keeps the dtype it has in the checkpoint (fp32 for DeepSpeed master weights)"
 fp32\:""
 bf16\:""
 fp16\:""))' \
-'(--all_keys)--key=[Write this top-level key'\''s subtree, without the key in the names. By default\: the only key; else \`model\` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but \`optimizer\`, \`lr_scheduler\`, \`dataloader\`, \`train_state\` and the like. The summary line says which]:KEY:_default' \
-'*--exclude-key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:_default' \
-'*--exclude_key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:_default' \
-'*--strip_prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
-'*--strip-prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:_default' \
+'(--all_keys)--key=[Write this top-level key'\''s subtree, without the key in the names. By default\: the only key; else \`model\` (accelerate, plain DCP); else, when model keys sit at the top level beside training state (torchtitan), everything but \`optimizer\`, \`lr_scheduler\`, \`dataloader\`, \`train_state\` and the like. The summary line says which]:KEY:' \
+'*--exclude-key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:' \
+'*--exclude_key=[Leave out tensors whose full dotted name (e.g. \`optimizer.state.0.exp_avg\`) or output name matches GLOB (\`*\` any run of characters, \`?\` one). Repeatable]:GLOB:' \
+'*--strip_prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:' \
+'*--strip-prefix=[Remove PREFIX from tensor names that start with it (e.g. \`_orig_mod.\` or \`module.\`). Repeatable]:PREFIX:' \
 '--hf_reference=[Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with \`from_pretrained\`]:DIR:_files' \
 '--hf-reference=[Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with \`from_pretrained\`]:DIR:_files' \
-'--tag=[DeepSpeed\: the tag (subdirectory) to read, instead of the one named in \`latest\`]:TAG:_default' \
+'--tag=[DeepSpeed\: the tag (subdirectory) to read, instead of the one named in \`latest\`]:TAG:' \
 '--unsafe_serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
 '--unsafe-serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
 '--remove_checkpoint_dir[Delete the checkpoint directory after the merged weights were written and read back]' \

@@ -17,23 +17,23 @@ _accel-test() {
     _arguments "${_arguments_options[@]}" : \
 '--config_file=[Config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
 '--config-file=[Config file (default\: ACCEL_CONFIG_FILE, else accelerate'\''s default config path)]:PATH:_files' \
-'--num_processes=[Total number of ranks, over all machines]:N:_default' \
-'--num-processes=[Total number of ranks, over all machines]:N:_default' \
-'--num_machines=[Number of machines (nodes) in the job]:N:_default' \
-'--num-machines=[Number of machines (nodes) in the job]:N:_default' \
-'--machine_rank=[Rank of this machine (0 hosts the rendezvous)]:N:_default' \
-'--machine-rank=[Rank of this machine (0 hosts the rendezvous)]:N:_default' \
-'--main_process_ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:_default' \
-'--main-process-ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:_default' \
-'--main_process_port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:_default' \
-'--main-process-port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:_default' \
-'--gpu_ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:_default' \
-'--gpu-ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:_default' \
-'--timeout=[Seconds any single wait may take (rendezvous, a collective, a rank'\''s answer)]:SECONDS:_default' \
-'--max_size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
-'--max-size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
-'*--check=[Run only the checks whose name starts with PREFIX (repeatable), e.g. \`all_reduce.sum\`]:PREFIX:_default' \
-'--device=[Internal\: the device workers use (\`cpu\` or \`cuda\`)]:DEVICE:_default' \
+'--num_processes=[Total number of ranks, over all machines]:N:' \
+'--num-processes=[Total number of ranks, over all machines]:N:' \
+'--num_machines=[Number of machines (nodes) in the job]:N:' \
+'--num-machines=[Number of machines (nodes) in the job]:N:' \
+'--machine_rank=[Rank of this machine (0 hosts the rendezvous)]:N:' \
+'--machine-rank=[Rank of this machine (0 hosts the rendezvous)]:N:' \
+'--main_process_ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:' \
+'--main-process-ip=[Address of machine 0 (MASTER_ADDR). Required on multi-node jobs]:HOST:' \
+'--main_process_port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:' \
+'--main-process-port=[Port of the rendezvous on machine 0 (MASTER_PORT). Default\: 29500 on multi-node jobs, a free port on a single machine]:PORT:' \
+'--gpu_ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:' \
+'--gpu-ids=[GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. \`0,1\`), or \`all\`]:IDS:' \
+'--timeout=[Seconds any single wait may take (rendezvous, a collective, a rank'\''s answer)]:SECONDS:' \
+'--max_size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:' \
+'--max-size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:' \
+'*--check=[Run only the checks whose name starts with PREFIX (repeatable), e.g. \`all_reduce.sum\`]:PREFIX:' \
+'--device=[Internal\: the device workers use (\`cpu\` or \`cuda\`)]:DEVICE:' \
 '--cpu[Run on CPU (gloo) even when GPUs are present]' \
 '--bench[Also measure all_reduce and all_gather latency and bandwidth (algbw and busbw as nccl-tests defines them) from 1 KB up to --max_size]' \
 '--python[Also run a torch.distributed check with the user'\''s python (ACCEL_PYTHON, else python3 or python on PATH) in the same world, to test that side of the installation]' \

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod proc;
 pub mod suite;
 

@@ -26,6 +26,7 @@ type Err = *mut c_char;
 extern "C" {
     fn accel_free_error(error: Err);
     fn accel_has_nccl() -> c_int;
+    fn accel_init_logging();
     fn accel_store_new(
         host: *const c_char,
         port: u16,
@@ -131,6 +132,13 @@ fn cstring(op: &'static str, s: &str) -> Result<CString, TorchError> {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// libtorch's log level from TORCH_CPP_LOG_LEVEL (accel-test's ranks get ERROR unless it is set), as
+/// Python's `import torch` applies it; before any c10d call.
+pub fn init_logging() {
+    // SAFETY: reads the environment and sets libtorch's logging flags.
+    unsafe { accel_init_logging() }
 }
 
 /// Whether this build can make NCCL process groups.

@@ -82,6 +82,10 @@ extern "C" {
 
 void accel_free_error(char* error) { std::free(error); }
 
+// libtorch's log level from TORCH_CPP_LOG_LEVEL, as `import torch` sets it (torch/csrc/Module.cpp calls
+// c10::initLogging): a C++ program that never calls it prints c10d's warnings whatever the variable says.
+void accel_init_logging() { c10::initLogging(); }
+
 int accel_has_nccl() {
 #ifdef ACCEL_WITH_NCCL
   return 1;

@@ -268,6 +268,7 @@ pub fn run_cli(
 
 /// Runs this rank. Never fails: every problem is a FAIL event and exit status 1.
 pub fn run(opts: &WorkerOpts, env: &Environment) -> ExitStatus {
+    super::init_logging();
     let c = match Contract::from_env(env) {
         Ok(c) => c,
         Err(e) => {

@@ -27,7 +27,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -38,7 +38,7 @@ use nix::unistd::Pid;
 
 use self::guard::Strays;
 use self::monitor::Monitor;
-use self::output::{LogFiles, Sink, Tail};
+use self::output::{LogFiles, Sink, Tail, Terminal};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::autopsy;
@@ -281,6 +281,9 @@ pub struct Options {
     /// `--slurm_requeue`: this signal (SLURM's warning) is forwarded, the ranks get `grace` to save
     /// and exit, and the run ends [`ExitStatus::Requeued`]; the caller then asks SLURM for the requeue.
     pub requeue_signal: Option<i32>,
+    /// The ranks' /proc/PID/oom_score_adj (-1000 to 1000), set before they exec: accel-test makes its
+    /// ranks the kernel's first choice when memory runs out, so that the coordinator lives to report.
+    pub oom_score_adj: Option<i32>,
 }
 
 impl Default for Options {
@@ -302,6 +305,7 @@ impl Default for Options {
             py_spy: None,
             control: None,
             requeue_signal: None,
+            oom_score_adj: None,
         }
     }
 }
@@ -423,8 +427,18 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
     // (proctrack walks the ranks too): what it sends, the ranks already received.
     let in_step = env.non_empty(env_vars::SLURM_STEP_ID).is_some();
     let parent = nix::unistd::getppid().as_raw();
+    let stopping = Arc::new(AtomicI32::new(0));
+    let stopping_ = Arc::clone(&stopping);
     std::thread::spawn(move || {
         for info in signals.forever() {
+            if STOPPING.contains(&info.signal) {
+                let _ = stopping_.compare_exchange(
+                    0,
+                    info.signal,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
             let delivered = in_step && info.process.is_some_and(|p| p.pid == parent);
             if tx
                 .send(Event::Signal {
@@ -454,6 +468,8 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         tmp_root,
         logs,
         strays: Strays::new(),
+        terminal: Terminal::new(opts.tool),
+        stopping,
     };
     let result = session.run_attempts(plan.clone());
     guard::set_subreaper(false);
@@ -473,6 +489,11 @@ struct Session<'a> {
     logs: Option<LogFiles>,
     /// The run's processes outside the ranks' groups, for the guards.
     strays: Option<Strays>,
+    /// The launcher's terminal, which ranks writing to the console see as theirs.
+    terminal: Terminal,
+    /// The first stopping signal the launcher got (0: none yet), for the spawning loop: the monitor
+    /// that handles the signal runs only once every rank is started.
+    stopping: Arc<AtomicI32>,
 }
 
 enum Outcome {
@@ -616,7 +637,20 @@ impl Session<'_> {
     /// One attempt: spawn every rank, watch them to the end, clean up everything they left.
     fn run_once(&mut self, plan: &Plan, attempt: u32) -> Result<(Outcome, Vec<RankResult>)> {
         let mut running: Vec<Running> = Vec::new();
+        let mut spawn_stopped = None;
         for spec in &plan.ranks {
+            // A stop asked for while ranks start (a signal, the caller's stop) starts no more: with
+            // many ranks on a machine short of memory, starting them all first can take minutes.
+            let sig = self.stopping.load(Ordering::Relaxed);
+            let asked = self
+                .opts
+                .capture
+                .as_ref()
+                .is_some_and(|c| c.stop.load(Ordering::Relaxed));
+            if sig != 0 || asked {
+                spawn_stopped = (sig != 0).then_some(sig);
+                break;
+            }
             match self.spawn(plan, spec, attempt) {
                 Ok(r) => running.push(r),
                 Err(e) => {
@@ -653,7 +687,13 @@ impl Session<'_> {
                 Outcome::Remote(g)
             }
             _ if watched.hung && watched.stop_signal.is_none() => Outcome::Hung,
-            _ => outcome_of(plan, &running, watched.stop_signal, watched.first_failure),
+            // A signal that stopped the spawning before any rank started never reached the monitor.
+            _ => outcome_of(
+                plan,
+                &running,
+                watched.stop_signal.or(spawn_stopped),
+                watched.first_failure,
+            ),
         };
         Ok((outcome, results))
     }
@@ -675,11 +715,30 @@ impl Session<'_> {
                 *file = Some(logs.create(&path)?);
             }
         }
-        let mut child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
+        let (stdout, stderr) = self.sinks(plan, spec, attempt);
+        let mut masters = [None, None];
+        for (stream, pty) in self
+            .terminal
+            .ptys([&stdout, &stderr])
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(pty) = pty {
+                match stream {
+                    0 => cmd.stdout(pty.slave),
+                    _ => cmd.stderr(pty.slave),
+                };
+                masters[stream] = Some(pty.master);
+            }
+        }
+        let spawned = cmd.spawn();
+        // The launcher's copies of the ptys' slaves close here: a master reads EOF once the rank's do.
+        drop(cmd);
+        let mut child = spawned.map_err(|e| spawn_error(program, e))?;
         let pid = Pid::from_raw(child.id() as i32);
         let guard = guard::spawn_guard(pid, self.opts.grace, self.strays.as_ref());
-        let (stdout, stderr) = self.sinks(plan, spec, attempt);
-        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files);
+        self.terminal.watch(&masters, pid);
+        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files, masters);
         Ok(Running {
             rank: spec.rank,
             local_rank: spec.local_rank,
@@ -695,7 +754,7 @@ impl Session<'_> {
     }
 
     /// A rank's command: its argv and variables, torchelastic's restart count and error file, pipes
-    /// for its output, and its own session.
+    /// for its output (a stream that gets a pty is given it in [`Session::spawn`]), and its own session.
     fn command(&self, plan: &Plan, spec: &RankSpec, attempt: u32) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]);
@@ -730,6 +789,8 @@ impl Session<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let parent = nix::unistd::getpid().as_raw();
+        // Formatted here: between fork and exec nothing may allocate.
+        let oom_score_adj = self.opts.oom_score_adj.map(|a| a.to_string().into_bytes());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
@@ -749,6 +810,16 @@ impl Session<'_> {
                 // Under kernel.yama.ptrace_scope=1 only the launcher and its children (py-spy, for
                 // --hang_timeout's stacks) may read the rank; a kernel without Yama says EINVAL.
                 libc::prctl(libc::PR_SET_PTRACER, parent as libc::c_ulong, 0, 0, 0);
+                if let Some(adj) = &oom_score_adj {
+                    let fd = libc::open(
+                        c"/proc/self/oom_score_adj".as_ptr(),
+                        libc::O_WRONLY | libc::O_CLOEXEC,
+                    );
+                    if fd >= 0 {
+                        libc::write(fd, adj.as_ptr().cast(), adj.len());
+                        libc::close(fd);
+                    }
+                }
                 Ok(())
             });
         }

@@ -6,17 +6,28 @@
 //! by another rank's (torchrun's `tail_log` reads whole lines too). A line that stays unfinished is
 //! flushed after [`PARTIAL_DELAY`] or at [`MAX_PARTIAL`] bytes, so prompts and `\r` progress bars still
 //! show and a rank writing one endless line neither blocks on its pipe nor grows the launcher's memory.
+//!
+//! Under torchrun and `accelerate launch` a rank that is not redirected writes straight to the
+//! launcher's terminal: `isatty` is true and `shutil.get_terminal_size()` is the terminal's, so tqdm
+//! draws full-width bars and colour libraries colour. Here every line passes through the launcher (to
+//! keep it whole, prefixed, filtered and teed), so when a stream of the launcher is a terminal, each
+//! rank stream that reaches it gets a [`Terminal`] pty of its own of the same size instead of a pipe,
+//! resized (and sent SIGWINCH) when the launcher's terminal is.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 
 use super::{Captured, SuperviseError};
 use crate::error::{IoError, Result};
@@ -340,12 +351,13 @@ fn readable_within(fd: i32, wait: Duration) -> bool {
     n != 0
 }
 
-/// Starts the readers of a rank's stdout and stderr, each to its sink and log file; the stderr
-/// reader keeps the tail a failure report quotes.
+/// Starts the readers of a rank's stdout and stderr (its pty where it got one, else its pipe), each to
+/// its sink and log file; the stderr reader keeps the tail a failure report quotes.
 pub(super) fn relay(
     child: &mut Child,
     sinks: [Sink; 2],
     files: [Option<File>; 2],
+    ptys: [Option<Arc<File>>; 2],
 ) -> (Arc<Mutex<Tail>>, Vec<JoinHandle<()>>) {
     let tail = Arc::new(Mutex::new(Tail::default()));
     let pipes = [
@@ -353,16 +365,21 @@ pub(super) fn relay(
         child.stderr.take().map(|p| File::from(OwnedFd::from(p))),
     ];
     let mut readers = Vec::new();
-    for (((pipe, to), file), is_err) in pipes.into_iter().zip(sinks).zip(files).zip([false, true]) {
-        let Some(pipe) = pipe else { continue };
+    let streams = pipes.into_iter().zip(ptys).zip(sinks).zip(files);
+    for ((((pipe, pty), to), file), is_err) in streams.zip([false, true]) {
+        let Some(source) = pty.or(pipe.map(Arc::new)) else {
+            continue;
+        };
         let tail = is_err.then(|| tail.clone());
-        readers.push(std::thread::spawn(move || forward(pipe, to, file, tail)));
+        readers.push(std::thread::spawn(move || forward(&source, to, file, tail)));
     }
     (tail, readers)
 }
 
-/// Relays one pipe of a rank until EOF: to its log file, to the stderr tail, and to the sink.
-fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mutex<Tail>>>) {
+/// Relays one pipe (or pty) of a rank until EOF (a pty's master reads EIO once every copy of its
+/// slave is closed): to its log file, to the stderr tail, and to the sink.
+fn forward(source: &File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mutex<Tail>>>) {
+    let mut pipe = source;
     let mut buf = vec![0u8; 64 * 1024];
     let (is_err, mut console) = match &to {
         Sink::Console { is_err, prefix } => (*is_err, Some(ConsoleLines::new(prefix.clone()))),
@@ -419,6 +436,195 @@ fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mu
     if let (Some(c), Sink::Capture(_, tx)) = (capture.as_mut(), &to) {
         c.finish(tx);
     }
+}
+
+/// The launcher's terminal as its ranks see it: a rank stream that reaches the console while the
+/// launcher's own stream (stdout or stderr) is a terminal writes to a pty of its own, whose size is the
+/// launcher's terminal's and follows it (SIGWINCH to the launcher resizes every pty and is forwarded
+/// to the rank's group). One pty per stream keeps stdout and stderr apart for the log files, the
+/// failure report's tail and the console.
+///
+/// The pty is not the rank's controlling terminal (its session has none, as under torchrun, whose
+/// workers start in a new session): `/dev/tty` is not the pty, so `getpass` and the like still read the
+/// launcher's terminal, and nothing is ever typed into the pty. Its output processing is off (no
+/// `\n` → `\r\n`): the bytes a rank writes reach the log files and the launcher's terminal, which does
+/// its own, unchanged.
+pub(super) struct Terminal {
+    tool: &'static str,
+    /// Whether the launcher's stdout and stderr are terminals.
+    is_tty: [bool; 2],
+    /// The ptys of the ranks started so far; a pty whose reader ended (its rank's stream closed) is gone.
+    screens: Arc<Mutex<Vec<Screen>>>,
+    /// The thread that resizes the ptys on SIGWINCH.
+    winch: Option<signal_hook::iterator::Handle>,
+    warned: std::sync::atomic::AtomicBool,
+}
+
+struct Screen {
+    master: Weak<File>,
+    /// 0 stdout, 1 stderr: whose size it takes.
+    stream: usize,
+    group: Pid,
+}
+
+/// A pty for one stream of a rank about to start: the slave becomes the stream, the master is read.
+pub(super) struct Pty {
+    pub(super) master: Arc<File>,
+    pub(super) slave: File,
+}
+
+impl Terminal {
+    pub(super) fn new(tool: &'static str) -> Terminal {
+        // SAFETY: isatty only reads the descriptor's state.
+        let is_tty =
+            [libc::STDOUT_FILENO, libc::STDERR_FILENO].map(|fd| unsafe { libc::isatty(fd) } == 1);
+        let screens: Arc<Mutex<Vec<Screen>>> = Arc::default();
+        let winch = if is_tty.contains(&true) {
+            match signal_hook::iterator::Signals::new([libc::SIGWINCH]) {
+                Ok(mut signals) => {
+                    let handle = signals.handle();
+                    let screens = screens.clone();
+                    std::thread::spawn(move || {
+                        for _ in signals.forever() {
+                            resize(&screens);
+                        }
+                    });
+                    Some(handle)
+                }
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        Terminal {
+            tool,
+            is_tty,
+            screens,
+            winch,
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A pty for each of a rank's streams (stdout, stderr) that goes to the console while the
+    /// launcher's own is a terminal; `None` where the stream is a pipe. A pty that cannot be opened
+    /// (no /dev/pts, the kernel's pty limit) leaves that stream a pipe, said once.
+    pub(super) fn ptys(&self, sinks: [&Sink; 2]) -> [Option<Pty>; 2] {
+        let mut out = [None, None];
+        for (stream, sink) in sinks.iter().enumerate() {
+            if !self.is_tty[stream] || !matches!(sink, Sink::Console { .. }) {
+                continue;
+            }
+            match open_pty(stream) {
+                Ok(p) => out[stream] = Some(p),
+                Err(e) => {
+                    if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "{}: warning: cannot open a pty for the ranks ({e}): their output goes through pipes, and they see no terminal",
+                            self.tool
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Follows the ptys of a started rank: SIGWINCH resizes them and goes to `group`.
+    pub(super) fn watch(&self, masters: &[Option<Arc<File>>; 2], group: Pid) {
+        let Ok(mut screens) = self.screens.lock() else {
+            return;
+        };
+        screens.retain(|s| s.master.strong_count() > 0);
+        for (stream, m) in masters.iter().enumerate() {
+            if let Some(m) = m {
+                screens.push(Screen {
+                    master: Arc::downgrade(m),
+                    stream,
+                    group,
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if let Some(h) = self.winch.take() {
+            h.close();
+        }
+    }
+}
+
+/// The window size of the launcher's stdout (0) or stderr (1); `None` when it is not a terminal.
+fn window_size(stream: usize) -> Option<libc::winsize> {
+    let fd = [libc::STDOUT_FILENO, libc::STDERR_FILENO][stream];
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into `ws`.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0).then_some(ws)
+}
+
+fn set_window_size(pty: &impl AsRawFd, ws: &libc::winsize) {
+    // SAFETY: TIOCSWINSZ reads one winsize.
+    unsafe { libc::ioctl(pty.as_raw_fd(), libc::TIOCSWINSZ, ws) };
+}
+
+/// SIGWINCH: every live pty takes its stream's new size, then each rank's group is told. Without a
+/// controlling terminal the kernel signals no one on TIOCSWINSZ, so the launcher does.
+fn resize(screens: &Mutex<Vec<Screen>>) {
+    let sizes = [window_size(0), window_size(1)];
+    let mut groups = Vec::new();
+    if let Ok(mut screens) = screens.lock() {
+        screens.retain(|s| s.master.strong_count() > 0);
+        for s in screens.iter() {
+            let (Some(m), Some(ws)) = (s.master.upgrade(), sizes[s.stream].as_ref()) else {
+                continue;
+            };
+            set_window_size(&*m, ws);
+            if !groups.contains(&s.group) {
+                groups.push(s.group);
+            }
+        }
+    }
+    for g in groups {
+        let _ = killpg(g, Signal::SIGWINCH);
+    }
+}
+
+/// A new pty pair for `stream`: both ends close-on-exec (another rank spawned meanwhile, or py-spy,
+/// must not hold them: the master reads EOF only once every copy of the slave is closed), the slave not
+/// made anyone's controlling terminal, output processing off, the size of the launcher's terminal.
+fn open_pty(stream: usize) -> std::io::Result<Pty> {
+    use nix::fcntl::OFlag;
+    use nix::sys::termios;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let name = nix::pty::ptsname_r(&master)?;
+    // std opens with O_CLOEXEC.
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&name)?;
+    let mut t = termios::tcgetattr(slave.as_fd())?;
+    t.output_flags.remove(termios::OutputFlags::OPOST);
+    termios::tcsetattr(slave.as_fd(), termios::SetArg::TCSANOW, &t)?;
+    if let Some(ws) = window_size(stream) {
+        set_window_size(&slave, &ws);
+    }
+    // SAFETY: the descriptor was just taken out of the PtyMaster, which no longer owns it.
+    let master = unsafe { File::from_raw_fd(master.into_raw_fd()) };
+    Ok(Pty {
+        master: Arc::new(master),
+        slave,
+    })
 }
 
 #[cfg(test)]
