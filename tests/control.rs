@@ -851,7 +851,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     // A hello as node 1, then a forged proof.
     let mut a = Stranger::connect(cport);
     a.send(&format!(
-        r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+        r#"{{"t":"hello","protocol":4,"node":1,"nonce":"{NONCE}"}}"#
     ));
     let challenge = a.line();
     assert!(challenge.contains(r#""auth":"hmac""#), "{challenge}");
@@ -867,7 +867,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     for forged in FORGED {
         let mut b = Stranger::connect(cport);
         b.send(&format!(
-            r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+            r#"{{"t":"hello","protocol":4,"node":1,"nonce":"{NONCE}"}}"#
         ));
         seen.push(b.line());
         b.send(forged);

@@ -11,6 +11,7 @@ mod accel_test;
 mod accel_test_without_torch;
 mod config;
 mod control;
+mod control_waits;
 mod deepspeed_launch;
 mod docs;
 mod durations;

@@ -282,29 +282,36 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 let sig = signals.as_ref()?.next()?;
                 launch::supervise::stopped_between_attempts(&noting, node, &host, sig)
             };
-            let joined = control::Link::join(&control::Settings {
-                addr: cp.addr.clone(),
-                port: cp.port,
-                secret,
-                quiet: cli.quiet,
-                join: control::Join {
-                    protocol: control::PROTOCOL,
-                    run_id: control::run_id(env, cp),
-                    node: t.node_rank,
-                    nodes: t.num_nodes,
-                    local_ranks: t.local_world_size,
-                    host: launch::plan::hostname(),
-                    max_restarts: cli.max_restarts,
-                    hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
-                    grace_ms: match grace {
-                        crate::duration::Wait::Never => None,
-                        g => Some(g.as_duration().as_millis() as u64),
+            let joined = control::Link::join(
+                &control::Settings {
+                    addr: cp.addr.clone(),
+                    port: cp.port,
+                    secret,
+                    quiet: cli.quiet,
+                    join: control::Join {
+                        protocol: control::PROTOCOL,
+                        run_id: control::run_id(env, cp),
+                        node: t.node_rank,
+                        nodes: t.num_nodes,
+                        local_ranks: t.local_world_size,
+                        host: launch::plan::hostname(),
+                        max_restarts: cli.max_restarts,
+                        hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
+                        grace_ms: match grace {
+                            crate::duration::Wait::Never => None,
+                            g => Some(g.as_duration().as_millis() as u64),
+                        },
+                        // Uneven nodes: a --num_processes given is the world's total, checked at the join.
+                        world_size: cli
+                            .nproc_per_node
+                            .filter(|_| run.args.num_processes_given)
+                            .map(|_| run.args.num_processes),
                     },
-                    world_size: None,
+                    join_timeout: cli.rdzv_timeout,
+                    heartbeat: control::HEARTBEAT,
                 },
-                join_timeout: cli.rdzv_timeout,
-                heartbeat: control::HEARTBEAT,
-            }, stopped);
+                stopped,
+            );
             let (link, place) = match joined {
                 Ok(j) => j,
                 // SLURM's warning while joining: the job is requeued (node 0 asks), as once ranks run.

@@ -65,10 +65,7 @@ impl Member {
         Member {
             host: j.host.clone(),
             local_ranks: j.local_ranks,
-            grace: j
-                .grace_ms
-                .map(Duration::from_millis)
-                .filter(|g| *g < max),
+            grace: j.grace_ms.map(Duration::from_millis).filter(|g| *g < max),
             world_size: j.world_size,
         }
     }
@@ -286,7 +283,11 @@ impl Coordinator {
             .members
             .iter()
             .find_map(|(n, m)| m.world_size.map(|w| (*n, w)))?;
-        let sum: u64 = self.members.values().map(|m| u64::from(m.local_ranks)).sum();
+        let sum: u64 = self
+            .members
+            .values()
+            .map(|m| u64::from(m.local_ranks))
+            .sum();
         if sum == u64::from(want) {
             return None;
         }
@@ -1004,7 +1005,8 @@ mod tests {
         );
         // Node 0 is never replaced: a second one is told so, not to wait for node 0's loss.
         assert!(
-            e.contains("node 0 hosts the control plane and is never replaced") && !e.contains("replacement may join"),
+            e.contains("node 0 hosts the control plane and is never replaced")
+                && !e.contains("replacement may join"),
             "{e}"
         );
         let mut other = join(1, 2);
@@ -1549,7 +1551,13 @@ mod tests {
         j.grace_ms = None;
         let out = c.join(&j).unwrap();
         assert!(
-            matches!(&out[0].1, Msg::Start { stop_within_ms: None, .. }),
+            matches!(
+                &out[0].1,
+                Msg::Start {
+                    stop_within_ms: None,
+                    ..
+                }
+            ),
             "{out:?}"
         );
         c.message(
@@ -1579,7 +1587,12 @@ mod tests {
         let mut c = Coordinator::new(3);
         c.join(&join3(0)).unwrap();
         c.join(&join3(1)).unwrap();
-        let out = c.message(1, Msg::Leave { failure: leaving(1, Some(143)) });
+        let out = c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(143)),
+            },
+        );
         let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
             panic!("{out:?}")
         };
@@ -1593,7 +1606,12 @@ mod tests {
         // Running: a local error on node 1 stops node 0, and the run ends with node 1's status
         // (127), not restarted though a restart is left.
         let mut c = started(2, 1);
-        let out = c.message(1, Msg::Leave { failure: leaving(1, Some(127)) });
+        let out = c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(127)),
+            },
+        );
         let [(To::All, Msg::Stop { failure, .. })] = &out[..] else {
             panic!("{out:?}")
         };
@@ -1610,14 +1628,24 @@ mod tests {
         ended(&mut c, 0, 0);
         ended(&mut c, 1, 0);
         assert!(c.waiting());
-        let out = c.message(0, Msg::Leave { failure: leaving(0, Some(130)) });
+        let out = c.message(
+            0,
+            Msg::Leave {
+                failure: leaving(0, Some(130)),
+            },
+        );
         let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
             panic!("{out:?}")
         };
         assert_eq!(f.exit_status(), ExitStatus::Worker(130));
         // A node cannot make the run end "well": status 0 becomes the launcher's failure.
         let mut c = started(2, 0);
-        c.message(1, Msg::Leave { failure: leaving(1, Some(0)) });
+        c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(0)),
+            },
+        );
         let out = ended(&mut c, 0, 0);
         let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
             panic!("{out:?}")
@@ -1694,14 +1722,19 @@ mod tests {
         let mut c = Coordinator::new(3);
         c.join(&three(0, 1, Some(5))).unwrap();
         let e = c.join(&three(1, 2, Some(4))).unwrap_err();
-        assert!(e.contains("says --num_processes 4 but another node says 5"), "{e}");
+        assert!(
+            e.contains("says --num_processes 4 but another node says 5"),
+            "{e}"
+        );
         c.join(&three(1, 2, None)).unwrap();
         let out = c.join(&three(2, 1, None)).unwrap();
         let [(To::All, Msg::Reject { reason })] = &out[..] else {
             panic!("{out:?}")
         };
         assert!(
-            reason.starts_with("the nodes' ranks add up to 4 (1 + 2 + 1), but node 0 says --num_processes 5"),
+            reason.starts_with(
+                "the nodes' ranks add up to 4 (1 + 2 + 1), but node 0 says --num_processes 5"
+            ),
             "{reason}"
         );
     }

@@ -193,16 +193,20 @@ impl Link {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let Some(report) = stopped() else { continue };
                     if let Some((w, closing, _)) = &joined {
-                        let _ = write_msg(w, &Msg::Leave {
-                            failure: report.clone(),
-                        });
+                        let _ = write_msg(
+                            w,
+                            &Msg::Leave {
+                                failure: report.clone(),
+                            },
+                        );
                         let _ = write_msg(w, &Msg::Bye);
                         // Node 0 ends the join on every node with it: this launcher's own end of
                         // it (`Finish`) says it was carried, within a few heartbeats.
                         let until = Instant::now() + window;
                         while Instant::now() < until {
                             match steps.recv_timeout(Duration::from_millis(100)) {
-                                Ok(JoinStep::Done(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                                Ok(JoinStep::Done(_))
+                                | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                                 _ if stopped().is_some() => break,
                                 _ => {}
                             }
@@ -227,8 +231,9 @@ impl Link {
             }
         };
         let closing_now = |j: &Option<(Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>)>| {
-            if let Some((_, c, _)) = j {
+            if let Some((w, c, _)) = j {
                 c.store(true, Ordering::Relaxed);
+                let _ = write_msg(w, &Msg::Bye);
             }
         };
         let (mut reader, place) = match done {
@@ -310,7 +315,10 @@ impl Link {
 
     /// Ranks that did not exit after SIGKILL, as node 0 relayed them (every node's).
     pub fn unkillable(&self) -> Vec<Unkillable> {
-        self.unkillable.lock().map(|u| u.clone()).unwrap_or_default()
+        self.unkillable
+            .lock()
+            .map(|u| u.clone())
+            .unwrap_or_default()
     }
 
     /// Tells node 0 of this node's ranks left behind after SIGKILL.
@@ -639,6 +647,7 @@ fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
             }
         });
     }
+    log::debug!("node {} joined the control plane at {addr}", s.join.node);
     let _ = tx.send(JoinStep::Joined {
         writer,
         closing,

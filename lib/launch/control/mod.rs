@@ -49,7 +49,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Heartbeat intervals without a word before the other side counts as lost.
 pub const MISSES: u32 = 5;
 /// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.
@@ -106,8 +106,11 @@ pub enum ControlError {
     #[error("cannot resolve --main_process_ip `{host}`: {reason}")]
     Unresolvable { host: String, reason: String },
     /// This launcher left the join (a signal): the other nodes were told.
-    #[error("node {node} left the join: {}", report.what)]
-    Left { node: u32, report: Box<FailureReport> },
+    #[error("node {node} {} while joining", report.what)]
+    Left {
+        node: u32,
+        report: Box<FailureReport>,
+    },
     /// Another node ended the run before it started (it left the join).
     #[error("the run ended before it started: {}", report.headline())]
     Ended { report: Box<FailureReport> },

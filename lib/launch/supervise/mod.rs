@@ -637,8 +637,14 @@ impl Session<'_> {
                             (Outcome::Signalled(sig), g) => {
                                 done(ExitStatus::Worker((128 + sig).min(255) as u8), Some(sig), g)
                             }
-                            (Outcome::Failed(f), _) => {
+                            (Outcome::Failed(f), g) => {
                                 report(opts, &f);
+                                // What node 0 added to this failure (a node that never reported
+                                // its end after the stop) is said here too.
+                                let own = f.to_report(node);
+                                if let Some(g) = g.filter(|g| g.what != own.what) {
+                                    note(opts, &format!("the run ended: {}", g.headline()));
+                                }
                                 done(
                                     ExitStatus::Worker(f.exit_code()),
                                     None,
@@ -676,7 +682,11 @@ impl Session<'_> {
                         if opts.capture.is_none() {
                             report(opts, &f);
                         }
-                        (ExitStatus::Worker(f.exit_code()), None, Some(f.to_report(node)))
+                        (
+                            ExitStatus::Worker(f.exit_code()),
+                            None,
+                            Some(f.to_report(node)),
+                        )
                     }
                     Outcome::Signalled(sig) => (ExitStatus::Signal(sig), Some(sig), None),
                     Outcome::Remote(g) => (g.exit_status(), None, Some(g)),
@@ -1025,7 +1035,10 @@ pub fn stopped_between_attempts(
     }
     note(
         opts,
-        &format!("{}: leaving the run (no rank of this node runs)", signal_name(sig)),
+        &format!(
+            "{}: leaving the run (no rank of this node runs)",
+            signal_name(sig)
+        ),
     );
     Some(FailureReport {
         what: format!("left the run: its launcher received {}", signal_name(sig)),

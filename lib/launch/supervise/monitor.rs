@@ -603,6 +603,10 @@ fn report_remote(opts: &Options, lead: &str, g: &FailureReport) {
     if let Some(m) = &g.error_message {
         out.push_str(&format!("  error: {m}\n"));
     }
+    // A node's local error comes with its launcher's hints.
+    for h in &g.hints {
+        out.push_str(&format!("  hint: {h}\n"));
+    }
     let lines: Vec<&str> = g.stderr_tail.lines().collect();
     let start = lines.len().saturating_sub(opts.tail_lines);
     if let (Some(r), true) = (g.rank, start < lines.len()) {

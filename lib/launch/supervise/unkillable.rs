@@ -49,8 +49,11 @@ fn frozen(proc: &Path) -> Option<String> {
             .then(|| path.to_string())
     })?;
     let root = Path::new("/sys/fs/cgroup/freezer");
-    let state = std::fs::read_to_string(root.join(path.trim_start_matches('/')).join("freezer.state"))
-        .ok()?;
+    let state = std::fs::read_to_string(
+        root.join(path.trim_start_matches('/'))
+            .join("freezer.state"),
+    )
+    .ok()?;
     let state = state.trim();
     (state != "THAWED").then(|| format!("frozen: cgroup freezer {path} is {state}"))
 }
