@@ -181,7 +181,7 @@ impl Link {
                     source,
                 })?;
         }
-        let mut joined: Option<(Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>)> = None;
+        let mut joined: Option<Member> = None;
         let done = loop {
             match steps.recv_timeout(Duration::from_millis(100)) {
                 Ok(JoinStep::Joined {
@@ -189,7 +189,7 @@ impl Link {
                     closing,
                     pulse,
                 }) => joined = Some((writer, closing, pulse)),
-                Ok(JoinStep::Done(r)) => break r,
+                Ok(JoinStep::Done(r)) => break *r,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let Some(report) = stopped() else { continue };
                     if let Some((w, closing, _)) = &joined {
@@ -230,7 +230,7 @@ impl Link {
                 }
             }
         };
-        let closing_now = |j: &Option<(Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>)>| {
+        let closing_now = |j: &Option<Member>| {
             if let Some((w, c, _)) = j {
                 c.store(true, Ordering::Relaxed);
                 let _ = write_msg(w, &Msg::Bye);
@@ -563,15 +563,18 @@ enum JoinStep {
         pulse: Arc<Pulse>,
     },
     /// Every node joined (or the join failed).
-    Done(Result<(Reader, Place), ControlError>),
+    Done(Box<Result<(Reader, Place), ControlError>>),
 }
+
+/// A joined node's connection: its writing side, the heartbeats' stop flag and pulse.
+type Member = (Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>);
 
 /// The join's blocking steps: connect and authenticate (again while the join timeout lasts when
 /// node 0 is not up yet or dropped the connection before its challenge), join, heartbeat, and wait
 /// for node 0's `start`.
 fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
     let done = |r| {
-        let _ = tx.send(JoinStep::Done(r));
+        let _ = tx.send(JoinStep::Done(Box::new(r)));
     };
     let addr = format!("{}:{}", s.addr, s.port);
     let deadline = Instant::now() + s.join_timeout;

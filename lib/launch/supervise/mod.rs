@@ -548,7 +548,7 @@ fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome
     guard::set_subreaper(true);
     let mut session = Session {
         opts,
-        rx: &*rx,
+        rx: &rx,
         tmp_root,
         logs,
         strays: Strays::new(),
