@@ -394,7 +394,7 @@ fn a_node_that_never_reports_its_end_is_lost_at_its_deadline() {
     let nonce = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     writeln!(
         w,
-        r#"{{"t":"hello","protocol":4,"node":1,"nonce":"{nonce}"}}"#
+        r#"{{"t":"hello","protocol":5,"node":1,"nonce":"{nonce}"}}"#
     )
     .unwrap();
     let mut line = String::new();
@@ -402,7 +402,7 @@ fn a_node_that_never_reports_its_end_is_lost_at_its_deadline() {
     assert!(line.contains(r#""auth":"none""#), "{line}");
     writeln!(
         w,
-        r#"{{"t":"join","protocol":4,"run_id":"port:{}","node":1,"nodes":2,"local_ranks":2,"host":"silent","max_restarts":1,"grace_ms":3000}}"#,
+        r#"{{"t":"join","protocol":5,"run_id":"port:{}","node":1,"nodes":2,"local_ranks":2,"host":"silent","max_restarts":1,"grace_ms":3000}}"#,
         port + 1
     )
     .unwrap();
