@@ -39,6 +39,9 @@ pub enum ExitStatus {
     /// A rank did not exit within [`KILL_WAIT`](crate::launch::supervise::KILL_WAIT) of SIGKILL
     /// (uninterruptible sleep in a driver or a file system, a frozen cgroup): it was named and left.
     Unkillable,
+    /// accel-test: no usable torch (none in the environment, another version than its libtorch part
+    /// binds, or its libraries or the part could not be loaded), so no rank can run.
+    NoTorch,
     /// A worker's own exit code or `128+N` for a worker killed by signal N, passed through.
     Worker(u8),
 }
@@ -51,6 +54,7 @@ impl ExitStatus {
             ExitStatus::Usage => 2,
             ExitStatus::Input => 3,
             ExitStatus::Output => 4,
+            ExitStatus::NoTorch => 5,
             ExitStatus::Interrupted => 130,
             ExitStatus::Signal(n) => (128 + n).clamp(129, 255) as u8,
             ExitStatus::LauncherFailed => 125,
@@ -113,6 +117,10 @@ impl ExitStatus {
         } else {
             if codes == Codes::Test {
                 rows.push((
+                    "5".to_string(),
+                    "No usable torch: none is installed in this environment, or another version than 2.13.*, or its libraries (or accel-test's libtorch part) could not be loaded. The message names which, and the torch accel-test needs.",
+                ));
+                rows.push((
                     "125".to_string(),
                     "The world could not be started: a busy --main_process_port, a bad topology, ranks that could not be spawned.",
                 ));
@@ -131,7 +139,7 @@ impl ExitStatus {
 pub enum Codes {
     /// accel-config, accel-estimate-memory, accel-merge-weights.
     Plain,
-    /// accel-test: also 125, a world that could not be started.
+    /// accel-test: also 5, no usable torch, and 125, a world that could not be started.
     Test,
     /// accel-launch and `accel-env -- CMD`: the launcher's statuses and the ranks' own.
     Launcher,
