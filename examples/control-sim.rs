@@ -151,6 +151,9 @@ impl Sim {
             host: format!("sim{node}"),
             max_restarts: self.a.max_restarts,
             hang_timeout_ms: None,
+            // accel-launch's default --grace_period (30 s): node 0's deadline after a stop.
+            grace_ms: Some(30_000),
+            world_size: None,
         }
     }
 

@@ -36,6 +36,9 @@ pub enum ExitStatus {
     /// accel-launch --slurm_requeue: SLURM's warning signal came, the ranks were stopped, and the job
     /// was put back in the queue.
     Requeued,
+    /// A rank did not exit within [`KILL_WAIT`](crate::launch::supervise::KILL_WAIT) of SIGKILL
+    /// (uninterruptible sleep in a driver or a file system, a frozen cgroup): it was named and left.
+    Unkillable,
     /// accel-test: no usable torch (none in the environment, another version than its libtorch part
     /// binds, or its libraries or the part could not be loaded), so no rank can run.
     NoTorch,
@@ -60,7 +63,24 @@ impl ExitStatus {
             ExitStatus::Hang => 124,
             ExitStatus::NodeLost => 122,
             ExitStatus::Requeued => 123,
+            ExitStatus::Unkillable => 121,
             ExitStatus::Worker(code) => code,
+        }
+    }
+
+    /// The status whose [`code`](ExitStatus::code) is `code` (a status another node's launcher
+    /// reported over the control plane); codes of no status of ours are a rank's own.
+    pub fn from_code(code: u8) -> ExitStatus {
+        match code {
+            0 => ExitStatus::Success,
+            121 => ExitStatus::Unkillable,
+            122 => ExitStatus::NodeLost,
+            123 => ExitStatus::Requeued,
+            124 => ExitStatus::Hang,
+            125 => ExitStatus::LauncherFailed,
+            126 => ExitStatus::CannotExecute,
+            127 => ExitStatus::NotFound,
+            c => ExitStatus::Worker(c),
         }
     }
 
@@ -76,6 +96,7 @@ impl ExitStatus {
         ];
         if launcher {
             rows.extend([
+                ("121".to_string(), "A rank did not exit within 10 s after SIGKILL (uninterruptible sleep: a hung driver after an Xid error, an NFS, Lustre or FUSE read that never returns; a cgroup-v1-frozen process): it is named with its pid, state and wchan and left behind, and the run ends anyway (no restart). This node's status; the other nodes name it too and exit with the run's own status."),
                 ("122".to_string(), "Multi-node run: another node was lost (its launcher died, or its heartbeats stopped), and this node stopped its ranks."),
                 ("123".to_string(), "--slurm_requeue: SLURM's warning signal came, the ranks were given --grace_period to save and exit, and the job was requeued (scontrol requeue, by node 0's launcher); every node exits 123."),
                 ("124".to_string(), "--hang_timeout: no rank made progress for that long; the stacks were reported and the run stopped."),

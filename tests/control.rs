@@ -70,8 +70,11 @@ fn launcher(
     if let Some(ns) = ns {
         c.env("GLOO_SOCKET_IFNAME", &ns.ifaces[node as usize]);
     }
-    c.args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
-        .args(["--main_process_ip", master, "--main_process_port", port])
+    c.args(["--cpu", "--num_machines", "2"]);
+    if !extra.contains(&"--num_processes") {
+        c.args(["--num_processes", "4"]);
+    }
+    c.args(["--main_process_ip", master, "--main_process_port", port])
         .args(["--machine_rank", &node.to_string()]);
     // Defaults, unless `extra` sets them.
     if !extra.contains(&"--grace_period") {
@@ -653,8 +656,8 @@ fn a_lost_node_not_replaced_in_time_ends_the_run() {
         "1",
         "--rdzv_timeout",
         "3",
-        "--nproc_per_node",
-        "1",
+        "--num_processes",
+        "2",
     ];
     let n0 = Watched::spawn(launcher(
         None,
@@ -849,7 +852,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     // A hello as node 1, then a forged proof.
     let mut a = Stranger::connect(cport);
     a.send(&format!(
-        r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+        r#"{{"t":"hello","protocol":5,"node":1,"nonce":"{NONCE}"}}"#
     ));
     let challenge = a.line();
     assert!(challenge.contains(r#""auth":"hmac""#), "{challenge}");
@@ -865,7 +868,7 @@ fn strangers_neither_join_nor_stop_an_authenticated_run() {
     for forged in FORGED {
         let mut b = Stranger::connect(cport);
         b.send(&format!(
-            r#"{{"t":"hello","protocol":3,"node":1,"nonce":"{NONCE}"}}"#
+            r#"{{"t":"hello","protocol":5,"node":1,"nonce":"{NONCE}"}}"#
         ));
         seen.push(b.line());
         b.send(forged);
@@ -1077,6 +1080,8 @@ fn raw_member(
         host: "raw-peer".into(),
         max_restarts: 0,
         hang_timeout_ms: None,
+        grace_ms: Some(3_000),
+        world_size: None,
     };
     let creds = Credentials {
         secret: Some(Secret::new(SECRET.as_bytes())),

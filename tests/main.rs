@@ -9,6 +9,7 @@ mod util;
 mod accel_test;
 mod config;
 mod control;
+mod control_waits;
 mod deepspeed_launch;
 mod docs;
 mod durations;

@@ -283,7 +283,7 @@ fn srun_node_1_30_s_late_joins_and_strangers_without_a_munge_credential_of_the_u
         .find_map(|l| l.strip_suffix(" n1"))
         .unwrap_or_else(|| panic!("{hosts}"));
     let addr = format!("{ip}:{port}");
-    let hello = serde_json::json!({"t": "hello", "protocol": 3, "node": 1, "nonce": NONCE});
+    let hello = serde_json::json!({"t": "hello", "protocol": accel::launch::control::PROTOCOL, "node": 1, "nonce": NONCE});
     let mut seen = Vec::new();
     let challenge = |seen: &mut Vec<String>| {
         let mut c = Line::connect(&addr);

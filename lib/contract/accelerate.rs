@@ -82,6 +82,10 @@ pub struct Machine {
     /// Ranks per node as the scheduler gives them (`PET_NPROC_PER_NODE`, SkyPilot's GPUs per node),
     /// for the embedded default in place of the GPU count.
     pub procs_per_node: Option<u32>,
+    /// This node's own rank count (accel-launch's `--nproc_per_node`, torchrun's per-node count),
+    /// when nodes differ: `num_processes` keeps accelerate's meaning, the world's total, which then
+    /// need not be a multiple of `num_machines` (the control plane's join checks the sum).
+    pub own_ranks: Option<u32>,
 }
 
 /// accelerate's merged `args` namespace after `_validate_launch_command`.
@@ -116,6 +120,10 @@ pub struct LaunchArgs {
     pub ds_fields: String,
     /// What was defaulted because no config file was found (accelerate's warning lines).
     pub defaulted: Vec<String>,
+    /// [`Machine::own_ranks`]: this node's rank count when nodes differ.
+    pub own_ranks: Option<u32>,
+    /// `num_processes` was given (flag, environment or config file), not defaulted.
+    pub num_processes_given: bool,
 }
 
 /// accelerate's argparse defaults for section keys (None-defaults are absent).
@@ -426,6 +434,8 @@ impl LaunchArgs {
             values,
             ds_fields: String::new(),
             defaulted: Vec::new(),
+            own_ranks: input.machine.own_ranks,
+            num_processes_given: np_explicit || has_file,
         };
         if !origin_is_explicit(r, "machine_rank") && a.num_machines > 1 {
             a.machine_rank = None;
@@ -467,7 +477,9 @@ impl LaunchArgs {
             let nodes = input.machine.nodes.max(1);
             let cpu_mode = p.cpu || gpus == 0;
             if !np_explicit {
-                let per_node = if let Some(n) = input.machine.procs_per_node {
+                let per_node = if let Some(n) = input.machine.own_ranks {
+                    n
+                } else if let Some(n) = input.machine.procs_per_node {
                     n
                 } else if cpu_mode {
                     if input.machine.physical_cores >= 2 {
@@ -538,7 +550,8 @@ impl LaunchArgs {
                 a.num_machines - 1
             )));
         }
-        if a.num_processes % a.num_machines != 0 {
+        // Uneven nodes each say their own count; the join checks that they add up.
+        if a.own_ranks.is_none() && a.num_processes % a.num_machines != 0 {
             return Err(ArgsError::Invalid(format!(
                 "num_processes ({}) is the total over all machines and must be a multiple of num_machines ({})",
                 a.num_processes, a.num_machines
@@ -562,7 +575,9 @@ impl LaunchArgs {
                     ]
                     .iter()
                     .find_map(|k| input.env.non_empty(k).and_then(|v| v.parse::<u32>().ok()))
-                    .unwrap_or((a.num_processes / a.num_machines.max(input.machine.nodes)).max(1));
+                    .unwrap_or(a.own_ranks.unwrap_or(
+                        (a.num_processes / a.num_machines.max(input.machine.nodes)).max(1),
+                    ));
                     let threads = input.machine.physical_cores / local.max(1);
                     if threads > 1 {
                         n = threads;
@@ -612,7 +627,8 @@ impl LaunchArgs {
 
     /// Whether ranks are started as torchrun workers (every path but a single simple child).
     pub fn num_local_processes(&self) -> u32 {
-        (self.num_processes / self.num_machines).max(1)
+        self.own_ranks
+            .unwrap_or((self.num_processes / self.num_machines).max(1))
     }
 
     fn val(&self, key: &str) -> Option<&Value> {
@@ -999,6 +1015,7 @@ mod tests {
                 physical_cores: 2,
                 nodes: 1,
                 procs_per_node: None,
+                own_ranks: None,
             },
             env: &env,
         })

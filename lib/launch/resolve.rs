@@ -206,6 +206,7 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
             physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
             nodes,
             procs_per_node: place.as_ref().and_then(|p| p.procs_per_node),
+            own_ranks: input.nproc_per_node,
         },
         env,
     })?;
@@ -445,7 +446,7 @@ fn apply_place(
     args: &mut LaunchArgs,
 ) -> Result<()> {
     args.num_machines = place.num_nodes;
-    if args.num_processes % place.num_nodes != 0 {
+    if args.own_ranks.is_none() && args.num_processes % place.num_nodes != 0 {
         return Err(ContractError::Topology(format!(
             "num_processes ({}) is the total over all nodes and is not a multiple of the {} nodes",
             args.num_processes, place.num_nodes

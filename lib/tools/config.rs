@@ -503,6 +503,7 @@ fn launch_refusal(loaded: &config::Loaded) -> Option<String> {
             physical_cores: 1,
             nodes: 1,
             procs_per_node: None,
+            own_ranks: None,
         },
         env: &env,
     });

@@ -263,6 +263,15 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     // Multi-node: join the other nodes' launchers first; the world (each node's rank offset) is
     // assembled there.
     let mut topology = run.topology.clone();
+    // Multi-node: signals are acted on from the join on (a launcher still joining, or waiting for
+    // a replacement, leaves the run at once), through the same channel the run then reads.
+    let signals = match &run.control {
+        Some(_) => Some(Arc::new(launch::supervise::Signals::install(
+            requeue_signal,
+            env,
+        )?)),
+        None => None,
+    };
     let link = match (&run.control, &mut topology) {
         (Some(cp), Some(t)) => {
             let secret = control::Secret::from_env(
@@ -285,25 +294,66 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 }
                 _ => None,
             };
-            let (link, place) = control::Link::join(&control::Settings {
-                addr: cp.addr.clone(),
-                port: cp.port,
-                secret,
-                munge,
+            let noting = launch::Options {
+                tool: TOOL,
                 quiet: cli.quiet,
-                join: control::Join {
-                    protocol: control::PROTOCOL,
-                    run_id: control::run_id(env, cp),
-                    node: t.node_rank,
-                    nodes: t.num_nodes,
-                    local_ranks: t.local_world_size,
-                    host: launch::plan::hostname(),
-                    max_restarts: cli.max_restarts,
-                    hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
+                requeue_signal,
+                ..launch::Options::default()
+            };
+            let (node, host) = (t.node_rank, launch::plan::hostname());
+            let stopped = || {
+                let sig = signals.as_ref()?.next()?;
+                launch::supervise::stopped_between_attempts(&noting, node, &host, sig)
+            };
+            let joined = control::Link::join(
+                &control::Settings {
+                    addr: cp.addr.clone(),
+                    port: cp.port,
+                    secret,
+                    munge,
+                    quiet: cli.quiet,
+                    join: control::Join {
+                        protocol: control::PROTOCOL,
+                        run_id: control::run_id(env, cp),
+                        node: t.node_rank,
+                        nodes: t.num_nodes,
+                        local_ranks: t.local_world_size,
+                        host: launch::plan::hostname(),
+                        max_restarts: cli.max_restarts,
+                        hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
+                        grace_ms: match grace {
+                            crate::duration::Wait::Never => None,
+                            g => Some(g.as_duration().as_millis() as u64),
+                        },
+                        // Uneven nodes: a --num_processes given is the world's total, checked at the join.
+                        world_size: cli
+                            .nproc_per_node
+                            .filter(|_| run.args.num_processes_given)
+                            .map(|_| run.args.num_processes),
+                    },
+                    join_timeout: cli.rdzv_timeout,
+                    heartbeat: control::HEARTBEAT,
                 },
-                join_timeout: cli.rdzv_timeout,
-                heartbeat: control::HEARTBEAT,
-            })?;
+                stopped,
+            );
+            let (link, place) = match joined {
+                Ok(j) => j,
+                // SLURM's warning while joining: the job is requeued (node 0 asks), as once ranks run.
+                Err(e) if e.requeue() => {
+                    let mut status = crate::error::render(TOOL, &Error::from(e), env);
+                    if let Some(r) = requeue.filter(|r| r.requeuer) {
+                        match r.request() {
+                            Ok(()) if !cli.quiet => {
+                                eprintln!("{TOOL}: job {} requeued (scontrol requeue)", r.job)
+                            }
+                            Ok(()) => {}
+                            Err(e) => status = crate::error::render(TOOL, &Error::from(e), env),
+                        }
+                    }
+                    return Ok(status);
+                }
+                Err(e) => return Err(e.into()),
+            };
             t.assembled = Some(Assembled {
                 world_size: place.world_size,
                 rank_offset: place.rank_offset,
@@ -344,6 +394,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         py_spy,
         control: link,
         requeue_signal,
+        signals,
         ..launch::Options::default()
     };
     let outcome = launch::run(&plan, &opts, env)?;

@@ -5,8 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::super::verdict::{self, NodeInfo, World};
-use super::protocol::{FailureReport, Join, LostNode, Msg};
+use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
 use super::PROTOCOL;
+use crate::launch::supervise::KILL_WAIT;
+
+/// Beyond a node's grace period and [`KILL_WAIT`], what its launcher may take to report its ranks'
+/// end after a stop: killing what they left (2 s), draining their output, a stack dump with
+/// `--stacks_on_failure` (4 s, held 2 s), the network.
+pub const ENDED_SLACK: Duration = Duration::from_secs(15);
+
+/// Ranks left behind after SIGKILL that node 0 relays, per node and in all.
+const MAX_UNKILLABLE: usize = 64;
 
 /// The most ranks one node may say it runs: far above any machine, and small enough that no sum
 /// of them overflows the world size.
@@ -44,6 +53,28 @@ enum Phase {
 struct Member {
     host: String,
     local_ranks: u32,
+    /// Its `--grace_period` (`None`: it never SIGKILLs).
+    grace: Option<Duration>,
+    /// The world's total it was given (`--num_processes` with `--nproc_per_node`).
+    world_size: Option<u32>,
+}
+
+impl Member {
+    fn of(j: &Join) -> Member {
+        let max = Duration::from_secs(crate::duration::MAX_SECONDS);
+        Member {
+            host: j.host.clone(),
+            local_ranks: j.local_ranks,
+            grace: j.grace_ms.map(Duration::from_millis).filter(|g| *g < max),
+            world_size: j.world_size,
+        }
+    }
+
+    /// How long after a stop this node has to report its ranks' end: its grace, SIGKILL's wait and
+    /// [`ENDED_SLACK`]; `None` when it never SIGKILLs.
+    fn ended_within(&self) -> Option<Duration> {
+        self.grace.map(|g| g + KILL_WAIT + ENDED_SLACK)
+    }
 }
 
 /// The server's decisions, as a state machine over joins, messages and closed connections.
@@ -70,6 +101,14 @@ pub struct Coordinator {
     lost: BTreeMap<u32, String>,
     /// How long the survivors wait for replacements (the server's join timeout).
     replace_within: Duration,
+    /// When the running attempt was stopped: every node then has [`Member::ended_within`] to
+    /// report its ranks' end.
+    stopped_at: Option<Instant>,
+    /// Why the run cannot restart whatever `--max_restarts` says (a node left it, ranks were left
+    /// behind, a node never reported its end).
+    no_restart: Option<String>,
+    /// Ranks left behind after SIGKILL, every node's, as relayed.
+    unkillable: usize,
 }
 
 impl Coordinator {
@@ -89,6 +128,9 @@ impl Coordinator {
             now: Instant::now(),
             lost: BTreeMap::new(),
             replace_within: Duration::from_secs(300),
+            stopped_at: None,
+            no_restart: None,
+            unkillable: 0,
         }
     }
 
@@ -194,32 +236,70 @@ impl Coordinator {
         match self.phase {
             Phase::Joining => {}
             Phase::Finished => {
+                let why = self
+                    .failure
+                    .as_ref()
+                    .map(|f| format!(": {}", f.headline()))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "the run has ended (attempt {}); node {} cannot join it",
+                    "the run has ended (attempt {}){why}; node {} cannot join it",
                     self.attempt, j.node
-                ))
+                ));
             }
             Phase::Running | Phase::Waiting => return self.replace(j),
         }
         if let Some(m) = self.members.get(&j.node) {
             return Err(duplicate(j, &m.host));
         }
+        if let Some(w) = j.world_size {
+            let given = self.members.values().filter_map(|m| m.world_size).next();
+            if let Some(other) = given.filter(|o| *o != w) {
+                return Err(format!(
+                    "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
+                ));
+            }
+        }
         self.run_id = Some(j.run_id.clone());
         self.max_restarts = Some(j.max_restarts);
         self.hang_timeout_ms = Some(j.hang_timeout_ms);
-        self.members.insert(
-            j.node,
-            Member {
-                host: j.host.clone(),
-                local_ranks: j.local_ranks,
-            },
-        );
+        self.members.insert(j.node, Member::of(j));
         if self.members.len() as u32 == self.nodes {
+            if let Some(reason) = self.wrong_total() {
+                // Every node is told, and the run ends before any rank starts.
+                self.phase = Phase::Finished;
+                return Ok(vec![(To::All, Msg::Reject { reason })]);
+            }
             self.phase = Phase::Running;
             self.arm_world();
             return Ok(self.starts());
         }
         Ok(Vec::new())
+    }
+
+    /// With uneven nodes (`--nproc_per_node`), a `--num_processes` given is the world's total: the
+    /// nodes' ranks must add up to it.
+    fn wrong_total(&self) -> Option<String> {
+        let (node, want) = self
+            .members
+            .iter()
+            .find_map(|(n, m)| m.world_size.map(|w| (*n, w)))?;
+        let sum: u64 = self
+            .members
+            .values()
+            .map(|m| u64::from(m.local_ranks))
+            .sum();
+        if sum == u64::from(want) {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .members
+            .values()
+            .map(|m| m.local_ranks.to_string())
+            .collect();
+        Some(format!(
+            "the nodes' ranks add up to {sum} ({}), but node {node} says --num_processes {want}: with --nproc_per_node, --num_processes is the world's total (or leave it out)",
+            parts.join(" + ")
+        ))
     }
 
     /// A join after the start: a launcher replacing a lost node joins the next attempt.
@@ -252,13 +332,7 @@ impl Coordinator {
         }
         self.lost.remove(&j.node);
         self.gone.remove(&j.node);
-        self.members.insert(
-            j.node,
-            Member {
-                host: j.host.clone(),
-                local_ranks: j.local_ranks,
-            },
-        );
+        self.members.insert(j.node, Member::of(j));
         // It has no ranks in this attempt: it counts as ended.
         self.ended.insert(j.node);
         if self.phase == Phase::Waiting && self.lost.is_empty() {
@@ -275,6 +349,7 @@ impl Coordinator {
         self.failure.is_some()
             && !requeue
             && !hang
+            && self.no_restart.is_none()
             && !self.lost.contains_key(&0)
             && self.attempt < self.max_restarts.unwrap_or(0)
     }
@@ -308,6 +383,13 @@ impl Coordinator {
     /// Each node's place in the world: rank offsets in node order.
     fn starts(&self) -> Vec<(To, Msg)> {
         let world_size = self.members.values().map(|m| m.local_ranks).sum();
+        // Node 0 decides once the slowest node's deadline after a stop has passed.
+        let stop_within_ms = self
+            .members
+            .values()
+            .map(Member::ended_within)
+            .try_fold(Duration::ZERO, |a, w| w.map(|w| a.max(w)))
+            .map(|d| d.as_millis() as u64);
         let mut offset = 0;
         let mut out = Vec::new();
         for (n, m) in &self.members {
@@ -318,6 +400,7 @@ impl Coordinator {
                     world_size,
                     rank_offset: offset,
                     nodes: self.nodes,
+                    stop_within_ms,
                 },
             ));
             offset += m.local_ranks;
@@ -351,17 +434,66 @@ impl Coordinator {
         self.now = now;
         let acts = match self.world.as_mut() {
             Some(w) if self.phase == Phase::Running && self.failure.is_none() => w.tick(now),
-            _ => return Vec::new(),
+            _ => Vec::new(),
         };
-        self.acts(acts)
+        let mut out = self.acts(acts);
+        out.extend(self.overdue(now));
+        out
     }
 
     /// When [`tick`](Coordinator::tick) next has something to decide.
     pub fn next_wake(&self) -> Option<Instant> {
-        match &self.world {
+        let world = match &self.world {
             Some(w) if self.phase == Phase::Running && self.failure.is_none() => w.next_wake(),
             _ => None,
+        };
+        let ended = self.deadlines().map(|(_, at)| at).min();
+        match (world, ended) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
+    }
+
+    /// Each node still to report its ranks' end after the stop, with its deadline.
+    fn deadlines(&self) -> impl Iterator<Item = (u32, Instant)> + '_ {
+        let at = self.stopped_at.filter(|_| self.phase == Phase::Running);
+        self.members
+            .iter()
+            .filter(move |(n, _)| at.is_some() && !self.ended.contains(n) && !self.gone.contains(n))
+            .filter_map(move |(n, m)| Some((*n, at?.checked_add(m.ended_within()?)?)))
+    }
+
+    /// A node that did not report its ranks' end by its deadline after the stop is lost: its
+    /// heartbeats alone do not keep the world waiting. Its ranks may still run, so no restart.
+    fn overdue(&mut self, now: Instant) -> Vec<(To, Msg)> {
+        let late: Vec<u32> = self
+            .deadlines()
+            .filter(|(_, at)| now >= *at)
+            .map(|(n, _)| n)
+            .collect();
+        if late.is_empty() {
+            return Vec::new();
+        }
+        for n in &late {
+            let within = self
+                .members
+                .get(n)
+                .and_then(Member::ended_within)
+                .unwrap_or_default();
+            let host = self.host(*n);
+            if let Some(f) = &mut self.failure {
+                f.what.push_str(&format!(
+                    "; node {n} ({host}) did not report its ranks' end within {} s of the stop and was left",
+                    within.as_secs()
+                ));
+            }
+            self.no_restart
+                .get_or_insert_with(|| format!("node {n}'s ranks may still run"));
+            self.lost.insert(*n, host);
+            self.ended.insert(*n);
+            self.gone.insert(*n);
+        }
+        self.maybe_next()
     }
 
     /// What the world's hang judgement decided, as messages.
@@ -384,6 +516,7 @@ impl Coordinator {
                         hang: true,
                         ..FailureReport::lost(0, &self.host(0), "")
                     });
+                    self.stopped_at = Some(self.now);
                     out.push((
                         To::All,
                         Msg::Verdict {
@@ -446,11 +579,82 @@ impl Coordinator {
                 out.extend(self.maybe_next());
                 out
             }
+            Msg::Leave { failure } => self.leave(node, failure),
+            Msg::Left { attempt, ranks } if attempt == self.attempt => {
+                let host = self.host(node);
+                let room = MAX_UNKILLABLE.saturating_sub(self.unkillable);
+                let ranks: Vec<Unkillable> = ranks
+                    .into_iter()
+                    .take(room)
+                    .map(|mut u| {
+                        // A node speaks only for its own ranks.
+                        u.node = node;
+                        u.host = host.clone();
+                        truncate(&mut u.state, 4);
+                        truncate(&mut u.wchan, 128);
+                        if let Some(n) = u.note.as_mut() {
+                            truncate(n, 512);
+                        }
+                        u
+                    })
+                    .collect();
+                if ranks.is_empty() {
+                    return Vec::new();
+                }
+                self.unkillable += ranks.len();
+                self.no_restart
+                    .get_or_insert_with(|| format!("node {node} left ranks behind"));
+                vec![(
+                    To::All,
+                    Msg::Left {
+                        attempt: self.attempt,
+                        ranks,
+                    },
+                )]
+            }
             Msg::Bye => {
                 self.gone.insert(node);
                 Vec::new()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// A node's launcher ends the run, at any phase (it could not start its ranks; a signal
+    /// stopped it while joining or waiting): every node is stopped and then told, no restart.
+    fn leave(&mut self, node: u32, failure: FailureReport) -> Vec<(To, Msg)> {
+        let mut f = self.own_failure(node, failure);
+        f.rank = None;
+        f.local_rank = None;
+        f.hints.truncate(8);
+        for h in &mut f.hints {
+            truncate(h, 1024);
+        }
+        // A node that ends the run ends it as a failure: never with status 0.
+        if f.status == Some(0) {
+            f.status = None;
+        }
+        if f.status.is_none() && f.code.is_none() && f.signal.is_none() && !f.requeue {
+            f.status = Some(crate::exit_status::ExitStatus::LauncherFailed.code());
+        }
+        self.no_restart
+            .get_or_insert_with(|| format!("node {node} left the run"));
+        match self.phase {
+            Phase::Joining => {
+                self.failure = Some(f);
+                self.finish()
+            }
+            Phase::Running => {
+                let mut out = self.fail(f);
+                self.ended.insert(node);
+                out.extend(self.maybe_next());
+                out
+            }
+            Phase::Waiting => {
+                self.failure = Some(f);
+                self.finish()
+            }
+            Phase::Finished => Vec::new(),
         }
     }
 
@@ -541,6 +745,7 @@ impl Coordinator {
             return Vec::new();
         }
         self.failure = Some(failure.clone());
+        self.stopped_at = Some(self.now);
         vec![(
             To::All,
             Msg::Stop {
@@ -569,6 +774,7 @@ impl Coordinator {
     fn restart(&mut self) -> Vec<(To, Msg)> {
         self.attempt += 1;
         self.failure = None;
+        self.stopped_at = None;
         self.ended.clear();
         self.phase = Phase::Running;
         self.arm_world();
@@ -596,6 +802,13 @@ impl Coordinator {
 
 /// Two launchers with one node rank: the second is refused, naming both hosts.
 fn duplicate(j: &Join, host: &str) -> String {
+    if j.node == 0 {
+        // Node 0 hosts the control plane: it is never replaced, so a second one has no place.
+        return format!(
+            "node 0 is already in the run from host {host}, and this launcher (host {}) also says --machine_rank 0; node 0 hosts the control plane and is never replaced: give this launcher another --machine_rank, or another --main_process_port for another run",
+            j.host
+        );
+    }
     format!(
         "node {} is already in the run from host {host}, and this launcher (host {}) has the same --machine_rank {}; a replacement may join only once node {} is lost",
         j.node, j.host, j.node, j.node
@@ -618,6 +831,8 @@ mod tests {
             host: format!("h{node}"),
             max_restarts: 1,
             hang_timeout_ms: None,
+            grace_ms: Some(3_000),
+            world_size: None,
         }
     }
 
@@ -635,6 +850,8 @@ mod tests {
             requeue: false,
             step_wide: false,
             hang: false,
+            status: None,
+            hints: Vec::new(),
         }
     }
 
@@ -756,7 +973,9 @@ mod tests {
                         attempt: 0,
                         world_size: 4,
                         rank_offset: 0,
-                        nodes: 2
+                        nodes: 2,
+                        // Node 0 decides within the slowest node's grace, SIGKILL's wait and slack.
+                        stop_within_ms: Some(3_000 + 10_000 + 15_000),
                     }
                 ),
                 (
@@ -765,7 +984,8 @@ mod tests {
                         attempt: 0,
                         world_size: 4,
                         rank_offset: 3,
-                        nodes: 2
+                        nodes: 2,
+                        stop_within_ms: Some(28_000),
                     }
                 ),
             ]
@@ -781,6 +1001,12 @@ mod tests {
         let e = c.join(&twin).unwrap_err();
         assert!(
             e.contains("node 0 is already in the run from host h0, and this launcher (host h0b)"),
+            "{e}"
+        );
+        // Node 0 is never replaced: a second one is told so, not to wait for node 0's loss.
+        assert!(
+            e.contains("node 0 hosts the control plane and is never replaced")
+                && !e.contains("replacement may join"),
             "{e}"
         );
         let mut other = join(1, 2);
@@ -1275,6 +1501,241 @@ mod tests {
         assert!(
             matches!(&out[..], [(To::All, Msg::Finish { failure: Some(f) })] if f.hang),
             "{out:?}"
+        );
+    }
+
+    fn started_at(nodes: u32, max_restarts: u32, t0: Instant) -> Coordinator {
+        let mut c = started(nodes, max_restarts);
+        c.tick(t0);
+        c
+    }
+
+    #[test]
+    fn a_node_that_does_not_report_its_end_after_a_stop_is_lost_and_the_run_not_restarted() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        // Restarts are left: a node that never reports its end still ends the run.
+        let mut c = started_at(2, 1, t0);
+        let out = c.message(
+            0,
+            Msg::Failed {
+                attempt: 0,
+                failure: rank_failure(0, 1),
+            },
+        );
+        assert!(matches!(&out[..], [(To::All, Msg::Stop { .. })]), "{out:?}");
+        assert!(ended(&mut c, 0, 0).is_empty());
+        // Node 1 heartbeats on (its connection is open) but never says `ended`: its grace (3 s),
+        // SIGKILL's wait (10 s) and the slack (15 s) are its deadline.
+        assert_eq!(c.next_wake(), Some(s(28)));
+        assert!(c.tick(s(27)).is_empty());
+        let out = c.tick(s(28));
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.exit_status(), ExitStatus::Worker(7));
+        assert!(
+            f.what.ends_with(
+                "; node 1 (h1) did not report its ranks' end within 28 s of the stop and was left"
+            ),
+            "{}",
+            f.what
+        );
+        // Its late `ended` changes nothing.
+        assert!(ended(&mut c, 1, 0).is_empty());
+        // A node that never SIGKILLs (--grace_period inf) has no such deadline.
+        let mut c = Coordinator::new(2);
+        c.tick(t0);
+        c.join(&join(0, 2)).unwrap();
+        let mut j = join(1, 2);
+        j.grace_ms = None;
+        let out = c.join(&j).unwrap();
+        assert!(
+            matches!(
+                &out[0].1,
+                Msg::Start {
+                    stop_within_ms: None,
+                    ..
+                }
+            ),
+            "{out:?}"
+        );
+        c.message(
+            0,
+            Msg::Failed {
+                attempt: 0,
+                failure: rank_failure(0, 1),
+            },
+        );
+        ended(&mut c, 0, 0);
+        assert_eq!(c.next_wake(), None, "node 1 never SIGKILLs: no deadline");
+        assert!(c.tick(s(3600)).is_empty());
+    }
+
+    fn leaving(node: u32, status: Option<u8>) -> FailureReport {
+        FailureReport {
+            what: "could not start its ranks: cannot run `nosuch`: not found".into(),
+            status,
+            hints: vec!["check the program's path".into()],
+            ..FailureReport::lost(node, "forged", "")
+        }
+    }
+
+    #[test]
+    fn a_node_that_leaves_ends_the_run_at_every_phase_with_its_status() {
+        // While joining: every joined node is told at once; a later launcher hears why.
+        let mut c = Coordinator::new(3);
+        c.join(&join3(0)).unwrap();
+        c.join(&join3(1)).unwrap();
+        let out = c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(143)),
+            },
+        );
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.exit_status(), ExitStatus::Worker(143));
+        assert_eq!(f.host, "h1", "the host is the one it joined with");
+        let e = c.join(&join3(2)).unwrap_err();
+        assert!(
+            e.contains("the run has ended (attempt 0): node 1 (h1) could not start its ranks"),
+            "{e}"
+        );
+        // Running: a local error on node 1 stops node 0, and the run ends with node 1's status
+        // (127), not restarted though a restart is left.
+        let mut c = started(2, 1);
+        let out = c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(127)),
+            },
+        );
+        let [(To::All, Msg::Stop { failure, .. })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(failure.exit_status(), ExitStatus::NotFound);
+        assert_eq!(failure.hints, ["check the program's path"]);
+        let out = ended(&mut c, 0, 0);
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.exit_status(), ExitStatus::NotFound);
+        // Waiting for a replacement: a node that leaves (Ctrl-C) ends the wait for every node.
+        let mut c = started(3, 2);
+        c.closed(2, "gone");
+        ended(&mut c, 0, 0);
+        ended(&mut c, 1, 0);
+        assert!(c.waiting());
+        let out = c.message(
+            0,
+            Msg::Leave {
+                failure: leaving(0, Some(130)),
+            },
+        );
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.exit_status(), ExitStatus::Worker(130));
+        // A node cannot make the run end "well": status 0 becomes the launcher's failure.
+        let mut c = started(2, 0);
+        c.message(
+            1,
+            Msg::Leave {
+                failure: leaving(1, Some(0)),
+            },
+        );
+        let out = ended(&mut c, 0, 0);
+        let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(f.exit_status(), ExitStatus::LauncherFailed);
+    }
+
+    #[test]
+    fn ranks_left_behind_are_relayed_and_end_the_run() {
+        let mut c = started(2, 1);
+        c.message(
+            0,
+            Msg::Failed {
+                attempt: 0,
+                failure: rank_failure(0, 1),
+            },
+        );
+        let stuck = Unkillable {
+            node: 0,
+            host: "forged".into(),
+            rank: 3,
+            pid: 4242,
+            state: "D".into(),
+            wchan: "request_wait_answer".into(),
+            note: None,
+        };
+        let out = c.message(
+            1,
+            Msg::Left {
+                attempt: 0,
+                ranks: vec![stuck; 100],
+            },
+        );
+        let [(To::All, Msg::Left { ranks, .. })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(ranks.len(), MAX_UNKILLABLE);
+        assert!(ranks.iter().all(|u| u.node == 1 && u.host == "h1"));
+        assert_eq!(
+            ranks[0].describe(),
+            "rank 3 (pid 4242) is in uninterruptible sleep (D, wchan request_wait_answer) and did not exit after SIGKILL"
+        );
+        ended(&mut c, 0, 0);
+        let out = ended(&mut c, 1, 0);
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Finish { failure: Some(_) })]),
+            "no restart with ranks left behind: {out:?}"
+        );
+    }
+
+    #[test]
+    fn uneven_nodes_say_their_own_counts_and_the_total_is_checked() {
+        let three = |node: u32, ranks: u32, total: Option<u32>| Join {
+            nodes: 3,
+            world_size: total,
+            ..join(node, ranks)
+        };
+        let mut c = Coordinator::new(3);
+        c.join(&three(0, 1, Some(4))).unwrap();
+        c.join(&three(1, 2, None)).unwrap();
+        let out = c.join(&three(2, 1, Some(4))).unwrap();
+        let offsets: Vec<u32> = out
+            .iter()
+            .map(|(_, m)| match m {
+                Msg::Start {
+                    world_size: 4,
+                    rank_offset,
+                    ..
+                } => *rank_offset,
+                m => panic!("{m:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [0, 1, 3]);
+        let mut c = Coordinator::new(3);
+        c.join(&three(0, 1, Some(5))).unwrap();
+        let e = c.join(&three(1, 2, Some(4))).unwrap_err();
+        assert!(
+            e.contains("says --num_processes 4 but another node says 5"),
+            "{e}"
+        );
+        c.join(&three(1, 2, None)).unwrap();
+        let out = c.join(&three(2, 1, None)).unwrap();
+        let [(To::All, Msg::Reject { reason })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(
+            reason.starts_with(
+                "the nodes' ranks add up to 4 (1 + 2 + 1), but node 0 says --num_processes 5"
+            ),
+            "{reason}"
         );
     }
 }

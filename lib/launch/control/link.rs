@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use super::super::verdict::WireStack;
 use super::auth::{answer, nonce, Answer, Credentials, Handshake, Reader, Secret, Way, Writer};
 use super::munge::Munge;
-use super::protocol::{read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg};
+use super::protocol::{
+    read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg, Unkillable,
+};
 use super::server::{start_server, Server, ServerSettings};
 use super::{lost_after, ControlError};
 
@@ -39,6 +41,42 @@ pub struct Place {
     pub rank_offset: u32,
     /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
     pub attempt: u32,
+    /// Once an attempt is stopped, node 0 decides within this (`None`: a node never SIGKILLs).
+    pub stop_within: Option<Duration>,
+}
+
+/// A launcher whose supervision has not moved for this long stops heartbeating, so that node 0
+/// counts it as lost: its heartbeat thread alone must not keep a stuck launcher in the run. Every
+/// wait of the supervision moves at least each [`HEARTBEAT`](super::HEARTBEAT); its longest
+/// blocking steps (a stack dump for --stacks_on_failure, the cleanup of an attempt) take seconds.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// How much longer than node 0's own deadlines a node waits for node 0's decision after a stop.
+const DECIDE_MARGIN: Duration = Duration::from_secs(5);
+
+/// The supervision's last sign of life, for the heartbeat thread.
+struct Pulse {
+    epoch: Instant,
+    /// Milliseconds since `epoch` at the last [`Link::pulse`].
+    last_ms: AtomicU64,
+}
+
+impl Pulse {
+    fn new() -> Pulse {
+        Pulse {
+            epoch: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+    fn beat(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+    /// Whether the supervision moved within `stall` of `now`.
+    fn alive(&self, now: Instant, stall: Duration) -> bool {
+        let last = self.epoch + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        now.saturating_duration_since(last) < stall
+    }
 }
 
 /// What follows an attempt whose ranks are all gone on this node.
@@ -48,6 +86,8 @@ pub enum Decision {
     Restart(u32),
     /// No further attempt: how the run ended (`None`: every rank of every node succeeded).
     Finish(Option<FailureReport>),
+    /// This launcher left the run (a signal while waiting): every node ends with this report.
+    Leave(FailureReport),
 }
 
 /// The next attempt waits (at most `secs` seconds) for launchers replacing the lost nodes.
@@ -78,6 +118,13 @@ pub struct Link {
     closing: Arc<AtomicBool>,
     server: Option<Server>,
     first_attempt: u32,
+    pulse: Arc<Pulse>,
+    /// Node 0's bound on its decision once an attempt is stopped (from `Start`).
+    stop_within: Mutex<Option<Duration>>,
+    /// When this node learned that the running attempt is stopped (its own failure, or node 0's stop).
+    stopped_at: Mutex<Option<Instant>>,
+    /// Ranks left behind after SIGKILL, as node 0 relayed them (this node's own included).
+    unkillable: Mutex<Vec<Unkillable>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -92,7 +139,14 @@ impl std::fmt::Debug for Link {
 impl Link {
     /// Joins the run's control plane (hosting it first on node 0) and waits, at most the join
     /// timeout, until every node has joined.
-    pub fn join(s: &Settings) -> Result<(Link, Place), ControlError> {
+    ///
+    /// `stopped` is asked every 100 ms whether this launcher was told to stop meanwhile (a
+    /// signal): it then leaves the join at once — node 0 is told, and ends the join on every node
+    /// with that report — and returns [`ControlError::Left`].
+    pub fn join(
+        s: &Settings,
+        mut stopped: impl FnMut() -> Option<FailureReport>,
+    ) -> Result<(Link, Place), ControlError> {
         resolvable(&s.addr)?;
         let server = if s.join.node == 0 {
             Some(start_server(ServerSettings {
@@ -109,74 +163,92 @@ impl Link {
         if s.join.node == 0 && !s.quiet {
             eprintln!("accel-launch: note: {}", auth_in_force(s));
         }
-        let addr = format!("{}:{}", s.addr, s.port);
-        let deadline = Instant::now() + s.join_timeout;
-        let timeout = || ControlError::JoinTimeout {
-            node: s.join.node,
-            addr: addr.clone(),
-            secs: s.join_timeout.as_secs(),
-            detail: None,
-        };
         let window = lost_after(s.heartbeat);
-        // Connect and authenticate, again while the join timeout lasts when node 0 is not up yet or
-        // dropped the connection before its challenge (its handshake slots are full).
-        let (mut reader, writer) = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(timeout());
-            }
-            let stream = match connect(&addr, left.min(Duration::from_secs(5))) {
-                Ok(st) => st,
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(100).min(left));
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let Ok(w) = stream.try_clone() else { continue };
-            let mut writer = Writer::new(w, Way::ToServer);
-            let _ = writer.s.set_write_timeout(Some(window));
-            let mut reader = Reader::new(stream, Way::ToNode);
-            match authenticate(s, &addr, &mut reader, &mut writer) {
-                Ok(()) => break (reader, writer),
-                Err(ControlError::Io { .. })
-                    if Instant::now() + Duration::from_millis(200) < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let io = |what: &str, source| ControlError::Io {
-            addr: addr.clone(),
-            what: what.into(),
-            source,
-        };
-        let writer = Arc::new(Mutex::new(writer));
-        write_msg(&writer, &Msg::Join(s.join.clone())).map_err(|e| io("send the join", e))?;
-        // Heartbeats start with the join, not with `start`: node 0 loses a member silent for the
-        // heartbeat window, and the other nodes may join up to the join timeout later.
-        let closing = Arc::new(AtomicBool::new(false));
+        // The join's blocking steps run on a thread of their own, so that a signal is acted on at
+        // once, whatever the join is waiting for.
+        let (tx, steps) = mpsc::channel();
         {
-            let w = Arc::clone(&writer);
-            let closing = Arc::clone(&closing);
-            let beat = s.heartbeat;
-            std::thread::spawn(move || {
-                while !closing.load(Ordering::Relaxed) {
-                    if write_msg(&w, &Msg::Hb).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(beat);
-                }
-            });
+            let settings = s.clone();
+            std::thread::Builder::new()
+                .name("control-join".into())
+                .spawn(move || join_steps(&settings, &tx))
+                .map_err(|source| ControlError::Io {
+                    addr: format!("{}:{}", s.addr, s.port),
+                    what: "start the join".into(),
+                    source,
+                })?;
         }
-        let place = wait_for_start(s, &addr, deadline, &mut reader, window);
-        let place = match place {
-            Ok(p) => p,
+        let mut joined: Option<Member> = None;
+        let done = loop {
+            match steps.recv_timeout(Duration::from_millis(100)) {
+                Ok(JoinStep::Joined {
+                    writer,
+                    closing,
+                    pulse,
+                }) => joined = Some((writer, closing, pulse)),
+                Ok(JoinStep::Done(r)) => break *r,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let Some(report) = stopped() else { continue };
+                    if let Some((w, closing, _)) = &joined {
+                        let _ = write_msg(
+                            w,
+                            &Msg::Leave {
+                                failure: report.clone(),
+                            },
+                        );
+                        let _ = write_msg(w, &Msg::Bye);
+                        // Node 0 ends the join on every node with it: this launcher's own end of
+                        // it (`Finish`) says it was carried, within a few heartbeats.
+                        let until = Instant::now() + window;
+                        while Instant::now() < until {
+                            match steps.recv_timeout(Duration::from_millis(100)) {
+                                Ok(JoinStep::Done(_))
+                                | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                                _ if stopped().is_some() => break,
+                                _ => {}
+                            }
+                        }
+                        closing.store(true, Ordering::Relaxed);
+                        if let Some(server) = &server {
+                            server.wait_done(window);
+                        }
+                    }
+                    return Err(ControlError::Left {
+                        node: s.join.node,
+                        report: Box::new(report),
+                    });
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(ControlError::Io {
+                        addr: format!("{}:{}", s.addr, s.port),
+                        what: "join".into(),
+                        source: std::io::Error::other("the join's thread ended"),
+                    })
+                }
+            }
+        };
+        let closing_now = |j: &Option<Member>| {
+            if let Some((w, c, _)) = j {
+                c.store(true, Ordering::Relaxed);
+                let _ = write_msg(w, &Msg::Bye);
+            }
+        };
+        let (mut reader, place) = match done {
+            Ok(r) => r,
             Err(e) => {
-                closing.store(true, Ordering::Relaxed);
+                closing_now(&joined);
+                if let (Some(server), ControlError::Ended { .. }) = (&server, &e) {
+                    server.wait_done(window);
+                }
                 return Err(e);
             }
+        };
+        let Some((writer, closing, pulse)) = joined else {
+            return Err(ControlError::Io {
+                addr: format!("{}:{}", s.addr, s.port),
+                what: "join".into(),
+                source: std::io::Error::other("started without a join"),
+            });
         };
         let _ = reader.stream().set_read_timeout(Some(window));
         let (tx, rx) = mpsc::channel();
@@ -224,9 +296,43 @@ impl Link {
                 closing,
                 server,
                 first_attempt: place.attempt,
+                pulse,
+                stop_within: Mutex::new(place.stop_within),
+                stopped_at: Mutex::new(None),
+                unkillable: Mutex::new(Vec::new()),
             },
             place,
         ))
+    }
+
+    /// The supervision is alive: the heartbeats go on ([`STALL`]).
+    pub fn pulse(&self) {
+        self.pulse.beat();
+    }
+
+    /// Ranks that did not exit after SIGKILL, as node 0 relayed them (every node's).
+    pub fn unkillable(&self) -> Vec<Unkillable> {
+        self.unkillable
+            .lock()
+            .map(|u| u.clone())
+            .unwrap_or_default()
+    }
+
+    /// Tells node 0 of this node's ranks left behind after SIGKILL.
+    pub fn report_unkillable(&self, attempt: u32, ranks: Vec<Unkillable>) {
+        let _ = write_msg(&self.writer, &Msg::Left { attempt, ranks });
+    }
+
+    /// This launcher ends the run (a local error, a signal between attempts): every node is told
+    /// why and exits with `failure`'s status.
+    pub fn leave(&self, failure: FailureReport) {
+        let _ = write_msg(&self.writer, &Msg::Leave { failure });
+    }
+
+    fn stopped_now(&self) {
+        if let Ok(mut s) = self.stopped_at.lock() {
+            s.get_or_insert_with(Instant::now);
+        }
     }
 
     pub fn node(&self) -> u32 {
@@ -264,7 +370,10 @@ impl Link {
         }
         while let Some(i) = self.take(None) {
             match i {
-                Incoming::Msg(Msg::Stop { failure, .. }) => return Some(failure),
+                Incoming::Msg(Msg::Stop { failure, .. }) => {
+                    self.stopped_now();
+                    return Some(failure);
+                }
                 Incoming::Msg(m) => {
                     if let Ok(mut p) = self.pending.lock() {
                         p.push_back(m);
@@ -308,18 +417,25 @@ impl Link {
 
     /// Tells every node that this one failed (its first failure of the attempt).
     pub fn local_failure(&self, attempt: u32, failure: FailureReport) {
+        self.stopped_now();
         let _ = write_msg(&self.writer, &Msg::Failed { attempt, failure });
     }
 
-    /// Every rank of `attempt` on this node is gone: waits for the world's decision (bounded by the
-    /// heartbeats: a lost server ends the wait).
-    /// `on_wait` is told each time the world waits for replacements of lost nodes (the server
-    /// bounds that wait).
+    /// Every rank of `attempt` on this node is gone: waits for the world's decision.
+    ///
+    /// Every wait here ends: a lost server ends it (the heartbeats); once the attempt is stopped,
+    /// node 0 decides within its deadlines ([`Place::stop_within`]) and a node waits that plus
+    /// [`DECIDE_MARGIN`]; a wait for replacements lasts what node 0 said (`Wait`'s `secs`) plus the
+    /// margin. Only an attempt that ended well here while the other nodes' ranks still run waits
+    /// as long as they run. `on_wait` is told each time the world waits for replacements of lost
+    /// nodes; `stopped` is asked every 200 ms whether this launcher was told to stop meanwhile (a
+    /// signal): it then leaves the run at once, and every node ends with that report.
     pub fn attempt_ended(
         &self,
         attempt: u32,
         ok: bool,
         mut on_wait: impl FnMut(&Waiting),
+        mut stopped: impl FnMut() -> Option<FailureReport>,
     ) -> Decision {
         if let Some(why) = self.lost.lock().ok().and_then(|l| l.clone()) {
             return Decision::Finish(Some(self.lost_report(&why)));
@@ -327,7 +443,43 @@ impl Link {
         if write_msg(&self.writer, &Msg::Ended { attempt, ok }).is_err() {
             return Decision::Finish(Some(self.lost_report("its launcher's connection failed")));
         }
+        if !ok {
+            self.stopped_now();
+        }
+        // Until when node 0's decision may take, once known.
+        let mut until: Option<Instant> = None;
+        let mut last: Option<FailureReport> = None;
         loop {
+            self.pulse();
+            if let Some(f) = stopped() {
+                self.leave(f.clone());
+                return Decision::Leave(f);
+            }
+            if until.is_none() {
+                let at = self.stopped_at.lock().ok().and_then(|s| *s);
+                let within = self.stop_within.lock().ok().and_then(|w| *w);
+                if let (Some(at), Some(w)) = (at, within) {
+                    until = Some(at + w + DECIDE_MARGIN);
+                }
+            }
+            if let Some(u) = until.filter(|u| Instant::now() >= *u) {
+                let secs = u.saturating_duration_since(
+                    self.stopped_at.lock().ok().and_then(|s| *s).unwrap_or(u),
+                );
+                let mut f = last.unwrap_or_else(|| {
+                    self.lost_report(&format!(
+                        "it gave no decision within {} s of the stop",
+                        secs.as_secs()
+                    ))
+                });
+                if f.node != 0 || f.rank.is_some() {
+                    f.what.push_str(&format!(
+                        "; node 0 gave no decision within {} s of the stop",
+                        secs.as_secs()
+                    ));
+                }
+                return Decision::Finish(Some(f));
+            }
             let next = self
                 .pending
                 .lock()
@@ -336,19 +488,47 @@ impl Link {
                 .map(Incoming::Msg)
                 .or_else(|| self.take(Some(Duration::from_millis(200))));
             match next {
-                Some(Incoming::Msg(Msg::Start { attempt: a, .. })) if a > attempt => {
-                    return Decision::Restart(a)
+                Some(Incoming::Msg(Msg::Start {
+                    attempt: a,
+                    stop_within_ms,
+                    ..
+                })) if a > attempt => {
+                    if let Ok(mut w) = self.stop_within.lock() {
+                        *w = stop_within_ms.map(Duration::from_millis);
+                    }
+                    if let Ok(mut s) = self.stopped_at.lock() {
+                        *s = None;
+                    }
+                    return Decision::Restart(a);
                 }
                 Some(Incoming::Msg(Msg::Finish { failure })) => return Decision::Finish(failure),
+                Some(Incoming::Msg(Msg::Stop { failure, .. })) => {
+                    self.stopped_now();
+                    last = Some(failure);
+                }
+                Some(Incoming::Msg(Msg::Left { ranks, .. })) => {
+                    if let Ok(mut u) = self.unkillable.lock() {
+                        u.extend(ranks);
+                    }
+                }
                 Some(Incoming::Msg(Msg::Wait {
                     attempt: a,
                     lost,
                     secs,
-                })) if a > attempt => on_wait(&Waiting {
-                    attempt: a,
-                    lost,
-                    secs,
-                }),
+                })) if a > attempt => {
+                    // The wait is node 0's to end (it gives up after `secs`); this node waits that
+                    // long again, and the margin, from each `Wait`.
+                    until = Some(
+                        Instant::now()
+                            + Duration::from_secs(secs.min(crate::duration::MAX_SECONDS))
+                            + DECIDE_MARGIN,
+                    );
+                    on_wait(&Waiting {
+                        attempt: a,
+                        lost,
+                        secs,
+                    })
+                }
                 Some(Incoming::Lost(why)) => {
                     if let Ok(mut l) = self.lost.lock() {
                         *l = Some(why.clone());
@@ -366,12 +546,115 @@ impl Link {
         self.closing.store(true, Ordering::Relaxed);
         let _ = write_msg(&self.writer, &Msg::Bye);
         if let Some(s) = &self.server {
-            let until = Instant::now() + Duration::from_secs(5);
-            while !s.done.load(Ordering::Relaxed) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            s.wait_done(Duration::from_secs(5));
         }
     }
+}
+
+/// What the join's thread reports.
+enum JoinStep {
+    /// The join is sent and the heartbeats run: this node is a member now.
+    Joined {
+        writer: Arc<Mutex<Writer>>,
+        closing: Arc<AtomicBool>,
+        pulse: Arc<Pulse>,
+    },
+    /// Every node joined (or the join failed).
+    Done(Box<Result<(Reader, Place), ControlError>>),
+}
+
+/// A joined node's connection: its writing side, the heartbeats' stop flag and pulse.
+type Member = (Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>);
+
+/// The join's blocking steps: connect and authenticate (again while the join timeout lasts when
+/// node 0 is not up yet or dropped the connection before its challenge), join, heartbeat, and wait
+/// for node 0's `start`.
+fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
+    let done = |r| {
+        let _ = tx.send(JoinStep::Done(Box::new(r)));
+    };
+    let addr = format!("{}:{}", s.addr, s.port);
+    let deadline = Instant::now() + s.join_timeout;
+    let timeout = || ControlError::JoinTimeout {
+        node: s.join.node,
+        addr: addr.clone(),
+        secs: s.join_timeout.as_secs(),
+        detail: None,
+    };
+    let window = lost_after(s.heartbeat);
+    let (mut reader, writer) = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return done(Err(timeout()));
+        }
+        let stream = match connect(&addr, left.min(Duration::from_secs(5))) {
+            Ok(st) => st,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(100).min(left));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(w) = stream.try_clone() else { continue };
+        let mut writer = Writer::new(w, Way::ToServer);
+        let _ = writer.s.set_write_timeout(Some(window));
+        let mut reader = Reader::new(stream, Way::ToNode);
+        match authenticate(s, &addr, &mut reader, &mut writer) {
+            Ok(()) => break (reader, writer),
+            Err(ControlError::Io { .. })
+                if Instant::now() + Duration::from_millis(200) < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return done(Err(e)),
+        }
+    };
+    let writer = Arc::new(Mutex::new(writer));
+    if let Err(source) = write_msg(&writer, &Msg::Join(s.join.clone())) {
+        return done(Err(ControlError::Io {
+            addr,
+            what: "send the join".into(),
+            source,
+        }));
+    }
+    // Heartbeats start with the join, not with `start`: node 0 loses a member silent for the
+    // heartbeat window, and the other nodes may join up to the join timeout later.
+    let closing = Arc::new(AtomicBool::new(false));
+    let pulse = Arc::new(Pulse::new());
+    pulse.beat();
+    {
+        let w = Arc::clone(&writer);
+        let closing = Arc::clone(&closing);
+        let pulse = Arc::clone(&pulse);
+        let beat = s.heartbeat;
+        let node = s.join.node;
+        std::thread::spawn(move || {
+            let mut stalled = false;
+            while !closing.load(Ordering::Relaxed) {
+                if pulse.alive(Instant::now(), STALL) {
+                    stalled = false;
+                    if write_msg(&w, &Msg::Hb).is_err() {
+                        return;
+                    }
+                } else if !stalled {
+                    stalled = true;
+                    eprintln!(
+                        "accel-launch: node {node}'s supervision has not moved for {} s: no more heartbeats, so node 0 counts this node as lost",
+                        STALL.as_secs()
+                    );
+                }
+                std::thread::sleep(beat);
+            }
+        });
+    }
+    log::debug!("node {} joined the control plane at {addr}", s.join.node);
+    let _ = tx.send(JoinStep::Joined {
+        writer,
+        closing,
+        pulse: Arc::clone(&pulse),
+    });
+    let place = wait_for_start(s, &addr, deadline, &mut reader, window, &pulse);
+    done(place.map(|p| (reader, p)));
 }
 
 /// Where node 0 listens: every interface when joins are authenticated, else only the rendezvous
@@ -555,6 +838,7 @@ fn wait_for_start(
     deadline: Instant,
     reader: &mut Reader,
     window: Duration,
+    pulse: &Pulse,
 ) -> Result<Place, ControlError> {
     let timeout = || ControlError::JoinTimeout {
         node: s.join.node,
@@ -571,6 +855,7 @@ fn wait_for_start(
     // heartbeat or two beyond ours to say so.
     let deadline = deadline + s.heartbeat * 2;
     loop {
+        pulse.beat();
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(timeout());
@@ -581,12 +866,14 @@ fn wait_for_start(
                 attempt,
                 world_size,
                 rank_offset,
+                stop_within_ms,
                 ..
             })) => {
                 return Ok(Place {
                     world_size,
                     rank_offset,
                     attempt,
+                    stop_within: stop_within_ms.map(Duration::from_millis),
                 })
             }
             Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
@@ -602,6 +889,14 @@ fn wait_for_start(
                     node: s.join.node,
                     addr: addr.to_string(),
                     reason,
+                })
+            }
+            // A node left the join (a signal): node 0 ended it for every node.
+            Ok(Some(Msg::Finish {
+                failure: Some(report),
+            })) => {
+                return Err(ControlError::Ended {
+                    report: Box::new(report),
                 })
             }
             Ok(Some(_)) => {}

@@ -47,14 +47,14 @@ pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
 pub use link::{Decision, Link, Place, Settings, Waiting};
 pub use munge::Munge;
-pub use protocol::{FailureReport, Join, LostNode, Msg};
+pub use protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
 
 /// Time between heartbeats, each way.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Heartbeat intervals without a word before the other side counts as lost.
 pub const MISSES: u32 = 5;
 /// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 5;
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.
@@ -110,6 +110,15 @@ pub enum ControlError {
     Secret { var: String, why: String },
     #[error("cannot resolve --main_process_ip `{host}`: {reason}")]
     Unresolvable { host: String, reason: String },
+    /// This launcher left the join (a signal): the other nodes were told.
+    #[error("node {node} {} while joining", report.what)]
+    Left {
+        node: u32,
+        report: Box<FailureReport>,
+    },
+    /// Another node ended the run before it started (it left the join).
+    #[error("the run ended before it started: {}", report.headline())]
+    Ended { report: Box<FailureReport> },
     #[error("control plane at {addr}: {what}")]
     Io {
         addr: String,
@@ -117,6 +126,13 @@ pub enum ControlError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl ControlError {
+    /// The run ended in the join for SLURM's warning (`--slurm_requeue`): the job is to be requeued.
+    pub fn requeue(&self) -> bool {
+        matches!(self, ControlError::Left { report, .. } | ControlError::Ended { report } if report.requeue)
+    }
 }
 
 impl Diagnostic for ControlError {
@@ -139,11 +155,15 @@ impl Diagnostic for ControlError {
             ControlError::Unresolvable { .. } => vec![
                 "--main_process_ip (main_process_ip in the config) names node 0's host: an address or a name every node resolves".into(),
             ],
-            ControlError::Io { .. } => Vec::new(),
+            ControlError::Ended { report } => report.hints.clone(),
+            ControlError::Left { .. } | ControlError::Io { .. } => Vec::new(),
         }
     }
     fn exit_status(&self) -> ExitStatus {
         match self {
+            ControlError::Left { report, .. } | ControlError::Ended { report } => {
+                report.exit_status()
+            }
             ControlError::Unresolvable { .. } | ControlError::Secret { .. } => ExitStatus::Usage,
             _ => ExitStatus::LauncherFailed,
         }

@@ -149,6 +149,7 @@ impl Peer {
                         attempt,
                         world_size,
                         rank_offset,
+                        stop_within_ms,
                         ..
                     }),
                 ) => {
@@ -157,6 +158,7 @@ impl Peer {
                         world_size,
                         rank_offset,
                         attempt,
+                        stop_within: stop_within_ms.map(std::time::Duration::from_millis),
                     }));
                 }
                 (Stage::Start | Stage::Running, Ok(m)) => events.push(Event::Msg(m)),

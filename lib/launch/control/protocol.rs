@@ -25,6 +25,15 @@ pub struct Join {
     /// one timeout, so every node must give the same.
     #[serde(default)]
     pub hang_timeout_ms: Option<u64>,
+    /// `--grace_period` in milliseconds (`None`: never SIGKILL): after a stop, node 0 gives this
+    /// node its grace, [`KILL_WAIT`](super::super::supervise::KILL_WAIT) and a margin to report its
+    /// ranks' end, then counts it as lost.
+    #[serde(default)]
+    pub grace_ms: Option<u64>,
+    /// `--num_processes` when given with `--nproc_per_node`: the world's total, checked by node 0
+    /// against the sum of every node's ranks once all have joined.
+    #[serde(default)]
+    pub world_size: Option<u32>,
 }
 
 /// What ended an attempt, as every node reports it.
@@ -58,6 +67,14 @@ pub struct FailureReport {
     /// No restart follows, and every node exits 124.
     #[serde(default)]
     pub hang: bool,
+    /// What every node exits with, when it is not the rank's code: a launcher that could not start
+    /// its ranks (127: the program is not found there), or one stopped by a signal before or
+    /// between attempts (128+N).
+    #[serde(default)]
+    pub status: Option<u8>,
+    /// The failing launcher's hints (`hint: …` lines), with a local error.
+    #[serde(default)]
+    pub hints: Vec<String>,
 }
 
 impl FailureReport {
@@ -76,12 +93,17 @@ impl FailureReport {
             requeue: false,
             step_wide: false,
             hang: false,
+            status: None,
+            hints: Vec::new(),
         }
     }
 
     /// What the launchers of the other nodes exit with: the failing rank's code (128+N for signal N),
     /// or [`ExitStatus::NodeLost`] when no rank failed.
     pub fn exit_status(&self) -> ExitStatus {
+        if let Some(s) = self.status {
+            return ExitStatus::from_code(s);
+        }
         if self.requeue {
             return ExitStatus::Requeued;
         }
@@ -137,6 +159,10 @@ pub enum Msg {
         world_size: u32,
         rank_offset: u32,
         nodes: u32,
+        /// Once the attempt is stopped, node 0 decides within this (the slowest node's
+        /// [`Join::grace_ms`], the SIGKILL wait and margins); `None`: a node never SIGKILLs.
+        #[serde(default)]
+        stop_within_ms: Option<u64>,
     },
     /// Server → node: the join is refused; the connection closes.
     Reject { reason: String },
@@ -179,6 +205,16 @@ pub enum Msg {
         stacks: String,
         quiet_ms: u64,
     },
+    /// Node → server, at any phase: this node's launcher ends the run (it could not start its
+    /// ranks, or a signal stopped it while joining or waiting): `failure` says why and what every
+    /// node exits with. No restart follows.
+    Leave { failure: FailureReport },
+    /// Node → server, then server → every node: ranks of `attempt` that did not exit after SIGKILL
+    /// (uninterruptible sleep, a frozen cgroup) and were left behind. No restart follows.
+    Left {
+        attempt: u32,
+        ranks: Vec<Unkillable>,
+    },
     /// Server → the surviving nodes: every rank of the attempt is gone, and attempt `attempt` starts
     /// once a launcher replaces each of the `lost` nodes (same --machine_rank) within `secs` seconds;
     /// sent again, naming them all, when another node is lost meanwhile.
@@ -187,6 +223,46 @@ pub enum Msg {
         lost: Vec<LostNode>,
         secs: u64,
     },
+}
+
+/// A rank that did not exit after SIGKILL, as /proc saw it then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unkillable {
+    pub node: u32,
+    pub host: String,
+    pub rank: u32,
+    pub pid: i32,
+    /// /proc/PID/stat's state letter (`D`: uninterruptible sleep).
+    pub state: String,
+    /// /proc/PID/wchan: the kernel function it sleeps in (`fuse_…`, `request_wait_answer`).
+    pub wchan: String,
+    /// Why, where /proc tells more: `frozen: cgroup freezer /x is FROZEN`.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl Unkillable {
+    /// `rank 3 (pid 4242) is in uninterruptible sleep (D, wchan fuse_…) and did not exit after SIGKILL`.
+    pub fn describe(&self) -> String {
+        let name = match self.state.as_str() {
+            "D" => "uninterruptible sleep",
+            "R" => "running",
+            "S" => "sleep",
+            "T" => "stopped",
+            "t" => "a tracing stop",
+            "Z" => "a zombie",
+            _ => "an unknown state",
+        };
+        let mut how = format!("{}, wchan {}", self.state, self.wchan);
+        if let Some(n) = &self.note {
+            how.push_str("; ");
+            how.push_str(n);
+        }
+        format!(
+            "rank {} (pid {}) is in {name} ({how}) and did not exit after SIGKILL",
+            self.rank, self.pid
+        )
+    }
 }
 
 /// A node whose launcher was lost, as [`Msg::Wait`] names it.
@@ -270,6 +346,8 @@ mod tests {
             requeue: false,
             step_wide: false,
             hang: false,
+            status: None,
+            hints: Vec::new(),
         }
     }
 

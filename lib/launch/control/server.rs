@@ -77,6 +77,16 @@ pub(super) struct Server {
     pub(super) done: Arc<AtomicBool>,
 }
 
+impl Server {
+    /// Waits, at most `limit`, until every node has left after the run's end.
+    pub(super) fn wait_done(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        while !self.done.load(Ordering::Relaxed) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// What node 0's server is started with.
 pub(super) struct ServerSettings {
     /// Where to listen: every interface when joins are authenticated, else only the rendezvous

@@ -19,6 +19,7 @@
 mod guard;
 mod monitor;
 mod output;
+mod unkillable;
 
 pub use output::{render_template, DEFAULT_LOG_TEMPLATE};
 
@@ -51,6 +52,11 @@ use super::verdict;
 use crate::env_vars::{self, Environment};
 use crate::error::{Diagnostic, Result};
 use crate::exit_status::ExitStatus;
+
+/// How long a rank may take to go after SIGKILL. The kernel ends a killed process at once unless it
+/// holds it (uninterruptible sleep, a frozen cgroup); one still there after this is named with its
+/// pid, state and wchan and left behind, and the attempt ends without it ([`ExitStatus::Unkillable`]).
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// Signals forwarded to every rank's group.
 pub const FORWARDED: &[i32] = &[
@@ -244,6 +250,8 @@ pub struct RunOutcome {
     /// What ended the run: the first rank to fail here, or (multi-node) the failure or lost node the
     /// control plane reported.
     pub failure: Option<FailureReport>,
+    /// Ranks that did not exit after SIGKILL (on any node of a multi-node run), left behind.
+    pub unkillable: Vec<control::Unkillable>,
 }
 
 /// Supervision settings.
@@ -284,6 +292,9 @@ pub struct Options {
     /// The ranks' /proc/PID/oom_score_adj (-1000 to 1000), set before they exec: accel-test makes its
     /// ranks the kernel's first choice when memory runs out, so that the coordinator lives to report.
     pub oom_score_adj: Option<i32>,
+    /// The launcher's signals, caught before the run (a multi-node launcher catches them from its
+    /// join on); `None`: the run catches them itself.
+    pub signals: Option<Arc<Signals>>,
 }
 
 impl Default for Options {
@@ -306,6 +317,7 @@ impl Default for Options {
             control: None,
             requeue_signal: None,
             oom_score_adj: None,
+            signals: None,
         }
     }
 }
@@ -315,6 +327,95 @@ enum Event {
     /// SLURM step daemon, for `scancel --signal`, `srun --signal` and its own SIGTERM), so the ranks
     /// already have it and forwarding it would deliver it twice.
     Signal { sig: i32, delivered: bool },
+}
+
+/// The launcher's signals, as [`Event`]s on a channel: installed by [`run`], or before it by a
+/// launcher that must act on them while it joins the other nodes ([`Options::signals`]). Dropping
+/// it stops the delivery.
+pub struct Signals {
+    rx: Mutex<Receiver<Event>>,
+    handle: signal_hook::iterator::Handle,
+    /// The first stopping signal received (0: none yet), for the spawning loop: the monitor that
+    /// handles the signal runs only once every rank is started.
+    stopping: Arc<AtomicI32>,
+}
+
+impl std::fmt::Debug for Signals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signals").finish()
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        self.handle.close();
+    }
+}
+
+impl Signals {
+    /// Catches the forwarded and job-control signals, SIGCHLD and the requeue warning.
+    pub fn install(requeue_signal: Option<i32>, env: &Environment) -> Result<Signals> {
+        let (tx, rx) = mpsc::channel();
+        let mut sigs = FORWARDED.to_vec();
+        sigs.extend_from_slice(JOB_CONTROL);
+        sigs.push(libc::SIGCHLD);
+        if let Some(s) = requeue_signal.filter(|s| !sigs.contains(s)) {
+            sigs.push(s);
+        }
+        let mut signals =
+            signal_hook::iterator::SignalsInfo::<WithOrigin>::new(&sigs).map_err(|e| {
+                SuperviseError::Launcher {
+                    what: "install signal handlers".into(),
+                    source: e,
+                }
+            })?;
+        let handle = signals.handle();
+        // In a SLURM step the launcher's parent is slurmstepd, which signals every process of the
+        // step (proctrack walks the ranks too): what it sends, the ranks already received.
+        let in_step = env.non_empty(env_vars::SLURM_STEP_ID).is_some();
+        let parent = nix::unistd::getppid().as_raw();
+        let stopping = Arc::new(AtomicI32::new(0));
+        let stopping_ = Arc::clone(&stopping);
+        std::thread::spawn(move || {
+            for info in signals.forever() {
+                if STOPPING.contains(&info.signal) {
+                    let _ = stopping_.compare_exchange(
+                        0,
+                        info.signal,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                let delivered = in_step && info.process.is_some_and(|p| p.pid == parent);
+                if tx
+                    .send(Event::Signal {
+                        sig: info.signal,
+                        delivered,
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(Signals {
+            rx: Mutex::new(rx),
+            handle,
+            stopping,
+        })
+    }
+
+    /// The next signal received, if any (SIGCHLD left out). Does not block.
+    pub fn next(&self) -> Option<i32> {
+        let rx = self.rx.lock().ok()?;
+        loop {
+            match rx.try_recv() {
+                Ok(Event::Signal { sig, .. }) if sig == libc::SIGCHLD => {}
+                Ok(Event::Signal { sig, .. }) => return Some(sig),
+                Err(_) => return None,
+            }
+        }
+    }
 }
 
 struct Running {
@@ -361,6 +462,8 @@ impl Failure {
             requeue: false,
             step_wide: false,
             hang: false,
+            status: None,
+            hints: Vec::new(),
         }
     }
     pub fn describe(&self) -> String {
@@ -397,7 +500,37 @@ pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitS
 }
 
 /// [`supervise`], returning how every rank ended.
+///
+/// Multi-node: a local error that ends the run here (the program not found on this host, a log
+/// directory refused) is sent to node 0 before this launcher goes, with its hints and exit status,
+/// so that every node prints it and exits with that status instead of waiting for a replacement.
 pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
+    let result = run_here(plan, opts, env);
+    if let (Err(e), Some(link)) = (&result, &opts.control) {
+        let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
+        link.leave(local_error_report(e, node, &plan.host));
+        link.close();
+    }
+    result
+}
+
+/// A local error as the other nodes are told of it.
+fn local_error_report(e: &crate::error::Error, node: u32, host: &str) -> FailureReport {
+    let mut what = format!("could not start its ranks: {e}");
+    let mut cause = std::error::Error::source(e.inner());
+    while let Some(c) = cause {
+        what.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    FailureReport {
+        what,
+        status: Some(e.exit_status().code()),
+        hints: e.hints(),
+        ..FailureReport::lost(node, host, "")
+    }
+}
+
+fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
     let logs = match &opts.log_dir {
         Some(dir) => {
             let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
@@ -408,49 +541,18 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         }
         None => None,
     };
-    let (tx, rx) = mpsc::channel();
-    let mut sigs = FORWARDED.to_vec();
-    sigs.extend_from_slice(JOB_CONTROL);
-    sigs.push(libc::SIGCHLD);
-    if let Some(s) = opts.requeue_signal.filter(|s| !sigs.contains(s)) {
-        sigs.push(s);
-    }
-    let mut signals =
-        signal_hook::iterator::SignalsInfo::<WithOrigin>::new(&sigs).map_err(|e| {
-            SuperviseError::Launcher {
-                what: "install signal handlers".into(),
-                source: e,
-            }
-        })?;
-    let handle = signals.handle();
-    // In a SLURM step the launcher's parent is slurmstepd, which signals every process of the step
-    // (proctrack walks the ranks too): what it sends, the ranks already received.
-    let in_step = env.non_empty(env_vars::SLURM_STEP_ID).is_some();
-    let parent = nix::unistd::getppid().as_raw();
-    let stopping = Arc::new(AtomicI32::new(0));
-    let stopping_ = Arc::clone(&stopping);
-    std::thread::spawn(move || {
-        for info in signals.forever() {
-            if STOPPING.contains(&info.signal) {
-                let _ = stopping_.compare_exchange(
-                    0,
-                    info.signal,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-            let delivered = in_step && info.process.is_some_and(|p| p.pid == parent);
-            if tx
-                .send(Event::Signal {
-                    sig: info.signal,
-                    delivered,
-                })
-                .is_err()
-            {
-                break;
-            }
+    let own;
+    let feed = match &opts.signals {
+        Some(f) => f.as_ref(),
+        None => {
+            own = Signals::install(opts.requeue_signal, env)?;
+            &own
         }
-    });
+    };
+    let rx = feed.rx.lock().map_err(|_| SuperviseError::Launcher {
+        what: "read the launcher's signals".into(),
+        source: std::io::Error::other("poisoned"),
+    })?;
     let tmp_root = match &opts.log_dir {
         Some(_) => None,
         None => {
@@ -469,11 +571,11 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         logs,
         strays: Strays::new(),
         terminal: Terminal::new(opts.tool),
-        stopping,
+        stopping: Arc::clone(&feed.stopping),
+        unkillable: Vec::new(),
     };
     let result = session.run_attempts(plan.clone());
     guard::set_subreaper(false);
-    handle.close();
     if let Some(t) = &session.tmp_root {
         let _ = std::fs::remove_dir_all(t);
     }
@@ -494,6 +596,8 @@ struct Session<'a> {
     /// The first stopping signal the launcher got (0: none yet), for the spawning loop: the monitor
     /// that handles the signal runs only once every rank is started.
     stopping: Arc<AtomicI32>,
+    /// The last attempt's ranks that did not exit after SIGKILL.
+    unkillable: Vec<control::Unkillable>,
 }
 
 enum Outcome {
@@ -516,27 +620,26 @@ impl Session<'_> {
         loop {
             let (outcome, ranks) = self.run_once(&plan, attempt)?;
             let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
+            let left = std::mem::take(&mut self.unkillable);
             let done = |status, signal, failure| RunOutcome {
-                status,
+                // A rank left behind on this node says so first: the node may need attention.
+                status: if left.is_empty() {
+                    status
+                } else {
+                    ExitStatus::Unkillable
+                },
                 signal,
                 ranks: ranks.clone(),
                 failure,
+                unkillable: left.clone(),
             };
             // Multi-node: the world decides together whether to restart.
             if let Some(link) = &opts.control {
-                let ok = matches!(outcome, Outcome::Success);
-                let decision = link.attempt_ended(attempt, ok, |w| {
-                    note(
-                        opts,
-                        &format!(
-                            "waiting up to {} s for a new launcher of {} (the same --machine_rank) to join restart {} of {}",
-                            w.secs,
-                            control::LostNode::list(&w.lost),
-                            w.attempt,
-                            opts.max_restarts
-                        ),
-                    )
-                });
+                if !left.is_empty() {
+                    link.report_unkillable(attempt, left.clone());
+                }
+                let ok = matches!(outcome, Outcome::Success) && left.is_empty();
+                let decision = self.attempt_ended(link, attempt, ok);
                 match decision {
                     Decision::Restart(a) => {
                         attempt = a;
@@ -549,14 +652,24 @@ impl Session<'_> {
                         );
                         continue;
                     }
+                    Decision::Leave(f) => {
+                        link.close();
+                        return Ok(done(f.exit_status(), f.signal, Some(f)));
+                    }
                     Decision::Finish(global) => {
                         link.close();
-                        return Ok(match (outcome, global) {
+                        let mut out = match (outcome, global) {
                             (Outcome::Signalled(sig), g) => {
                                 done(ExitStatus::Worker((128 + sig).min(255) as u8), Some(sig), g)
                             }
-                            (Outcome::Failed(f), _) => {
+                            (Outcome::Failed(f), g) => {
                                 report(opts, &f);
+                                // What node 0 added to this failure (a node that never reported
+                                // its end after the stop) is said here too.
+                                let own = f.to_report(node);
+                                if let Some(g) = g.filter(|g| g.what != own.what) {
+                                    note(opts, &format!("the run ended: {}", g.headline()));
+                                }
                                 done(
                                     ExitStatus::Worker(f.exit_code()),
                                     None,
@@ -574,9 +687,37 @@ impl Session<'_> {
                                 note(opts, &format!("the run failed: {}", g.headline()));
                                 done(g.exit_status(), None, Some(g))
                             }
-                        });
+                        };
+                        // The other nodes' ranks left behind, as node 0 relayed them.
+                        for u in link.unkillable().into_iter().filter(|u| u.node != node) {
+                            note(
+                                opts,
+                                &format!("node {} ({}): {}", u.node, u.host, u.describe()),
+                            );
+                            out.unkillable.push(u);
+                        }
+                        return Ok(out);
                     }
                 }
+            }
+            if !left.is_empty() {
+                // No restart: the ranks left behind may hold the devices the next attempt needs.
+                let (status, signal, failure) = match outcome {
+                    Outcome::Failed(f) => {
+                        if opts.capture.is_none() {
+                            report(opts, &f);
+                        }
+                        (
+                            ExitStatus::Worker(f.exit_code()),
+                            None,
+                            Some(f.to_report(node)),
+                        )
+                    }
+                    Outcome::Signalled(sig) => (ExitStatus::Signal(sig), Some(sig), None),
+                    Outcome::Remote(g) => (g.exit_status(), None, Some(g)),
+                    _ => (ExitStatus::Failure, None, None),
+                };
+                return Ok(done(status, signal, failure));
             }
             match outcome {
                 Outcome::Success => return Ok(done(ExitStatus::Success, None, None)),
@@ -634,6 +775,41 @@ impl Session<'_> {
         }
     }
 
+    /// Every rank of the attempt is gone here: waits for the world's decision (restart, or how the
+    /// run ended). A stopping signal meanwhile — while the world waits for a lost node's
+    /// replacement, or for the other nodes' ranks — is acted on at once: this launcher leaves the
+    /// run, every node is told, and all end 128+N (SLURM's warning under --slurm_requeue: the job
+    /// is requeued, 123).
+    fn attempt_ended(&self, link: &control::Link, attempt: u32, ok: bool) -> Decision {
+        let opts = self.opts;
+        let rx = self.rx;
+        let (node, host) = (link.node(), plan_host());
+        link.attempt_ended(
+            attempt,
+            ok,
+            |w| {
+                note(
+                    opts,
+                    &format!(
+                        "waiting up to {} s for a new launcher of {} (the same --machine_rank) to join restart {} of {}",
+                        w.secs,
+                        control::LostNode::list(&w.lost),
+                        w.attempt,
+                        opts.max_restarts
+                    ),
+                )
+            },
+            || {
+                while let Ok(Event::Signal { sig, .. }) = rx.try_recv() {
+                    if let Some(f) = stopped_between_attempts(opts, node, &host, sig) {
+                        return Some(f);
+                    }
+                }
+                None
+            },
+        )
+    }
+
     /// One attempt: spawn every rank, watch them to the end, clean up everything they left.
     fn run_once(&mut self, plan: &Plan, attempt: u32) -> Result<(Outcome, Vec<RankResult>)> {
         let mut running: Vec<Running> = Vec::new();
@@ -661,8 +837,9 @@ impl Session<'_> {
                 }
             }
         }
-        let watched = Monitor::new(self.opts, &mut running, plan, attempt)
+        let mut watched = Monitor::new(self.opts, &mut running, plan, attempt)
             .watch(self.rx, self.strays.as_mut());
+        self.unkillable = std::mem::take(&mut watched.unkillable);
         // Leaders are gone; whatever is left in their groups (grandchildren) goes too, and so does
         // every other process of the run the launcher adopted (double-forked daemons).
         signal_groups_all(&running, libc::SIGKILL);
@@ -891,6 +1068,61 @@ fn node_log_template(plan: &Plan, template: &str) -> Result<String> {
     Ok(template.to_string())
 }
 
+/// This host's name, as the plan gives it to every report.
+fn plan_host() -> String {
+    super::plan::hostname()
+}
+
+/// A signal to a launcher that has no rank running (joining, or waiting for the world's decision):
+/// the report it leaves the run with, when the signal stops it. `None` for a signal that does not.
+pub fn stopped_between_attempts(
+    opts: &Options,
+    node: u32,
+    host: &str,
+    sig: i32,
+) -> Option<FailureReport> {
+    if sig == libc::SIGCHLD {
+        return None;
+    }
+    if Some(sig) == opts.requeue_signal {
+        note(
+            opts,
+            &format!(
+                "{}: SLURM's warning while no rank runs: leaving the run; the job is requeued",
+                signal_name(sig)
+            ),
+        );
+        return Some(FailureReport {
+            what: format!("received {} (SLURM's warning)", signal_name(sig)),
+            signal: Some(sig),
+            requeue: true,
+            status: Some(ExitStatus::Requeued.code()),
+            ..FailureReport::lost(node, host, "")
+        });
+    }
+    if sig == libc::SIGTSTP {
+        // No rank to stop first: the launcher stops as the terminal asks.
+        let _ = signal_hook::low_level::emulate_default_handler(libc::SIGTSTP);
+        return None;
+    }
+    if !STOPPING.contains(&sig) && !FORWARDED.contains(&sig) {
+        return None;
+    }
+    note(
+        opts,
+        &format!(
+            "{}: leaving the run (no rank of this node runs)",
+            signal_name(sig)
+        ),
+    );
+    Some(FailureReport {
+        what: format!("left the run: its launcher received {}", signal_name(sig)),
+        signal: Some(sig),
+        status: Some(ExitStatus::Signal(sig).code()),
+        ..FailureReport::lost(node, host, "")
+    })
+}
+
 /// How long the end of a run keeps killing what its ranks left before giving up on the unkillable.
 const STRAY_LIMIT: Duration = Duration::from_secs(2);
 
@@ -1020,12 +1252,18 @@ fn signal_groups_all(running: &[Running], sig: i32) {
 }
 
 /// Stops the ranks started so far without a grace period to watch (a later rank failed to spawn).
+/// A rank still there after [`KILL_WAIT`] is not waited for (the kernel holds it).
 fn stop_and_wait(running: &mut [Running], stop: Stop) {
     signal_groups_all(running, stop.signal);
-    for r in running.iter_mut() {
-        if r.status.is_none() {
-            r.status = r.child.wait().ok();
+    let until = Instant::now() + KILL_WAIT;
+    loop {
+        for r in running.iter_mut().filter(|r| r.status.is_none()) {
+            r.status = r.child.try_wait().ok().flatten();
         }
+        if running.iter().all(|r| r.status.is_some()) || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -16,6 +16,8 @@ pub(super) struct Watched {
     pub(super) stop_signal: Option<i32>,
     /// SLURM's requeue warning came, here or on another node.
     pub(super) requeue: bool,
+    /// Ranks still there [`KILL_WAIT`] after SIGKILL: named and left behind.
+    pub(super) unkillable: Vec<control::Unkillable>,
 }
 
 /// Watches the ranks of one attempt until every one has ended: reaps them, stops the others on a
@@ -28,6 +30,8 @@ pub(super) struct Monitor<'a> {
     /// Set once the run is being stopped: when SIGKILL follows.
     deadline: Option<Instant>,
     killed: bool,
+    /// When SIGKILL was first sent: a rank still there [`KILL_WAIT`] later is left behind.
+    killed_at: Option<Instant>,
     /// This node's rank in the job, for the hang and failure reports.
     node: u32,
     plan: &'a Plan,
@@ -56,6 +60,7 @@ impl<'a> Monitor<'a> {
             stop_signal: None,
             deadline: None,
             killed: false,
+            killed_at: None,
             node: plan.topology.as_ref().map_or(0, |t| t.node_rank),
             plan,
             attempt,
@@ -84,7 +89,11 @@ impl<'a> Monitor<'a> {
             _ => None,
         };
         let mut hung = false;
+        let mut unkillable = Vec::new();
         loop {
+            if let Some(link) = &opts.control {
+                link.pulse();
+            }
             self.reap();
             if self.first_failure.is_none()
                 && self.stop_signal.is_none()
@@ -227,6 +236,12 @@ impl<'a> Monitor<'a> {
             if self.ranks.iter().all(|r| r.status.is_some()) {
                 break;
             }
+            // SIGKILL is not waited for forever: a rank the kernel holds (D state, a frozen
+            // cgroup) is named and left, and the attempt ends without it.
+            if self.killed_at.is_some_and(|k| k.elapsed() >= KILL_WAIT) {
+                unkillable = self.unkillable();
+                break;
+            }
             if self
                 .deadline
                 .is_some_and(|d| !self.killed && Instant::now() >= d)
@@ -240,12 +255,19 @@ impl<'a> Monitor<'a> {
                     scanned = Some(Instant::now());
                 }
             }
-            let wait = match self.deadline {
-                Some(d) if !self.killed => d
+            let mut wait = match (self.deadline, self.killed_at) {
+                (Some(d), _) if !self.killed => d
+                    .saturating_duration_since(Instant::now())
+                    .min(opts.monitor_interval),
+                (_, Some(k)) => (k + KILL_WAIT)
                     .saturating_duration_since(Instant::now())
                     .min(opts.monitor_interval),
                 _ => opts.monitor_interval,
             };
+            if opts.control.is_some() {
+                // Another node's stop is read between waits: at most a heartbeat late.
+                wait = wait.min(control::HEARTBEAT);
+            }
             match rx.recv_timeout(wait) {
                 Ok(Event::Signal { sig, delivered }) => self.on_signal(sig, delivered),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -258,7 +280,25 @@ impl<'a> Monitor<'a> {
             remote: self.remote.take(),
             stop_signal: self.stop_signal,
             requeue: self.requeue,
+            unkillable,
         }
+    }
+
+    /// The ranks still there after SIGKILL, each named on this node's stderr as /proc sees it.
+    fn unkillable(&self) -> Vec<control::Unkillable> {
+        let mut out = Vec::new();
+        for r in self.ranks.iter().filter(|r| r.status.is_none()) {
+            let u = unkillable::describe(self.node, &self.plan.host, r.rank, r.pgid.as_raw());
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}: {}; left behind {} s after SIGKILL",
+                self.opts.tool,
+                u.describe(),
+                KILL_WAIT.as_secs()
+            );
+            out.push(u);
+        }
+        out
     }
 
     fn multi_node(&self) -> bool {
@@ -411,6 +451,7 @@ impl<'a> Monitor<'a> {
         signal_groups(self.ranks, stop.signal);
         if stop.signal == libc::SIGKILL {
             self.killed = true;
+            self.killed_at.get_or_insert_with(Instant::now);
         } else {
             // A rank stopped by Ctrl-Z would keep the signal pending until it runs again.
             signal_groups(self.ranks, libc::SIGCONT);
@@ -561,6 +602,10 @@ fn report_remote(opts: &Options, lead: &str, g: &FailureReport) {
     let mut out = format!("{}: {lead}: {}\n", opts.tool, g.headline());
     if let Some(m) = &g.error_message {
         out.push_str(&format!("  error: {m}\n"));
+    }
+    // A node's local error comes with its launcher's hints.
+    for h in &g.hints {
+        out.push_str(&format!("  hint: {h}\n"));
     }
     let lines: Vec<&str> = g.stderr_tail.lines().collect();
     let start = lines.len().saturating_sub(opts.tail_lines);
