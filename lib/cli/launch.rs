@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use super::torchrun::TorchrunFlags;
 use super::ToolDoc;
 use crate::config::schema;
 use crate::duration::{self, Wait};
@@ -82,26 +83,16 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub local_ranks_filter: Option<String>,
-    /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1).
+    /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1); default: --rdzv_conf timeout=SECONDS, else 300.
     #[arg(
         long = "rdzv_timeout",
         visible_alias = "rdzv-timeout",
         value_name = "SECONDS",
-        default_value = "300",
         value_parser = duration::parse_timeout,
         allow_negative_numbers = true,
         help_heading = "accel"
     )]
-    pub rdzv_timeout: Duration,
-    /// This node's rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join.
-    #[arg(
-        long = "nproc_per_node",
-        visible_alias = "nproc-per-node",
-        value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..),
-        help_heading = "accel"
-    )]
-    pub nproc_per_node: Option<u32>,
+    pub rdzv_timeout: Option<Duration>,
     /// Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run's exit status as it is, unless the run succeeded (then 4).
     #[arg(
         long = "report_json",
@@ -188,7 +179,7 @@ pub struct LaunchCli {
         help_heading = "Distributed GPUs"
     )]
     pub role: String,
-    /// Rendezvous options for --rdzv_backend c10d (passed to torchrun).
+    /// Rendezvous options KEY=VALUE,...: passed to torchrun for --rdzv_backend c10d or etcd; with the static rendezvous only `timeout` counts (the join timeout, as torchrun's static store waits).
     #[arg(
         long = "rdzv_conf",
         visible_alias = "rdzv-conf",
@@ -297,6 +288,10 @@ pub struct LaunchCli {
     /// Every flag that sets a config key ([`CONFIG_FLAGS`]).
     #[command(flatten)]
     pub config: ConfigFlags,
+
+    /// torchrun's flags that accelerate lacks ([`super::torchrun`]).
+    #[command(flatten)]
+    pub torchrun: TorchrunFlags,
 
     /// The training script (or module with -m, or program with --no_python) and its arguments.
     #[arg(
@@ -691,18 +686,7 @@ fn parse_local_ranks(s: &str) -> Result<String, String> {
 /// `--tee`: what torchrun's `Std.from_str` (torch/distributed/elastic/multiprocessing/api.py)
 /// takes, a stream selector 0-3 (none, stdout, stderr, both) or a per-local-rank map `0:1,1:2`.
 fn parse_tee(s: &str) -> Result<String, String> {
-    let selector = |v: &str| matches!(v, "0" | "1" | "2" | "3");
-    let ok = selector(s)
-        || s.split(',').all(|m| {
-            m.split_once(':').is_some_and(|(rank, v)| {
-                rank.len() == 1 && rank.chars().all(|c| c.is_ascii_digit()) && selector(v)
-            })
-        });
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err("expected 0, 1, 2 or 3 (none, stdout, stderr, both), or a per-local-rank map such as 0:1,1:2".into())
-    }
+    super::torchrun::parse_std(s)
 }
 
 pub fn doc() -> ToolDoc {

@@ -47,6 +47,7 @@ use super::flight_recorder;
 use super::hang;
 use super::plan::{Plan, RankSpec};
 use super::ports;
+use super::torchrun::logs::{AttemptLogs, LogsSpec, Route, RunLogs};
 use super::verdict;
 use crate::env_vars::{self, Environment};
 use crate::error::{Diagnostic, Result};
@@ -64,6 +65,65 @@ pub const FORWARDED: &[i32] = &[
 
 /// Of the forwarded signals, those that also stop the run (torchrun's `SignalException` set).
 pub const STOPPING: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Which signals the launcher hands on to the ranks and which of them stop the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signals {
+    /// Sent on to every rank's group.
+    pub forwarded: Vec<i32>,
+    /// Stop the run: the signal itself to the ranks when it is forwarded, else SIGTERM; the grace
+    /// period; SIGKILL.
+    pub stopping: Vec<i32>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals {
+            forwarded: FORWARDED.to_vec(),
+            stopping: STOPPING.to_vec(),
+        }
+    }
+}
+
+impl Signals {
+    /// torchrun's `--signals-to-handle`: each named signal is forwarded and stops the run, as its
+    /// agent's `SignalException` does (`elastic/agent/server/api.py::run`). The stop signals it does
+    /// not name still stop the run, with SIGTERM to the ranks (torchrun would die of them and leave
+    /// its workers running).
+    pub fn handle_only(named: &[i32]) -> Signals {
+        let mut stopping = named.to_vec();
+        stopping.extend(STOPPING.iter().filter(|s| !named.contains(s)));
+        Signals {
+            forwarded: named.to_vec(),
+            stopping,
+        }
+    }
+    /// Every signal the launcher catches: these, and the default forwarded ones (caught so that a
+    /// signal not handed on does not end the launcher).
+    fn caught(&self) -> Vec<i32> {
+        let mut all = self.forwarded.clone();
+        for s in self.stopping.iter().chain(FORWARDED) {
+            if !all.contains(s) {
+                all.push(*s);
+            }
+        }
+        all
+    }
+    pub fn forwards(&self, sig: i32) -> bool {
+        self.forwarded.contains(&sig)
+    }
+    pub fn stops(&self, sig: i32) -> bool {
+        self.stopping.contains(&sig)
+    }
+    /// What the ranks get when `sig` stops the run.
+    pub fn stop_signal(&self, sig: i32) -> i32 {
+        if self.forwards(sig) {
+            sig
+        } else {
+            libc::SIGTERM
+        }
+    }
+}
 
 /// Job control: SIGTSTP stops the ranks (as SIGSTOP) and then the launcher, SIGCONT resumes them, as
 /// if they were in the terminal's group (torchrun's workers share it).
@@ -281,6 +341,11 @@ pub struct Options {
     /// `--slurm_requeue`: this signal (SLURM's warning) is forwarded, the ranks get `grace` to save
     /// and exit, and the run ends [`ExitStatus::Requeued`]; the caller then asks SLURM for the requeue.
     pub requeue_signal: Option<i32>,
+    /// The signals handed on to the ranks (`--signals_to_handle`).
+    pub signals: Signals,
+    /// torchrun's log layout and console rules in place of `log_dir`/`log_template` (a run given
+    /// torchrun's command line).
+    pub torchrun_logs: Option<LogsSpec>,
 }
 
 impl Default for Options {
@@ -302,6 +367,8 @@ impl Default for Options {
             py_spy: None,
             control: None,
             requeue_signal: None,
+            signals: Signals::default(),
+            torchrun_logs: None,
         }
     }
 }
@@ -404,8 +471,16 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         }
         None => None,
     };
+    let tmp_base = env
+        .non_empty(env_vars::TMPDIR)
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let torchrun_logs = match &opts.torchrun_logs {
+        Some(spec) => Some(spec.start(&tmp_base)?),
+        None => None,
+    };
     let (tx, rx) = mpsc::channel();
-    let mut sigs = FORWARDED.to_vec();
+    let mut sigs = opts.signals.caught();
     sigs.extend_from_slice(JOB_CONTROL);
     sigs.push(libc::SIGCHLD);
     if let Some(s) = opts.requeue_signal.filter(|s| !sigs.contains(s)) {
@@ -437,15 +512,9 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
             }
         }
     });
-    let tmp_root = match &opts.log_dir {
-        Some(_) => None,
-        None => {
-            let base = env
-                .non_empty(env_vars::TMPDIR)
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir);
-            Some(base.join(format!("accel_launch_{}", std::process::id())))
-        }
+    let tmp_root = match (&opts.log_dir, &torchrun_logs) {
+        (None, None) => Some(tmp_base.join(format!("accel_launch_{}", std::process::id()))),
+        _ => None,
     };
     guard::set_subreaper(true);
     let mut session = Session {
@@ -453,6 +522,8 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
         rx: &rx,
         tmp_root,
         logs,
+        torchrun_logs,
+        attempt_logs: None,
         strays: Strays::new(),
     };
     let result = session.run_attempts(plan.clone());
@@ -460,6 +531,9 @@ pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome>
     handle.close();
     if let Some(t) = &session.tmp_root {
         let _ = std::fs::remove_dir_all(t);
+    }
+    if let Some(t) = &session.torchrun_logs {
+        t.finish();
     }
     result
 }
@@ -471,6 +545,9 @@ struct Session<'a> {
     /// Where torchelastic error files go without `--log_dir`.
     tmp_root: Option<PathBuf>,
     logs: Option<LogFiles>,
+    /// torchrun's layout, in place of `logs`, and the current attempt's part of it.
+    torchrun_logs: Option<RunLogs>,
+    attempt_logs: Option<AttemptLogs>,
     /// The run's processes outside the ranks' groups, for the guards.
     strays: Option<Strays>,
 }
@@ -615,6 +692,10 @@ impl Session<'_> {
 
     /// One attempt: spawn every rank, watch them to the end, clean up everything they left.
     fn run_once(&mut self, plan: &Plan, attempt: u32) -> Result<(Outcome, Vec<RankResult>)> {
+        if let Some(t) = &self.torchrun_logs {
+            let local: Vec<u32> = plan.ranks.iter().map(|r| r.local_rank).collect();
+            self.attempt_logs = Some(t.attempt(attempt, &local)?);
+        }
         let mut running: Vec<Running> = Vec::new();
         for spec in &plan.ranks {
             match self.spawn(plan, spec, attempt) {
@@ -675,11 +756,23 @@ impl Session<'_> {
                 *file = Some(logs.create(&path)?);
             }
         }
+        let (mut sinks, mut dups) = (None, [None, None]);
+        if let Some(a) = &self.attempt_logs {
+            let routes = [
+                a.route(spec.rank, spec.local_rank, false)?,
+                a.route(spec.rank, spec.local_rank, true)?,
+            ];
+            sinks = Some(self.torchrun_sinks(plan, spec, attempt, &routes));
+            for (i, r) in routes.into_iter().enumerate() {
+                files[i] = r.file;
+                dups[i] = r.duplicate;
+            }
+        }
         let mut child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
         let pid = Pid::from_raw(child.id() as i32);
         let guard = guard::spawn_guard(pid, self.opts.grace, self.strays.as_ref());
-        let (stdout, stderr) = self.sinks(plan, spec, attempt);
-        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files);
+        let (stdout, stderr) = sinks.unwrap_or_else(|| self.sinks(plan, spec, attempt));
+        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files, dups);
         Ok(Running {
             rank: spec.rank,
             local_rank: spec.local_rank,
@@ -700,7 +793,14 @@ impl Session<'_> {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]);
         cmd.envs(&spec.env);
+        let torchrun_error_file = self
+            .attempt_logs
+            .as_ref()
+            .map(|a| a.error_file(spec.local_rank));
         let error_file = plan.topology.as_ref().map(|_| {
+            if let Some(f) = &torchrun_error_file {
+                return f.clone();
+            }
             let root = self
                 .opts
                 .log_dir
@@ -730,6 +830,8 @@ impl Session<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let parent = nix::unistd::getpid().as_raw();
+        // --numa_binding: the CPUs set before exec, as torch's `numactl --physcpubind` does.
+        let cpus = spec.numa_cpus.as_ref().map(|c| c.to_cpu_set());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
@@ -749,6 +851,12 @@ impl Session<'_> {
                 // Under kernel.yama.ptrace_scope=1 only the launcher and its children (py-spy, for
                 // --hang_timeout's stacks) may read the rank; a kernel without Yama says EINVAL.
                 libc::prctl(libc::PR_SET_PTRACER, parent as libc::c_ulong, 0, 0, 0);
+                if let Some(set) = &cpus {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
@@ -794,6 +902,36 @@ impl Session<'_> {
             None => console(false),
         };
         (stdout, console(true))
+    }
+}
+
+impl Session<'_> {
+    /// torchrun's console rules for a rank's two streams; accel's `--rank_prefix`, when given, heads
+    /// every line shown.
+    fn torchrun_sinks(
+        &self,
+        plan: &Plan,
+        spec: &RankSpec,
+        attempt: u32,
+        routes: &[Route; 2],
+    ) -> (Sink, Sink) {
+        let (own, _) = self.sinks(plan, spec, attempt);
+        let own_prefix = match own {
+            Sink::Console { prefix, .. } => prefix,
+            _ => None,
+        };
+        let sink = |r: &Route, is_err: bool| match &r.console {
+            None => Sink::Nowhere,
+            Some(header) => Sink::Console {
+                is_err,
+                prefix: own_prefix.clone().or_else(|| header.clone()),
+            },
+        };
+        let stdout = match &self.opts.capture {
+            Some(c) => Sink::Capture(spec.rank, c.sink.clone()),
+            None => sink(&routes[0], false),
+        };
+        (stdout, sink(&routes[1], true))
     }
 }
 

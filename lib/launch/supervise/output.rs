@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::{Captured, SuperviseError};
 use crate::error::{IoError, Result};
 use crate::launch::plan::RankSpec;
+use crate::launch::torchrun::logs::Duplicate;
 
 pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
@@ -346,6 +347,7 @@ pub(super) fn relay(
     child: &mut Child,
     sinks: [Sink; 2],
     files: [Option<File>; 2],
+    dups: [Option<Duplicate>; 2],
 ) -> (Arc<Mutex<Tail>>, Vec<JoinHandle<()>>) {
     let tail = Arc::new(Mutex::new(Tail::default()));
     let pipes = [
@@ -353,16 +355,59 @@ pub(super) fn relay(
         child.stderr.take().map(|p| File::from(OwnedFd::from(p))),
     ];
     let mut readers = Vec::new();
-    for (((pipe, to), file), is_err) in pipes.into_iter().zip(sinks).zip(files).zip([false, true]) {
+    for ((((pipe, to), file), dup), is_err) in pipes
+        .into_iter()
+        .zip(sinks)
+        .zip(files)
+        .zip(dups)
+        .zip([false, true])
+    {
         let Some(pipe) = pipe else { continue };
         let tail = is_err.then(|| tail.clone());
-        readers.push(std::thread::spawn(move || forward(pipe, to, file, tail)));
+        let dup = dup.map(|d| DuplicateLines {
+            to: d,
+            pending: Vec::new(),
+        });
+        readers.push(std::thread::spawn(move || {
+            forward(pipe, to, file, tail, dup)
+        }));
     }
     (tail, readers)
 }
 
-/// Relays one pipe of a rank until EOF: to its log file, to the stderr tail, and to the sink.
-fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mutex<Tail>>>) {
+/// A tee'd stream's whole lines for torchrun's filtered-lines file.
+struct DuplicateLines {
+    to: Duplicate,
+    pending: Vec<u8>,
+}
+
+impl DuplicateLines {
+    fn push(&mut self, data: &[u8]) {
+        let mut rest = data;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            self.pending.extend_from_slice(&rest[..=i]);
+            self.to.line(&self.pending);
+            self.pending.clear();
+            rest = &rest[i + 1..];
+        }
+        self.pending.extend_from_slice(rest);
+    }
+    fn finish(&mut self) {
+        if !self.pending.is_empty() {
+            self.to.line(&self.pending);
+        }
+    }
+}
+
+/// Relays one pipe of a rank until EOF: to its log file, to the stderr tail, to torchrun's
+/// filtered-lines file, and to the sink.
+fn forward(
+    mut pipe: File,
+    to: Sink,
+    mut file: Option<File>,
+    tail: Option<Arc<Mutex<Tail>>>,
+    mut dup: Option<DuplicateLines>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     let (is_err, mut console) = match &to {
         Sink::Console { is_err, prefix } => (*is_err, Some(ConsoleLines::new(prefix.clone()))),
@@ -403,6 +448,9 @@ fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mu
                 t.push(data);
             }
         }
+        if let Some(d) = dup.as_mut() {
+            d.push(data);
+        }
         if let Some(c) = console.as_mut() {
             c.push(data, &mut out);
             console_write(is_err, &out);
@@ -415,6 +463,9 @@ fn forward(mut pipe: File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mu
     if let Some(c) = console.as_mut() {
         c.finish(&mut out);
         console_write(is_err, &out);
+    }
+    if let Some(d) = dup.as_mut() {
+        d.finish();
     }
     if let (Some(c), Sink::Capture(_, tx)) = (capture.as_mut(), &to) {
         c.finish(tx);
