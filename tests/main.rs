@@ -33,3 +33,4 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod torchrun;

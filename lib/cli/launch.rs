@@ -24,6 +24,9 @@ use crate::env_vars::Group;
 ///
 /// Multi-node: pass --num_machines/--machine_rank/--main_process_ip, or run it under `srun` (SLURM is
 /// detected: node list, node id, job id) or with MASTER_ADDR/NODE_RANK/NNODES set from outside.
+///
+/// torchrun's command line is taken too (--nnodes, --nproc-per-node, --standalone, …): given only
+/// torchrun's flags, the ranks get exactly torchrun's environment and log layout.
 #[derive(Debug, Parser)]
 #[command(
     name = "accel-launch",
@@ -154,7 +157,7 @@ pub struct LaunchCli {
     )]
     pub use_megatron_lm: bool,
 
-    /// Tee rank output torchrun-style: any value but 0 prefixes console lines with `[{role}{local_rank}]:`.
+    /// Tee rank output torchrun-style: with accelerate's flags any value but 0 prefixes console lines with `[{role}{local_rank}]:`; with torchrun's command line, torchrun's tee (see TORCHRUN COMMAND LINE).
     #[arg(
         short = 't',
         long = "tee",
@@ -164,7 +167,7 @@ pub struct LaunchCli {
         help_heading = "Distributed GPUs"
     )]
     pub tee: String,
-    /// Write each rank's stdout and stderr to files under DIR (see --log_template).
+    /// Write each rank's stdout and stderr to files under DIR (see --log_template; torchrun's layout for torchrun's command line).
     #[arg(
         long = "log_dir",
         visible_alias = "log-dir",
@@ -716,7 +719,7 @@ pub fn doc() -> ToolDoc {
             ("DEFAULTS", &[
                 "Without a config file, accel-launch uses every visible GPU (one rank per GPU). On a machine without GPUs it starts two CPU (gloo) ranks, or one on a single-core machine; --num_processes overrides either. --cpu ignores the default config file, as accelerate does (an explicit --config_file is still read).",
                 "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
-                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE). Ranks get --grace_period seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
+                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE); --signals_to_handle changes the set (see TORCHRUN COMMAND LINE). Ranks get --grace_period (or --shutdown_timeout) seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
                 "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). The template is a path relative to --log_dir without `..` and holds only the placeholders above (else exit 2), so every log file stays inside --log_dir. On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
             ]),
             ("HANGS", &[
@@ -741,6 +744,8 @@ pub fn doc() -> ToolDoc {
                 "On the warning signal (--requeue_signal, default USR1; SIGINT, SIGTERM, SIGHUP and SIGQUIT are refused because they stop the run) every node's ranks get it once: SLURM's step daemon delivers it to every process of the step itself, and a launcher that got it otherwise (kill, scancel on one node) forwards it to its ranks and tells the other nodes over the control plane, which forward it to theirs. When SLURM's step daemon delivered it on one node, the other nodes wait up to 5 s for SLURM's own delivery there (it signals the step on every node) before forwarding it themselves, so no rank gets it twice. The ranks then have --grace_period seconds to save and exit, then SIGKILL; how they exit is not a failure and is not restarted by --max_restarts. Once every node's ranks are gone, node 0's launcher alone runs `scontrol requeue $SLURM_JOB_ID` (exactly once per job, whichever node got the warning) and every launcher exits 123. SLURM then ends the job and queues it again; the next run's ranks see SLURM_RESTART_COUNT (1, 2, …).",
                 "Checked before any rank starts, because a requeue that fails at the time limit loses the job: SLURM_JOB_ID is set (else exit 2), `scontrol` is on PATH (on every node), and, on node 0, `scontrol show job` answers and says Requeue=1 (a job submitted with --no-requeue, or a cluster with JobRequeue=0, is refused); each is exit 125 with the reason. A requeue that fails at the end prints scontrol's message, the command to requeue by hand, and exits 125. Only the ranks accel-launch starts itself can be requeued: with torchrun, deepspeed or mpirun owning the run, --slurm_requeue is refused.",
             ]),
+            ("TORCHRUN COMMAND LINE", super::torchrun::MAN_SECTION),
+            ("DIFFERENCES FROM TORCHRUN", super::torchrun::MAN_DIFFERENCES),
             ("DIFFERENCES FROM ACCELERATE LAUNCH", &[
                 "Exit status: the failing rank's own code (or 128+N for signal N), not always 1; 125/126/127 for the launcher's own failures.",
                 "--cpu --num_processes N and MULTI_CPU configs start N gloo ranks with torchrun's worker variables (accelerate starts one process); MULTI_CPU ranks get ACCELERATE_USE_CPU=True. Any run that accelerate would start as one plain process is started as N ranks when num_processes is N > 1; with 1 the single process gets no rank variables, as under accelerate.",

@@ -148,51 +148,8 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
     };
     let mut cli = input.cli.clone();
     let mut warnings = Vec::new();
-    if let (Some(place), Some(l)) = (&task, &loaded) {
-        if let Some(n) = l.map.get("num_processes").and_then(Value::as_u64) {
-            if n != u64::from(place.world_size) {
-                let what = format!(
-                    "{} says num_processes: {n}, but {} started {} processes ({})",
-                    l.path().display(),
-                    scheduler_name(place.source),
-                    place.world_size,
-                    world_variables(place.source)
-                );
-                // An explicit file was written for this job; the default file may be a workstation's.
-                if !explicit {
-                    warnings.push(format!("{what}: the scheduler's world is used"));
-                } else {
-                    return Err(crate::error::Error::msg_hint(
-                        crate::exit_status::ExitStatus::LauncherFailed,
-                        what,
-                        format!(
-                            "the config's num_processes is the world size of the whole job: set it to {} in {}, or start {n} processes",
-                            place.world_size,
-                            l.path().display()
-                        ),
-                    ));
-                }
-            }
-        }
-    }
     if let Some(place) = &task {
-        let by = format!("the scheduler ({:?})", place.source);
-        // An uneven layout (SLURM's `2(x3),1`) is a valid world of tasks, but not accelerate's
-        // `num_processes` over `num_machines`: the machine count is then left out of the config.
-        let nodes = place.topology.num_nodes;
-        let even = nodes > 0 && place.world_size % nodes == 0;
-        let values = [
-            Some(("num_processes", place.world_size)),
-            even.then_some(("num_machines", nodes)),
-            even.then_some(("machine_rank", place.topology.node_rank)),
-        ];
-        for (key, value) in values.into_iter().flatten() {
-            cli.push(CliValue {
-                key: key.into(),
-                value: Value::from(value),
-                flag: by.clone(),
-            });
-        }
+        task_values(place, loaded.as_ref(), explicit, &mut cli, &mut warnings)?;
     }
     let visible_gpus = crate::devices::visible_gpus(env);
     let nproc = torchrun_values(tr, loaded.as_ref(), visible_gpus, &mut cli)?;
@@ -227,6 +184,7 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
         }
         None => Source::Flags,
     };
+    check_node_count(nproc, &args, &input.cli)?;
     record_derived(&mut resolved, &args, loaded.is_some(), &place);
 
     warnings.extend(resolved.warnings.iter().map(|w| w.0.clone()));
@@ -292,6 +250,63 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
         task,
         warnings,
     })
+}
+
+/// Task scope: the scheduler's world as config values (`num_processes`, and `num_machines` and
+/// `machine_rank` when the layout is even); a config file that says another world is refused when
+/// it was named for this job, and warned about when it is the default file.
+fn task_values(
+    place: &TaskPlace,
+    loaded: Option<&Loaded>,
+    explicit: bool,
+    cli: &mut Vec<CliValue>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    if let Some(l) = loaded {
+        if let Some(n) = l.map.get("num_processes").and_then(Value::as_u64) {
+            if n != u64::from(place.world_size) {
+                let what = format!(
+                    "{} says num_processes: {n}, but {} started {} processes ({})",
+                    l.path().display(),
+                    scheduler_name(place.source),
+                    place.world_size,
+                    world_variables(place.source)
+                );
+                // An explicit file was written for this job; the default file may be a workstation's.
+                if !explicit {
+                    warnings.push(format!("{what}: the scheduler's world is used"));
+                } else {
+                    return Err(crate::error::Error::msg_hint(
+                        crate::exit_status::ExitStatus::LauncherFailed,
+                        what,
+                        format!(
+                            "the config's num_processes is the world size of the whole job: set it to {} in {}, or start {n} processes",
+                            place.world_size,
+                            l.path().display()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let by = format!("the scheduler ({:?})", place.source);
+    // An uneven layout (SLURM's `2(x3),1`) is a valid world of tasks, but not accelerate's
+    // `num_processes` over `num_machines`: the machine count is then left out of the config.
+    let nodes = place.topology.num_nodes;
+    let even = nodes > 0 && place.world_size % nodes == 0;
+    let values = [
+        Some(("num_processes", place.world_size)),
+        even.then_some(("num_machines", nodes)),
+        even.then_some(("machine_rank", place.topology.node_rank)),
+    ];
+    for (key, value) in values.into_iter().flatten() {
+        cli.push(CliValue {
+            key: key.into(),
+            value: Value::from(value),
+            flag: by.clone(),
+        });
+    }
+    Ok(())
 }
 
 impl Run {
@@ -612,6 +627,27 @@ fn engine_of(args: &LaunchArgs) -> Engine {
     Engine::Own
 }
 
+/// `--nproc_per_node` against `--num_processes` once the node count is known: on one node both are
+/// its rank count.
+fn check_node_count(nproc: Option<u32>, args: &LaunchArgs, cli: &[CliValue]) -> Result<()> {
+    if let Some(n) = nproc.filter(|_| args.num_machines == 1) {
+        // On one node the total is the node's count (placement may have made it one node).
+        if let Some(v) = cli.iter().find(|v| v.key == "num_processes") {
+            let np = crate::contract::accelerate::py_str(&v.value);
+            if np.trim().parse::<u32>().ok() != Some(n) {
+                return Err(crate::error::Error::msg(
+                    ExitStatus::Usage,
+                    format!(
+                        "`{} {np}` and `--nproc_per_node {n}` contradict each other on one node (both set its rank count)",
+                        v.flag
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// torchrun's flags as config values (`--nnodes` is num_machines, …) added to `cli`, checked against
 /// the accelerate flags that set the same values; returns this node's `--nproc_per_node`, resolved.
 /// The per-node count becomes num_processes where the node count is known here (from the command
@@ -624,11 +660,12 @@ fn torchrun_values(
     cli: &mut Vec<CliValue>,
 ) -> Result<Option<u32>> {
     let usage = |m: String| crate::error::Error::msg(ExitStatus::Usage, m);
-    let nproc = tr
-        .nproc_per_node
-        .map(|n| torchrun::local_world_size(n, visible_gpus))
-        .transpose()
-        .map_err(usage)?;
+    // torchrun's default is one rank per node.
+    let nproc = match (tr.nproc_per_node, tr.only) {
+        (Some(n), _) => Some(torchrun::local_world_size(n, visible_gpus).map_err(usage)?),
+        (None, true) => Some(1),
+        (None, false) => None,
+    };
     let given = |key: &str| cli.iter().find(|v| v.key == key).map(|v| v.value.clone());
     let from_file = |key: &str| loaded.and_then(|l| l.map.get(key)).cloned();
     let backend = given("rdzv_backend")

@@ -105,15 +105,20 @@ impl LogsSpec {
     }
 }
 
-/// `tempfile.mkdtemp(prefix=…, dir=…)`: a new directory with 8 random characters after the prefix.
+/// `tempfile.mkdtemp(prefix=…, dir=…)`: a new directory with 8 random characters after the prefix,
+/// named under `dir` as given (a relative `--log_dir` gives relative paths, as in torchrun).
 fn mkdtemp(dir: &Path, prefix: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| IoError::new("create", dir, e))?;
-    tempfile::Builder::new()
+    let made = tempfile::Builder::new()
         .prefix(prefix)
         .rand_bytes(8)
         .tempdir_in(dir)
         .map(tempfile::TempDir::keep)
-        .map_err(|e| IoError::new("create a directory in", dir, e).into())
+        .map_err(|e| IoError::new("create a directory in", dir, e))?;
+    Ok(match made.file_name() {
+        Some(name) => dir.join(name),
+        None => made,
+    })
 }
 
 /// One launcher's logs of a run.
