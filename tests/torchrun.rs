@@ -146,6 +146,10 @@ struct Case {
     local: bool,
     /// The case has a --log_dir `logs`, compared file by file.
     logs: bool,
+    /// Files the real torchrun must have written (normalized), so the comparison is not of nothing.
+    files: &'static [&'static str],
+    /// Console lines the real torchrun must have printed.
+    lines: &'static [&'static str],
 }
 
 const CASES: &[Case] = &[
@@ -157,6 +161,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "auto",
@@ -166,6 +172,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "cpu",
@@ -175,6 +183,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: false,
+        files: &[],
+        lines: &["out rank 0 attempt 0"],
     },
     Case {
         name: "two_nodes_master",
@@ -195,6 +205,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: false,
         logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "two_nodes_endpoint",
@@ -211,6 +223,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: false,
         logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "max_restarts",
@@ -227,6 +241,8 @@ const CASES: &[Case] = &[
         mode: "fail_first",
         local: true,
         logs: true,
+        files: &["<side>/logs/<run id>_X/attempt_0/1/", "<side>/logs/<run id>_X/attempt_1/1/"],
+        lines: &["out rank 1 attempt 1"],
     },
     Case {
         name: "redirects_tee",
@@ -245,6 +261,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: true,
+        files: &["<side>/logs/<run id>_X/attempt_0/0/stdout.log", "<side>/logs/<run id>_X/attempt_0/1/stderr.log"],
+        lines: &["[default0]:out rank 0 attempt 0", "[default1]:err rank 1 attempt 0"],
     },
     Case {
         name: "local_ranks_filter",
@@ -267,6 +285,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: true,
+        files: &["<side>/logs/<run id>_X/attempt_0/0/stdout.log", "<side>/logs/<run id>_X/attempt_0/filtered_stderr.log"],
+        lines: &["[default1]:err rank 1 attempt 0", "out rank 1 attempt 0"],
     },
     Case {
         name: "module",
@@ -276,6 +296,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "no_python",
@@ -291,6 +313,8 @@ const CASES: &[Case] = &[
         mode: "",
         local: false,
         logs: false,
+        files: &[],
+        lines: &[],
     },
 ];
 
@@ -493,6 +517,11 @@ fn compare_case(case: &Case, root: &Path) -> Vec<String> {
                 .collect()
         };
         let (ct, ca) = (pick(&ot), pick(&oa));
+        for l in case.lines {
+            if i == usize::from(l.contains("err rank")) && !ct.contains(*l) {
+                p(format!("torchrun printed no `{l}` on {name}: {ct:?}"));
+            }
+        }
         if ct != ca {
             p(format!(
                 "console {name}: torchrun {ct:?} / accel-launch {ca:?}"
@@ -566,8 +595,10 @@ fn dry_json(c: &mut Command) -> Value {
 fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
     let d = tempfile::tempdir().unwrap();
     let smi = fake_smi(d.path(), FOUR);
-    for (n, visible) in [(0, None), (1, Some("3,1,2,0"))] {
-        let mut sides = Vec::new();
+    // Both orders, torchrun and accel-launch, all at once.
+    let variants = [None, Some("3,1,2,0")];
+    let mut started = Vec::new();
+    for (n, visible) in variants.iter().enumerate() {
         for (who, program) in [("torchrun", torchrun()), ("accel", PathBuf::from(BIN))] {
             let side = d.path().join(format!("{n}{who}"));
             std::fs::create_dir_all(side.join("out")).unwrap();
@@ -575,40 +606,28 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
             if let Some(v) = visible {
                 c.env("CUDA_VISIBLE_DEVICES", v);
             }
-            c.args([
-                "--nproc-per-node",
-                "4",
-                "--virtual-local-rank",
-                "--log-dir",
-                "logs",
-            ])
-            .arg(fixture("trprobe.py"))
-            .args(["out", "--tag=${local_rank}"]);
-            sides.push((side, c.spawn().unwrap()));
+            c.args(["--nproc-per-node", "4", "--virtual-local-rank", "--log-dir", "logs"])
+                .arg(fixture("trprobe.py"))
+                .args(["out", "--tag=${local_rank}"]);
+            started.push((side, c.marked().spawn().unwrap()));
         }
-        let mut got = Vec::new();
-        for (side, ch) in sides {
-            assert!(ch.output_within(Duration::from_secs(200)).status.success());
-            got.push(records(&side.join("out")));
-        }
+    }
+    let mut got = Vec::new();
+    for (side, ch) in started {
+        assert!(ch.output_within(Duration::from_secs(200)).status.success());
+        got.push(records(&side.join("out")));
+    }
+    for (n, visible) in variants.iter().enumerate() {
+        let (t, a) = (&got[2 * n], &got[2 * n + 1]);
         for r in 0..4 {
             let k = format!("{r}.0");
-            let (t, a) = (&got[0][&k], &got[1][&k]);
-            let want_gpu =
-                visible.map_or(r.to_string(), |v| v.split(',').nth(r).unwrap().to_string());
-            for (who, v) in [("torchrun", t), ("accel-launch", a)] {
+            let want_gpu = visible.map_or(r.to_string(), |v| v.split(',').nth(r).unwrap().to_string());
+            for (who, v) in [("torchrun", &t[&k]), ("accel-launch", &a[&k])] {
                 assert_eq!(v["env"]["LOCAL_RANK"], "0", "{who} rank {r}");
-                assert_eq!(
-                    v["env"]["CUDA_VISIBLE_DEVICES"],
-                    want_gpu.as_str(),
-                    "{who} rank {r}"
-                );
+                assert_eq!(v["env"]["CUDA_VISIBLE_DEVICES"], want_gpu.as_str(), "{who} rank {r}");
                 assert_eq!(v["argv"][2], format!("--tag={r}"), "{who} rank {r}");
                 let ef = v["env"]["TORCHELASTIC_ERROR_FILE"].as_str().unwrap();
-                assert!(
-                    ef.ends_with(&format!("attempt_0/{r}/error.json")),
-                    "{who}: {ef}"
-                );
+                assert!(ef.ends_with(&format!("attempt_0/{r}/error.json")), "{who}: {ef}");
             }
         }
     }
@@ -1161,8 +1180,11 @@ fn every_torchrun_flag_is_accepted_in_both_spellings() {
         .find(|p| p.is_file())
         .expect("torch/distributed/run.py in the venv");
     let src = std::fs::read_to_string(run_py).unwrap();
+    // The parser itself, not the module docstring's example of a training script's own parser.
+    let start = src.find("def get_args_parser").expect("get_args_parser");
+    let end = start + src[start..].find("\ndef parse_args").expect("parse_args");
     let mut theirs = BTreeSet::new();
-    for call in src.split("parser.add_argument(").skip(1) {
+    for call in src[start..end].split("parser.add_argument(").skip(1) {
         let mut rest = call.trim_start();
         while let Some(s) = rest.strip_prefix('"') {
             let end = s.find('"').unwrap();
