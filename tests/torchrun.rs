@@ -1073,6 +1073,17 @@ fn contradictions_and_refusals_are_named() {
             assert!(err.contains(w), "{args:?}: {err}");
         }
     }
+    // The static rendezvous' --rdzv_conf timeout is the join timeout, unless --rdzv_timeout says.
+    let port = crate::util::free_port().to_string();
+    for (extra, want) in [(&[][..], 9.0), (&["--rdzv_timeout", "4"][..], 4.0)] {
+        let mut args = vec!["--json", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", &port, "--rdzv-conf", "timeout=9"];
+        args.extend(extra);
+        args.push("x.py");
+        let o = dry(d.path(), &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["launch"]["control_plane"]["join_timeout_s"], want, "{extra:?}");
+    }
     // Agreeing flags are fine; a range with an elastic backend runs torchrun with it.
     let o = dry(
         d.path(),

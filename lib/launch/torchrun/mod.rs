@@ -131,7 +131,8 @@ impl Request {
 /// usage error naming both. Numbers compare as numbers (`29500` and `029500` agree).
 pub fn check_conflicts(values: &[CliValue]) -> Result<(), String> {
     let mut by_key: BTreeMap<&str, Vec<&CliValue>> = BTreeMap::new();
-    for v in values {
+    // Flags only: a scheduler's world (task scope) is not the user's word.
+    for v in values.iter().filter(|v| v.flag.starts_with('-')) {
         by_key.entry(v.key.as_str()).or_default().push(v);
     }
     let text = |v: &Value| match v {
