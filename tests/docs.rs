@@ -97,7 +97,7 @@ fn man_pages_name_only_existing_flags() {
     known.extend(["help", "version"].map(String::from));
     // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
     // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py), the
-    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid).
+    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid), numactl's (torch's NUMA binding).
     known.extend(
         [
             "include",
@@ -115,6 +115,7 @@ fn man_pages_name_only_existing_flags() {
             "requeue",
             "no-requeue",
             "grid",
+            "physcpubind",
         ]
         .map(String::from),
     );

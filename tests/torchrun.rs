@@ -115,12 +115,29 @@ fn tree(dir: &Path, side: &Path, run_id: &str) -> BTreeMap<String, String> {
     out
 }
 
-/// Console lines a launcher printed for its ranks (torchrun's own log lines are its agent's).
+/// The probe's lines a launcher printed, each with the header before it if any (`[default0]:`).
+/// Found by their text rather than by line: torchrun's workers write straight to the terminal, where
+/// two ranks' unheaded lines can run into each other (accel-launch relays whole lines).
 fn rank_lines(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter(|l| l.contains(" rank ") && (l.contains("out rank") || l.contains("err rank")))
-        .map(str::to_string)
-        .collect()
+    let mut out = BTreeSet::new();
+    for marker in ["out rank ", "err rank "] {
+        for (i, _) in text.match_indices(marker) {
+            let rest = &text[i + marker.len()..];
+            let rank: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let rest = &rest[rank.len()..];
+            let Some(rest) = rest.strip_prefix(" attempt ") else {
+                continue;
+            };
+            let attempt: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let before = &text[..i];
+            let header = match before.strip_suffix("]:") {
+                Some(b) => b.rfind('[').map_or("", |j| &before[j..]),
+                None => "",
+            };
+            out.insert(format!("{header}{marker}{rank} attempt {attempt}"));
+        }
+    }
+    out
 }
 
 /// How a case runs its probe.
@@ -287,6 +304,17 @@ const CASES: &[Case] = &[
         logs: true,
         files: &["<side>/logs/<run id>_X/attempt_0/0/stdout.log", "<side>/logs/<run id>_X/attempt_0/filtered_stderr.log"],
         lines: &["[default1]:err rank 1 attempt 0", "out rank 1 attempt 0"],
+    },
+    Case {
+        name: "local_addr",
+        flags: &["--nproc-per-node", "2", "--local-addr", "127.0.0.1"],
+        launchers: 1,
+        script: Script::Path,
+        mode: "",
+        local: true,
+        logs: false,
+        files: &[],
+        lines: &[],
     },
     Case {
         name: "module",
@@ -794,6 +822,25 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
         }
     }
     assert_eq!(compared, 64);
+    // With accelerate's enable_cpu_affinity, the binding wins: accelerate would pin each rank's main
+    // thread again when it starts.
+    for numa in [false, true] {
+        let mut c = base(Path::new(BIN), d.path(), Some(&smi));
+        c.env("ACCEL_SYSFS_ROOT", &root)
+            .args(["--dry-run", "--json", "--multi_gpu", "--num_processes", "8", "--enable_cpu_affinity"]);
+        if numa {
+            c.args(["--numa-binding", "node"]);
+        }
+        let o = c.arg("x.py").output_within(WAIT);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        for r in v["ranks"].as_array().unwrap() {
+            assert_eq!(r["env"].get("ACCELERATE_CPU_AFFINITY").is_some(), !numa, "{r}");
+            assert_eq!(r.get("numa_cpus").is_some(), numa, "{r}");
+        }
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.contains("replaces enable_cpu_affinity"), numa, "{err}");
+    }
 }
 
 /// The binding applied for real on this machine's one NUMA node: a tree that is this machine's own

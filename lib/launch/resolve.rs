@@ -174,8 +174,9 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
         env,
     })?;
     if tr.only {
-        // torchrun gives every worker its contract, one worker too.
+        // torchrun gives every worker its contract, one worker too, and says nothing of defaults.
         args.path = LaunchPath::Torchrun;
+        args.defaulted.clear();
     }
     let source = match &place {
         Some(p) => {

@@ -311,10 +311,8 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     let prefix = cli.rank_prefix.clone().or_else(|| {
         (cli.tee != "0" && torchrun_logs.is_none()).then(|| "[{role}{local_rank}]:".to_string())
     });
-    let (log_dir, filter) = match &torchrun_logs {
-        Some(_) => (None, None),
-        None => (cli.log_dir.clone(), filter),
-    };
+    // torchrun's layout filters the console itself.
+    let filter = filter.filter(|_| torchrun_logs.is_none());
     let opts = launch::Options {
         tool: TOOL,
         grace: grace.as_duration(),
@@ -322,7 +320,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
             .monitor_interval
             .clamp(Duration::from_millis(1), Duration::from_secs(60)),
         max_restarts: cli.max_restarts,
-        log_dir,
+        log_dir: cli.log_dir.clone(),
         log_template: cli.log_template.clone(),
         console: launch::Console {
             prefix,

@@ -343,8 +343,8 @@ pub struct Options {
     pub requeue_signal: Option<i32>,
     /// The signals handed on to the ranks (`--signals_to_handle`).
     pub signals: Signals,
-    /// torchrun's log layout and console rules in place of `log_dir`/`log_template` (a run given
-    /// torchrun's command line).
+    /// torchrun's log layout and console rules in place of `log_template` (a run given torchrun's
+    /// command line); `log_dir` then holds only the hang and failure reports.
     pub torchrun_logs: Option<LogsSpec>,
 }
 
@@ -461,15 +461,15 @@ pub fn supervise(plan: &Plan, opts: &Options, env: &Environment) -> Result<ExitS
 
 /// [`supervise`], returning how every rank ended.
 pub fn run(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
-    let logs = match &opts.log_dir {
-        Some(dir) => {
+    let logs = match (&opts.log_dir, &opts.torchrun_logs) {
+        (Some(dir), None) => {
             let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
             let template = node_log_template(plan, &opts.log_template)?;
             let logs = LogFiles::new(dir, &template, node);
             logs.check(&plan.ranks, opts.max_restarts)?;
             Some(logs)
         }
-        None => None,
+        _ => None,
     };
     let tmp_base = env
         .non_empty(env_vars::TMPDIR)

@@ -485,7 +485,10 @@ impl<'a> Monitor<'a> {
                 });
             }
             _ if delivered => {}
-            _ if self.opts.signals.forwards(s) => signal_groups(self.ranks, s),
+            // fg/bg's SIGCONT resumes the ranks Ctrl-Z stopped.
+            _ if s == libc::SIGCONT || self.opts.signals.forwards(s) => {
+                signal_groups(self.ranks, s)
+            }
             _ => note(
                 self.opts,
                 &format!(
