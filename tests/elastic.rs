@@ -124,7 +124,13 @@ fn what_torchrun_cannot_do_is_refused() {
     // the join timeout: tests/torchrun.rs).
     launch(
         d.path(),
-        &["--dry-run", "--cpu", "--rdzv_conf", "read_timeout=5", "x.py"],
+        &[
+            "--dry-run",
+            "--cpu",
+            "--rdzv_conf",
+            "read_timeout=5",
+            "x.py",
+        ],
     )
     .success()
     .stderr_contains("--rdzv_conf read_timeout ignored");

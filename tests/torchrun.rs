@@ -258,7 +258,10 @@ const CASES: &[Case] = &[
         mode: "fail_first",
         local: true,
         logs: true,
-        files: &["<side>/logs/<run id>_X/attempt_0/1/", "<side>/logs/<run id>_X/attempt_1/1/"],
+        files: &[
+            "<side>/logs/<run id>_X/attempt_0/1/",
+            "<side>/logs/<run id>_X/attempt_1/1/",
+        ],
         lines: &["out rank 1 attempt 1"],
     },
     Case {
@@ -278,8 +281,14 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: true,
-        files: &["<side>/logs/<run id>_X/attempt_0/0/stdout.log", "<side>/logs/<run id>_X/attempt_0/1/stderr.log"],
-        lines: &["[default0]:out rank 0 attempt 0", "[default1]:err rank 1 attempt 0"],
+        files: &[
+            "<side>/logs/<run id>_X/attempt_0/0/stdout.log",
+            "<side>/logs/<run id>_X/attempt_0/1/stderr.log",
+        ],
+        lines: &[
+            "[default0]:out rank 0 attempt 0",
+            "[default1]:err rank 1 attempt 0",
+        ],
     },
     Case {
         name: "local_ranks_filter",
@@ -302,7 +311,10 @@ const CASES: &[Case] = &[
         mode: "",
         local: true,
         logs: true,
-        files: &["<side>/logs/<run id>_X/attempt_0/0/stdout.log", "<side>/logs/<run id>_X/attempt_0/filtered_stderr.log"],
+        files: &[
+            "<side>/logs/<run id>_X/attempt_0/0/stdout.log",
+            "<side>/logs/<run id>_X/attempt_0/filtered_stderr.log",
+        ],
         lines: &["[default1]:err rank 1 attempt 0", "out rank 1 attempt 0"],
     },
     Case {
@@ -531,6 +543,11 @@ fn compare_case(case: &Case, root: &Path) -> Vec<String> {
             tree(&t.join("logs"), &t, &idt),
             tree(&a.join("logs"), &a, &ida),
         );
+        for f in case.files {
+            if !lt.contains_key(*f) {
+                p(format!("torchrun wrote no {f}: {lt:?}"));
+            }
+        }
         if lt != la {
             p(format!("log files: torchrun {lt:?}\n  accel-launch {la:?}"));
         } else {
@@ -634,9 +651,15 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
             if let Some(v) = visible {
                 c.env("CUDA_VISIBLE_DEVICES", v);
             }
-            c.args(["--nproc-per-node", "4", "--virtual-local-rank", "--log-dir", "logs"])
-                .arg(fixture("trprobe.py"))
-                .args(["out", "--tag=${local_rank}"]);
+            c.args([
+                "--nproc-per-node",
+                "4",
+                "--virtual-local-rank",
+                "--log-dir",
+                "logs",
+            ])
+            .arg(fixture("trprobe.py"))
+            .args(["out", "--tag=${local_rank}"]);
             started.push((side, c.marked().spawn().unwrap()));
         }
     }
@@ -649,13 +672,21 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
         let (t, a) = (&got[2 * n], &got[2 * n + 1]);
         for r in 0..4 {
             let k = format!("{r}.0");
-            let want_gpu = visible.map_or(r.to_string(), |v| v.split(',').nth(r).unwrap().to_string());
+            let want_gpu =
+                visible.map_or(r.to_string(), |v| v.split(',').nth(r).unwrap().to_string());
             for (who, v) in [("torchrun", &t[&k]), ("accel-launch", &a[&k])] {
                 assert_eq!(v["env"]["LOCAL_RANK"], "0", "{who} rank {r}");
-                assert_eq!(v["env"]["CUDA_VISIBLE_DEVICES"], want_gpu.as_str(), "{who} rank {r}");
+                assert_eq!(
+                    v["env"]["CUDA_VISIBLE_DEVICES"],
+                    want_gpu.as_str(),
+                    "{who} rank {r}"
+                );
                 assert_eq!(v["argv"][2], format!("--tag={r}"), "{who} rank {r}");
                 let ef = v["env"]["TORCHELASTIC_ERROR_FILE"].as_str().unwrap();
-                assert!(ef.ends_with(&format!("attempt_0/{r}/error.json")), "{who}: {ef}");
+                assert!(
+                    ef.ends_with(&format!("attempt_0/{r}/error.json")),
+                    "{who}: {ef}"
+                );
             }
         }
     }
@@ -826,8 +857,14 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
     // thread again when it starts.
     for numa in [false, true] {
         let mut c = base(Path::new(BIN), d.path(), Some(&smi));
-        c.env("ACCEL_SYSFS_ROOT", &root)
-            .args(["--dry-run", "--json", "--multi_gpu", "--num_processes", "8", "--enable_cpu_affinity"]);
+        c.env("ACCEL_SYSFS_ROOT", &root).args([
+            "--dry-run",
+            "--json",
+            "--multi_gpu",
+            "--num_processes",
+            "8",
+            "--enable_cpu_affinity",
+        ]);
         if numa {
             c.args(["--numa-binding", "node"]);
         }
@@ -835,7 +872,11 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         for r in v["ranks"].as_array().unwrap() {
-            assert_eq!(r["env"].get("ACCELERATE_CPU_AFFINITY").is_some(), !numa, "{r}");
+            assert_eq!(
+                r["env"].get("ACCELERATE_CPU_AFFINITY").is_some(),
+                !numa,
+                "{r}"
+            );
             assert_eq!(r.get("numa_cpus").is_some(), numa, "{r}");
         }
         let err = String::from_utf8_lossy(&o.stderr);
@@ -1123,13 +1164,28 @@ fn contradictions_and_refusals_are_named() {
     // The static rendezvous' --rdzv_conf timeout is the join timeout, unless --rdzv_timeout says.
     let port = crate::util::free_port().to_string();
     for (extra, want) in [(&[][..], 9.0), (&["--rdzv_timeout", "4"][..], 4.0)] {
-        let mut args = vec!["--json", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", &port, "--rdzv-conf", "timeout=9"];
+        let mut args = vec![
+            "--json",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+            "--rdzv-conf",
+            "timeout=9",
+        ];
         args.extend(extra);
         args.push("x.py");
         let o = dry(d.path(), &args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert_eq!(v["launch"]["control_plane"]["join_timeout_s"], want, "{extra:?}");
+        assert_eq!(
+            v["launch"]["control_plane"]["join_timeout_s"], want,
+            "{extra:?}"
+        );
     }
     // Agreeing flags are fine; a range with an elastic backend runs torchrun with it.
     let o = dry(

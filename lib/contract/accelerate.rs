@@ -395,7 +395,7 @@ impl LaunchArgs {
                 .iter()
                 .any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
         if has_file {
-            a.from_file(p, &map, np_value)?;
+            a.apply_file(p, &map, np_value)?;
         } else {
             a.embedded_default(&input, np_explicit, np_value);
         }
@@ -456,7 +456,7 @@ impl LaunchArgs {
 
     /// A config file's run: its distributed type picks the paradigm unless a flag did, and its
     /// num_processes is required.
-    fn from_file(
+    fn apply_file(
         &mut self,
         p: Paradigm,
         map: &Map<String, Value>,

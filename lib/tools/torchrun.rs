@@ -432,7 +432,7 @@ pub(super) fn passthrough(cli: &LaunchCli, backend: &str) -> Vec<OsString> {
     opt(
         "--shutdown-timeout",
         t.shutdown_timeout
-            .or_else(|| match cli.grace_period {
+            .or(match cli.grace_period {
                 Some(Wait::After(d)) => Some(d.as_secs()),
                 _ => None,
             })

@@ -84,7 +84,7 @@ impl LogsSpec {
                     return Err(IoError::new(
                         "use as the log directory",
                         d,
-                        std::io::Error::new(std::io::ErrorKind::Other, "it is a file"),
+                        std::io::Error::other("it is a file"),
                     )
                     .into());
                 }
