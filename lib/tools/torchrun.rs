@@ -308,11 +308,11 @@ fn bind_numa(
         })?;
         r.numa_cpus = Some(cpus);
     }
-    if plan
-        .ranks
-        .iter_mut()
-        .any(|r| r.env.remove(env_vars::ACCELERATE_CPU_AFFINITY).is_some())
-    {
+    let mut dropped = false;
+    for r in &mut plan.ranks {
+        dropped |= r.env.remove(env_vars::ACCELERATE_CPU_AFFINITY).is_some();
+    }
+    if dropped {
         warn(TOOL, &format!("--numa_binding {} replaces enable_cpu_affinity: ACCELERATE_CPU_AFFINITY is not exported, since accelerate would pin each rank's main thread again to NVML's CPUs for its GPU", mode.name()), env);
     }
     Ok(())
