@@ -97,7 +97,7 @@ fn man_pages_name_only_existing_flags() {
     known.extend(["help", "version"].map(String::from));
     // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
     // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py), the
-    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid), numactl's (torch's NUMA binding).
+    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid).
     known.extend(
         [
             "include",
@@ -115,6 +115,9 @@ fn man_pages_name_only_existing_flags() {
             "requeue",
             "no-requeue",
             "grid",
+            // the control plane's benchmark (scripts/bench/control --simulate).
+            "simulate",
+            // numactl's (torch's NUMA binding).
             "physcpubind",
         ]
         .map(String::from),

@@ -275,6 +275,8 @@ const CASES: &[Case] = &[
             "3",
             "-t",
             "3",
+            "--duplicate-stdout-filters",
+            "rank 0",
         ],
         launchers: 1,
         script: Script::Path,
@@ -284,6 +286,7 @@ const CASES: &[Case] = &[
         files: &[
             "<side>/logs/<run id>_X/attempt_0/0/stdout.log",
             "<side>/logs/<run id>_X/attempt_0/1/stderr.log",
+            "<side>/logs/<run id>_X/attempt_0/filtered_stdout.log",
         ],
         lines: &[
             "[default0]:out rank 0 attempt 0",
@@ -417,6 +420,92 @@ fn run_side(mut cmds: Vec<Command>) -> Result<Vec<(String, String)>, String> {
     Ok(outs)
 }
 
+/// One rank's record under both launchers: its environment but for the documented, per-run values,
+/// its argv and module name. `ids` are the run ids, `ports` the free ports each side was given.
+fn compare_rank(
+    case: &Case,
+    k: &str,
+    (vt, va): (&Value, &Value),
+    (idt, ida): (&str, &str),
+    [pt, pa]: [u16; 2],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut p = |m: String| problems.push(m);
+    let env = |v: &Value| -> BTreeMap<String, String> {
+        v["env"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    let (mut et, mut ea) = (env(vt), env(va));
+    // Documented: accel has no agent store (rank 0 hosts the TCPStore).
+    if et.remove("TORCHELASTIC_USE_AGENT_STORE").as_deref() != Some("True")
+        || ea.remove("TORCHELASTIC_USE_AGENT_STORE").is_some()
+    {
+        p(format!("rank {k}: TORCHELASTIC_USE_AGENT_STORE"));
+    }
+    // Per run: the error file's random directories.
+    let (eft, efa) = (
+        et.remove("TORCHELASTIC_ERROR_FILE").unwrap_or_default(),
+        ea.remove("TORCHELASTIC_ERROR_FILE").unwrap_or_default(),
+    );
+    let (nt, na) = (
+        normalize_path(&eft, Path::new("<side>"), idt),
+        normalize_path(&efa, Path::new("<side>"), ida),
+    );
+    if nt != na || !nt.ends_with("error.json") {
+        p(format!(
+            "rank {k}: TORCHELASTIC_ERROR_FILE torchrun {eft} ({nt}) / accel-launch {efa} ({na})"
+        ));
+    }
+    if case.local {
+        // Per run: the local rendezvous' port and UUID run id.
+        for (who, e) in [("torchrun", &mut et), ("accel-launch", &mut ea)] {
+            let id = e.remove("TORCHELASTIC_RUN_ID").unwrap_or_default();
+            let port = e.remove("MASTER_PORT").unwrap_or_default();
+            if !is_uuid4(&id) || port.parse::<u16>().is_err() {
+                p(format!(
+                    "rank {k}: {who} run id {id:?} / port {port:?} (want a UUID and a port)"
+                ));
+            }
+        }
+    } else if case.launchers == 1 {
+        // The port of each side's own launcher.
+        et.remove("MASTER_PORT");
+        ea.remove("MASTER_PORT");
+    } else {
+        for e in [&mut et, &mut ea] {
+            let port = e.remove("MASTER_PORT");
+            if port.as_deref() != Some(&pt.to_string()) && port.as_deref() != Some(&pa.to_string())
+            {
+                p(format!("rank {k}: MASTER_PORT {port:?}"));
+            }
+        }
+    }
+    let keys: BTreeSet<&String> = et.keys().chain(ea.keys()).collect();
+    for key in keys {
+        if et.get(key) != ea.get(key) {
+            p(format!(
+                "rank {k}: {key}: torchrun {:?} / accel-launch {:?}",
+                et.get(key),
+                ea.get(key)
+            ));
+        }
+    }
+    for field in ["argv", "name"] {
+        if vt[field] != va[field] {
+            p(format!(
+                "rank {k}: {field}: torchrun {} / accel-launch {}",
+                vt[field], va[field]
+            ));
+        }
+    }
+    problems
+}
+
+/// One case of the matrix, torchrun and accel-launch side by side: what differs, one line each.
 fn compare_case(case: &Case, root: &Path) -> Vec<String> {
     let dir = root.join(case.name);
     let (t, a) = (dir.join("torchrun"), dir.join("accel"));
@@ -465,77 +554,9 @@ fn compare_case(case: &Case, root: &Path) -> Vec<String> {
     };
     for (k, vt) in &rt {
         let (vt, va) = (&side_free(vt, &t), &side_free(&ra[k], &a));
-        let env = |v: &Value| -> BTreeMap<String, String> {
-            v["env"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        };
-        let (mut et, mut ea) = (env(vt), env(va));
-        // Documented: accel has no agent store (rank 0 hosts the TCPStore).
-        if et.remove("TORCHELASTIC_USE_AGENT_STORE").as_deref() != Some("True")
-            || ea.remove("TORCHELASTIC_USE_AGENT_STORE").is_some()
-        {
-            p(format!("rank {k}: TORCHELASTIC_USE_AGENT_STORE"));
-        }
-        // Per run: the error file's random directories.
-        let (eft, efa) = (
-            et.remove("TORCHELASTIC_ERROR_FILE").unwrap_or_default(),
-            ea.remove("TORCHELASTIC_ERROR_FILE").unwrap_or_default(),
-        );
-        let (nt, na) = (
-            normalize_path(&eft, Path::new("<side>"), &idt),
-            normalize_path(&efa, Path::new("<side>"), &ida),
-        );
-        if nt != na || !nt.ends_with("error.json") {
-            p(format!(
-                "rank {k}: TORCHELASTIC_ERROR_FILE torchrun {eft} ({nt}) / accel-launch {efa} ({na})"
-            ));
-        }
-        if case.local {
-            // Per run: the local rendezvous' port and UUID run id.
-            for (who, e) in [("torchrun", &mut et), ("accel-launch", &mut ea)] {
-                let id = e.remove("TORCHELASTIC_RUN_ID").unwrap_or_default();
-                let port = e.remove("MASTER_PORT").unwrap_or_default();
-                if !is_uuid4(&id) || port.parse::<u16>().is_err() {
-                    p(format!(
-                        "rank {k}: {who} run id {id:?} / port {port:?} (want a UUID and a port)"
-                    ));
-                }
-            }
-        } else if case.launchers == 1 {
-            // The port of each side's own launcher.
-            et.remove("MASTER_PORT");
-            ea.remove("MASTER_PORT");
-        } else {
-            for e in [&mut et, &mut ea] {
-                let port = e.remove("MASTER_PORT");
-                if port.as_deref() != Some(&pt.to_string())
-                    && port.as_deref() != Some(&pa.to_string())
-                {
-                    p(format!("rank {k}: MASTER_PORT {port:?}"));
-                }
-            }
-        }
-        let keys: BTreeSet<&String> = et.keys().chain(ea.keys()).collect();
-        for key in keys {
-            if et.get(key) != ea.get(key) {
-                p(format!(
-                    "rank {k}: {key}: torchrun {:?} / accel-launch {:?}",
-                    et.get(key),
-                    ea.get(key)
-                ));
-            }
-        }
-        for field in ["argv", "name"] {
-            if vt[field] != va[field] {
-                p(format!(
-                    "rank {k}: {field}: torchrun {} / accel-launch {}",
-                    vt[field], va[field]
-                ));
-            }
+        let ports = [pt, pa];
+        for m in compare_rank(case, k, (vt, va), (&idt, &ida), ports) {
+            p(m);
         }
     }
     if case.logs {
@@ -1161,32 +1182,6 @@ fn contradictions_and_refusals_are_named() {
             assert!(err.contains(w), "{args:?}: {err}");
         }
     }
-    // The static rendezvous' --rdzv_conf timeout is the join timeout, unless --rdzv_timeout says.
-    let port = crate::util::free_port().to_string();
-    for (extra, want) in [(&[][..], 9.0), (&["--rdzv_timeout", "4"][..], 4.0)] {
-        let mut args = vec![
-            "--json",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            "0",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            &port,
-            "--rdzv-conf",
-            "timeout=9",
-        ];
-        args.extend(extra);
-        args.push("x.py");
-        let o = dry(d.path(), &args);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert_eq!(
-            v["launch"]["control_plane"]["join_timeout_s"], want,
-            "{extra:?}"
-        );
-    }
     // Agreeing flags are fine; a range with an elastic backend runs torchrun with it.
     let o = dry(
         d.path(),
@@ -1231,6 +1226,37 @@ fn contradictions_and_refusals_are_named() {
         !text.contains("ACCELERATE_"),
         "only torchrun's flags: no accelerate variables: {text}"
     );
+}
+
+/// The static rendezvous' `--rdzv_conf timeout=9` is the join timeout, unless --rdzv_timeout says.
+#[test]
+fn rdzv_conf_timeout_is_the_static_join_timeout() {
+    let d = tempfile::tempdir().unwrap();
+    let port = crate::util::free_port().to_string();
+    for (extra, want) in [(&[][..], 9.0), (&["--rdzv_timeout", "4"][..], 4.0)] {
+        let mut args = vec![
+            "--json",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+            "--rdzv-conf",
+            "timeout=9",
+        ];
+        args.extend(extra);
+        args.push("x.py");
+        let o = dry(d.path(), &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            v["launch"]["control_plane"]["join_timeout_s"], want,
+            "{extra:?}"
+        );
+    }
 }
 
 /// Only torchrun's flags: no ACCELERATE_* variable and no config file, not even the default one;
