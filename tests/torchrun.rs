@@ -332,6 +332,17 @@ const CASES: &[Case] = &[
         lines: &[],
     },
     Case {
+        name: "run_path",
+        flags: &["--nproc-per-node", "2", "--run-path"],
+        launchers: 1,
+        script: Script::Path,
+        mode: "",
+        local: true,
+        logs: false,
+        files: &[],
+        lines: &[],
+    },
+    Case {
         name: "module",
         flags: &["--nproc-per-node", "2", "-m"],
         launchers: 1,
