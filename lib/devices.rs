@@ -16,6 +16,8 @@ pub struct Gpu {
     pub memory_mib: Option<u64>,
     pub driver: Option<String>,
     pub uuid: Option<String>,
+    /// nvidia-smi's `pci.bus_id` (`00000000:1B:00.0`), for `--numa_binding`.
+    pub pci_bus_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -35,7 +37,7 @@ pub fn detect_gpus(env: &Environment) -> Gpus {
     {
         let query = Command::new(&smi)
             .args([
-                "--query-gpu=index,name,memory.total,driver_version,uuid",
+                "--query-gpu=index,name,memory.total,driver_version,uuid,pci.bus_id",
                 "--format=csv,noheader,nounits",
             ])
             .output();
@@ -81,6 +83,7 @@ pub fn detect_gpus(env: &Environment) -> Gpus {
                 memory_mib: None,
                 driver: driver.clone(),
                 uuid: field("GPU UUID"),
+                pci_bus_id: field("Bus Location"),
             });
         }
     }
@@ -123,6 +126,24 @@ fn count_visible(var: &str, found: &[Gpu]) -> usize {
             .count()
             .min(1);
     }
+    visible_ordinals(var, found).len()
+}
+
+/// The GPUs a process started here sees, in CUDA's order: the found GPUs `CUDA_VISIBLE_DEVICES`
+/// names, read as [`visible_gpus`] reads it (all of them without the variable; none for MIG
+/// instances, which have no GPU of their own to name).
+pub fn visible_list(env: &Environment, found: &[Gpu]) -> Vec<Gpu> {
+    match env.get(env_vars::CUDA_VISIBLE_DEVICES) {
+        None => found.to_vec(),
+        Some(var) if var.trim().starts_with("MIG-") => Vec::new(),
+        Some(var) => visible_ordinals(var.trim(), found)
+            .into_iter()
+            .map(|i| found[i].clone())
+            .collect(),
+    }
+}
+
+fn visible_ordinals(var: &str, found: &[Gpu]) -> Vec<usize> {
     let mut ordinals: Vec<usize> = Vec::new();
     for elem in var.split(',') {
         let elem = elem.trim();
@@ -142,11 +163,11 @@ fn count_visible(var: &str, found: &[Gpu]) -> usize {
         };
         match ordinal {
             None => break,
-            Some(o) if ordinals.contains(&o) => return 0,
+            Some(o) if ordinals.contains(&o) => return Vec::new(),
             Some(o) => ordinals.push(o),
         }
     }
-    ordinals.len()
+    ordinals
 }
 
 /// The leading integer of `s` as C's `strtoul` reads it for CUDA; `None` for a negative or missing one.
@@ -174,6 +195,7 @@ fn parse_smi_line(line: &str) -> Option<Gpu> {
         memory_mib: f[2].parse().ok(),
         driver: Some(f[3].to_string()),
         uuid: Some(f[4].to_string()),
+        pci_bus_id: f.get(5).map(|s| s.to_string()),
     })
 }
 

@@ -87,7 +87,7 @@ vars! {
     MASTER_PORT = "MASTER_PORT", Contract, "Port of the TCPStore rendezvous on MASTER_ADDR.";
     TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT", Contract, "How many times the worker group was restarted.";
     TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS", Contract, "--max_restarts.";
-    TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID", Contract, "Run id: always `none`, as torchrun sets it for a static rendezvous.";
+    TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID", Contract, "Run id: `none`, or --rdzv_id, as torchrun sets it for a static rendezvous; a fresh UUID for --standalone and for a one-node run given only torchrun's flags without a port, as torchrun's local c10d rendezvous.";
     TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE", Contract, "Never set by accel: rank 0 hosts the store.";
     TORCHELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE", Contract, "Per-rank file where @record writes a failing rank's traceback.";
     TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING", Contract, "Set to 1, as torchrun does.";
@@ -154,8 +154,11 @@ vars! {
     NO_COLOR = "NO_COLOR", Output, "When set and non-empty, no colour in diagnostics.";
     TERM = "TERM", Output, "Terminal type (reported).";
 
-    TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", Accelerate, "Set for torchrun (--rdzv_backend c10d) from --rank_prefix: its console line prefix (`${rank}`, `${local_rank}`, `${role_name}`).";
-    TORCHELASTIC_SIGNALS_TO_HANDLE = "TORCHELASTIC_SIGNALS_TO_HANDLE", Contract, "Signals torchrun's agent handles; set to torchrun's default for parity.";
+    TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", Accelerate, "torchrun's header of tee'd console lines (`${rank}`, `${local_rank}`, `${role_name}`): read for torchrun's command line, as torchrun does; set for torchrun (--rdzv_backend c10d) from --rank_prefix.";
+    TORCHELASTIC_SIGNALS_TO_HANDLE = "TORCHELASTIC_SIGNALS_TO_HANDLE", Contract, "Signals torchrun's agent handles: --signals_to_handle as given, else torchrun's default SIGTERM,SIGINT,SIGHUP,SIGQUIT.";
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Accel, "torchrun's default for --shutdown_timeout: read when neither it, --grace_period nor ACCEL_LAUNCH_GRACE is given (whole seconds).";
+    PYTHON_EXEC = "PYTHON_EXEC", Accel, "torchrun's worker interpreter: used in place of ACCEL_PYTHON for a run given only torchrun's flags, as torchrun does.";
+    ACCEL_SYSFS_ROOT = "ACCEL_SYSFS_ROOT", Accel, "Root under which --numa_binding reads sys/ and proc/self/status (default /): a host's sysfs mounted elsewhere.";
     KMP_AFFINITY = "KMP_AFFINITY", Accelerate, "Set for CPU runs, as accelerate does (granularity=fine,compact,1,0).";
     KMP_BLOCKTIME = "KMP_BLOCKTIME", Accelerate, "Set to 1 for CPU runs, as accelerate does.";
     PYTHONPATH = "PYTHONPATH", Accelerate, "DeepSpeed runs append the launch directory, as accelerate does.";

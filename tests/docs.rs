@@ -117,6 +117,8 @@ fn man_pages_name_only_existing_flags() {
             "grid",
             // the control plane's benchmark (scripts/bench/control --simulate).
             "simulate",
+            // numactl's (torch's NUMA binding).
+            "physcpubind",
         ]
         .map(String::from),
     );

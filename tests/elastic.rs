@@ -120,11 +120,18 @@ fn what_torchrun_cannot_do_is_refused() {
     launch(d.path(), &a)
         .code_is(2)
         .stderr_contains("--log_template cannot be used with --rdzv_backend c10d");
-    // --rdzv_conf with the static rendezvous says it is ignored.
+    // --rdzv_conf with the static rendezvous: c10d's keys are ignored, saying so (its `timeout` is
+    // the join timeout: tests/torchrun.rs).
     launch(
         d.path(),
-        &["--dry-run", "--cpu", "--rdzv_conf", "timeout=5", "x.py"],
+        &[
+            "--dry-run",
+            "--cpu",
+            "--rdzv_conf",
+            "read_timeout=5",
+            "x.py",
+        ],
     )
     .success()
-    .stderr_contains("--rdzv_conf is ignored");
+    .stderr_contains("--rdzv_conf read_timeout ignored");
 }

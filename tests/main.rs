@@ -32,4 +32,5 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod torchrun;
 mod wheel;

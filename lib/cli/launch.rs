@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use super::torchrun::TorchrunFlags;
 use super::ToolDoc;
 use crate::config::schema;
 use crate::duration::{self, Wait};
@@ -23,6 +24,9 @@ use crate::env_vars::Group;
 ///
 /// Multi-node: pass --num_machines/--machine_rank/--main_process_ip, or run it under `srun` (SLURM is
 /// detected: node list, node id, job id) or with MASTER_ADDR/NODE_RANK/NNODES set from outside.
+///
+/// torchrun's command line is taken too (--nnodes, --nproc-per-node, --standalone, …): given only
+/// torchrun's flags, the ranks get exactly torchrun's environment and log layout.
 #[derive(Debug, Parser)]
 #[command(
     name = "accel-launch",
@@ -82,26 +86,16 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub local_ranks_filter: Option<String>,
-    /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1).
+    /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1); default: --rdzv_conf timeout=SECONDS, else 300.
     #[arg(
         long = "rdzv_timeout",
         visible_alias = "rdzv-timeout",
         value_name = "SECONDS",
-        default_value = "300",
         value_parser = duration::parse_timeout,
         allow_negative_numbers = true,
         help_heading = "accel"
     )]
-    pub rdzv_timeout: Duration,
-    /// This node's rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join.
-    #[arg(
-        long = "nproc_per_node",
-        visible_alias = "nproc-per-node",
-        value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..),
-        help_heading = "accel"
-    )]
-    pub nproc_per_node: Option<u32>,
+    pub rdzv_timeout: Option<Duration>,
     /// Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run's exit status as it is, unless the run succeeded (then 4).
     #[arg(
         long = "report_json",
@@ -163,7 +157,7 @@ pub struct LaunchCli {
     )]
     pub use_megatron_lm: bool,
 
-    /// Tee rank output torchrun-style: any value but 0 prefixes console lines with `[{role}{local_rank}]:`.
+    /// Tee rank output torchrun-style: with accelerate's flags any value but 0 prefixes console lines with `[{role}{local_rank}]:`; with torchrun's command line, torchrun's tee (see TORCHRUN COMMAND LINE).
     #[arg(
         short = 't',
         long = "tee",
@@ -173,7 +167,7 @@ pub struct LaunchCli {
         help_heading = "Distributed GPUs"
     )]
     pub tee: String,
-    /// Write each rank's stdout and stderr to files under DIR (see --log_template).
+    /// Write each rank's stdout and stderr to files under DIR (see --log_template; torchrun's layout for torchrun's command line).
     #[arg(
         long = "log_dir",
         visible_alias = "log-dir",
@@ -188,7 +182,7 @@ pub struct LaunchCli {
         help_heading = "Distributed GPUs"
     )]
     pub role: String,
-    /// Rendezvous options for --rdzv_backend c10d (passed to torchrun).
+    /// Rendezvous options KEY=VALUE,...: passed to torchrun for --rdzv_backend c10d or etcd; with the static rendezvous only `timeout` counts (the join timeout, as torchrun's static store waits).
     #[arg(
         long = "rdzv_conf",
         visible_alias = "rdzv-conf",
@@ -297,6 +291,10 @@ pub struct LaunchCli {
     /// Every flag that sets a config key ([`CONFIG_FLAGS`]).
     #[command(flatten)]
     pub config: ConfigFlags,
+
+    /// torchrun's flags that accelerate lacks ([`super::torchrun`]).
+    #[command(flatten)]
+    pub torchrun: TorchrunFlags,
 
     /// The training script (or module with -m, or program with --no_python) and its arguments.
     #[arg(
@@ -729,18 +727,7 @@ fn parse_local_ranks(s: &str) -> Result<String, String> {
 /// `--tee`: what torchrun's `Std.from_str` (torch/distributed/elastic/multiprocessing/api.py)
 /// takes, a stream selector 0-3 (none, stdout, stderr, both) or a per-local-rank map `0:1,1:2`.
 fn parse_tee(s: &str) -> Result<String, String> {
-    let selector = |v: &str| matches!(v, "0" | "1" | "2" | "3");
-    let ok = selector(s)
-        || s.split(',').all(|m| {
-            m.split_once(':').is_some_and(|(rank, v)| {
-                rank.len() == 1 && rank.chars().all(|c| c.is_ascii_digit()) && selector(v)
-            })
-        });
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err("expected 0, 1, 2 or 3 (none, stdout, stderr, both), or a per-local-rank map such as 0:1,1:2".into())
-    }
+    super::torchrun::parse_std(s)
 }
 
 pub fn doc() -> ToolDoc {
@@ -770,7 +757,7 @@ pub fn doc() -> ToolDoc {
             ("DEFAULTS", &[
                 "Without a config file, accel-launch uses every visible GPU (one rank per GPU). On a machine without GPUs it starts two CPU (gloo) ranks, or one on a single-core machine; --num_processes overrides either. --cpu ignores the default config file, as accelerate does (an explicit --config_file is still read).",
                 "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
-                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE). Ranks get --grace_period seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
+                "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE); --signals_to_handle changes the set (see TORCHRUN COMMAND LINE). Ranks get --grace_period (or --shutdown_timeout) seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
                 "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). The template is a path relative to --log_dir without `..` and holds only the placeholders above (else exit 2), so every log file stays inside --log_dir. On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
                 "Terminal: when accel-launch's stdout (or stderr) is a terminal, each rank's stdout (or stderr) that reaches the console is a pty of its own rather than a pipe, so a rank sees a terminal as under torchrun and accelerate launch, whose ranks write to the terminal itself: isatty() is true, and the window size (shutil.get_terminal_size(), tqdm's bar width) is the terminal's. When the terminal is resized, every rank's pty takes the new size and the rank's process group gets SIGWINCH (torchrun's ranks, in a session of their own, get none). The pty is not the rank's controlling terminal, so /dev/tty (getpass, prompts) is still the one accel-launch was started from, and it passes the bytes unchanged (no \\n to \\r\\n): the console lines stay whole and prefixed as above, and --log_dir files get what the rank wrote. A stream accel-launch writes to a pipe or a file, and a rank --local_ranks_filter leaves off the console, get pipes as before.",
             ]),
@@ -799,6 +786,8 @@ pub fn doc() -> ToolDoc {
                 "On the warning signal (--requeue_signal, default USR1; SIGINT, SIGTERM, SIGHUP and SIGQUIT are refused because they stop the run) every node's ranks get it once: SLURM's step daemon delivers it to every process of the step itself, and a launcher that got it otherwise (kill, scancel on one node) forwards it to its ranks and tells the other nodes over the control plane, which forward it to theirs. When SLURM's step daemon delivered it on one node, the other nodes wait up to 5 s for SLURM's own delivery there (it signals the step on every node) before forwarding it themselves, so no rank gets it twice. The ranks then have --grace_period seconds to save and exit, then SIGKILL; how they exit is not a failure and is not restarted by --max_restarts. Once every node's ranks are gone, node 0's launcher alone runs `scontrol requeue $SLURM_JOB_ID` (exactly once per job, whichever node got the warning) and every launcher exits 123. SLURM then ends the job and queues it again; the next run's ranks see SLURM_RESTART_COUNT (1, 2, …).",
                 "Checked before any rank starts, because a requeue that fails at the time limit loses the job: SLURM_JOB_ID is set (else exit 2), `scontrol` is on PATH (on every node), and, on node 0, `scontrol show job` answers and says Requeue=1 (a job submitted with --no-requeue, or a cluster with JobRequeue=0, is refused); each is exit 125 with the reason. A requeue that fails at the end prints scontrol's message, the command to requeue by hand, and exits 125. Only the ranks accel-launch starts itself can be requeued: with torchrun, deepspeed or mpirun owning the run, --slurm_requeue is refused.",
             ]),
+            ("TORCHRUN COMMAND LINE", super::torchrun::MAN_SECTION),
+            ("DIFFERENCES FROM TORCHRUN", super::torchrun::MAN_DIFFERENCES),
             ("DIFFERENCES FROM ACCELERATE LAUNCH", &[
                 "Exit status: the failing rank's own code (or 128+N for signal N), not always 1; 125/126/127 for the launcher's own failures.",
                 "--cpu --num_processes N and MULTI_CPU configs start N gloo ranks with torchrun's worker variables (accelerate starts one process); MULTI_CPU ranks get ACCELERATE_USE_CPU=True. Any run that accelerate would start as one plain process is started as N ranks when num_processes is N > 1; with 1 the single process gets no rank variables, as under accelerate.",

@@ -10,6 +10,7 @@ pub mod estimate;
 pub mod launch;
 pub mod merge;
 pub mod test;
+pub mod torchrun;
 
 use clap::CommandFactory;
 

@@ -337,6 +337,32 @@ fn fsdp_version_fits(
     Ok(())
 }
 
+/// The config's sections flattened into accelerate's argument names over its argparse defaults,
+/// and the config as a map.
+fn flatten_sections(r: &Resolved) -> (BTreeMap<String, Value>, Map<String, Value>) {
+    let mut values: BTreeMap<String, Value> = CLI_DEFAULTS
+        .iter()
+        .map(|(k, d)| (k.to_string(), d.value()))
+        .collect();
+    let map = r.to_map();
+    for (section, inner) in &map {
+        let Value::Object(inner) = inner else {
+            continue;
+        };
+        for (key, value) in inner {
+            let name = match section.as_str() {
+                "fsdp_config" if !key.starts_with("fsdp") => format!("fsdp_{key}"),
+                "fp8_config" if !key.starts_with("fp8") => format!("fp8_{key}"),
+                "dynamo_config" if !key.starts_with("dynamo_") => format!("dynamo_{key}"),
+                _ => key.clone(),
+            };
+            values.insert(name, value.clone());
+        }
+    }
+    fix_fp8(&mut values);
+    (values, map)
+}
+
 /// Inputs of the merge besides the resolved config.
 pub struct MergeInput<'a> {
     pub resolved: &'a Resolved,
@@ -370,33 +396,30 @@ impl LaunchArgs {
                 "You need to use at least 2 processes to use `--multi_gpu`.".into(),
             ));
         }
-
-        // Flatten the sections into accelerate's argument names, over the argparse defaults.
-        let mut values: BTreeMap<String, Value> = CLI_DEFAULTS
-            .iter()
-            .map(|(k, d)| (k.to_string(), d.value()))
-            .collect();
-        let map = r.to_map();
-        for (section, inner) in &map {
-            let Value::Object(inner) = inner else {
-                continue;
-            };
-            for (key, value) in inner {
-                let name = match section.as_str() {
-                    "fsdp_config" if !key.starts_with("fsdp") => format!("fsdp_{key}"),
-                    "fp8_config" if !key.starts_with("fp8") => format!("fp8_{key}"),
-                    "dynamo_config" if !key.starts_with("dynamo_") => format!("dynamo_{key}"),
-                    _ => key.clone(),
-                };
-                values.insert(name, value.clone());
-            }
-        }
-        fix_fp8(&mut values);
-
+        let (values, map) = flatten_sections(r);
+        let mut a = LaunchArgs::from_resolved(r, p, values);
         let has_file = input.loaded.is_some()
             || r.entries()
                 .iter()
                 .any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
+        a.own_ranks = input.machine.own_ranks;
+        a.num_processes_given = np_explicit || has_file;
+        if has_file {
+            a.apply_file(p, &map, np_value)?;
+        } else {
+            a.embedded_default(&input, np_explicit, np_value);
+        }
+        if a.distributed_type == DistributedType::MULTI_CPU && !p.any_platform() {
+            a.use_cpu = true;
+        }
+        a.check_world(p)?;
+        a.num_cpu_threads_per_process = a.threads(&input);
+        a.choose_path(&input)?;
+        Ok(a)
+    }
+
+    /// The merged arguments before the file or the embedded default decides the rest.
+    fn from_resolved(r: &Resolved, p: Paradigm, values: BTreeMap<String, Value>) -> LaunchArgs {
         let dt = r
             .config()
             .map(|c| c.distributed_type)
@@ -434,108 +457,124 @@ impl LaunchArgs {
             values,
             ds_fields: String::new(),
             defaulted: Vec::new(),
-            own_ranks: input.machine.own_ranks,
-            num_processes_given: np_explicit || has_file,
+            own_ranks: None,
+            num_processes_given: false,
         };
         if !origin_is_explicit(r, "machine_rank") && a.num_machines > 1 {
             a.machine_rank = None;
         }
+        a
+    }
 
-        if has_file {
-            if !p.any_platform() {
-                a.use_deepspeed = dt == DistributedType::DEEPSPEED;
-                a.multi_gpu = dt.is_multi_accelerator();
-                a.use_fsdp = dt == DistributedType::FSDP;
-                a.use_megatron_lm = dt == DistributedType::MEGATRON_LM;
-                if dt == DistributedType::XLA {
-                    return Err(ArgsError::Unsupported("TPU (distributed_type XLA)"));
-                }
-                a.use_parallelism_config = map
-                    .get("parallelism_config")
-                    .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()));
+    /// A config file's run: its distributed type picks the paradigm unless a flag did, and its
+    /// num_processes is required.
+    fn apply_file(
+        &mut self,
+        p: Paradigm,
+        map: &Map<String, Value>,
+        np_value: Option<i64>,
+    ) -> Result<(), ArgsError> {
+        let a = self;
+        let dt = a.distributed_type;
+        if !p.any_platform() {
+            a.use_deepspeed = dt == DistributedType::DEEPSPEED;
+            a.multi_gpu = dt.is_multi_accelerator();
+            a.use_fsdp = dt == DistributedType::FSDP;
+            a.use_megatron_lm = dt == DistributedType::MEGATRON_LM;
+            if dt == DistributedType::XLA {
+                return Err(ArgsError::Unsupported("TPU (distributed_type XLA)"));
             }
-            if a.gpu_ids.is_none() {
-                a.gpu_ids = Some("all".into());
-            }
-            let ids = a.gpu_ids.as_deref().unwrap_or("all");
-            if ids.split(',').count() < 2 && ids != "all" && a.multi_gpu && a.num_machines <= 1 {
-                return Err(ArgsError::Invalid("Less than two GPU ids were configured and tried to run on multiple GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.".into()));
-            }
-            match np_value {
-                Some(-1) | None => {
-                    return Err(ArgsError::Invalid(
-                        "You need to manually pass in `--num_processes` using this config yaml."
-                            .into(),
-                    ))
-                }
-                Some(n) => a.num_processes = u32::try_from(n).unwrap_or(1),
-            }
-        } else {
-            // The embedded default: every visible GPU, or on a machine without GPUs two CPU ranks
-            // (one on a single-core machine), so the distributed path is what runs.
-            let gpus = input.machine.gpus;
-            let nodes = input.machine.nodes.max(1);
-            let cpu_mode = p.cpu || gpus == 0;
-            if !np_explicit {
-                let per_node = if let Some(n) = input.machine.own_ranks {
-                    n
-                } else if let Some(n) = input.machine.procs_per_node {
-                    n
-                } else if cpu_mode {
-                    if input.machine.physical_cores >= 2 {
-                        2
-                    } else {
-                        1
-                    }
-                } else {
-                    gpus
-                };
-                a.num_processes = per_node * nodes;
-                a.defaulted.push(if nodes > 1 {
-                    format!(
-                        "`--num_processes` was set to a value of `{}` ({per_node} per node on {nodes} nodes)",
-                        a.num_processes
-                    )
-                } else {
-                    format!(
-                        "`--num_processes` was set to a value of `{}`",
-                        a.num_processes
-                    )
-                });
-            } else {
-                a.num_processes = np_value.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
-            }
-            if cpu_mode && !p.any_platform() {
-                a.use_cpu = true;
-            }
-            if !p.any_platform() && !cpu_mode && a.num_processes > 1 && gpus > 1 {
-                a.multi_gpu = true;
-            }
-            if !origin_is_explicit(r, "num_machines") && nodes == 1 {
-                a.defaulted
-                    .push("`--num_machines` was set to a value of `1`".into());
-            }
-            if !origin_is_explicit(r, "mixed_precision") {
-                a.defaulted
-                    .push("`--mixed_precision` was set to a value of `'no'`".into());
-            }
-            if !values_has(&a.values, "dynamo_backend") {
-                a.defaulted
-                    .push("`--dynamo_backend` was set to a value of `'no'`".into());
-            }
+            a.use_parallelism_config = map
+                .get("parallelism_config")
+                .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()));
         }
-        if a.distributed_type == DistributedType::MULTI_CPU && !p.any_platform() {
+        if a.gpu_ids.is_none() {
+            a.gpu_ids = Some("all".into());
+        }
+        let ids = a.gpu_ids.as_deref().unwrap_or("all");
+        if ids.split(',').count() < 2 && ids != "all" && a.multi_gpu && a.num_machines <= 1 {
+            return Err(ArgsError::Invalid("Less than two GPU ids were configured and tried to run on multiple GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.".into()));
+        }
+        match np_value {
+            Some(-1) | None => {
+                return Err(ArgsError::Invalid(
+                    "You need to manually pass in `--num_processes` using this config yaml.".into(),
+                ))
+            }
+            Some(n) => a.num_processes = u32::try_from(n).unwrap_or(1),
+        }
+        Ok(())
+    }
+
+    /// No config file: accelerate's embedded default, every visible GPU, or on a machine without
+    /// GPUs two CPU ranks (one on a single-core machine), so the distributed path is what runs.
+    fn embedded_default(
+        &mut self,
+        input: &MergeInput<'_>,
+        np_explicit: bool,
+        np_value: Option<i64>,
+    ) {
+        let a = self;
+        let (r, p) = (input.resolved, input.paradigm);
+        let gpus = input.machine.gpus;
+        let nodes = input.machine.nodes.max(1);
+        let cpu_mode = p.cpu || gpus == 0;
+        if !np_explicit {
+            let per_node = if let Some(n) = input.machine.own_ranks {
+                n
+            } else if let Some(n) = input.machine.procs_per_node {
+                n
+            } else if cpu_mode {
+                if input.machine.physical_cores >= 2 {
+                    2
+                } else {
+                    1
+                }
+            } else {
+                gpus
+            };
+            a.num_processes = per_node * nodes;
+            a.defaulted.push(if nodes > 1 {
+                format!(
+                    "`--num_processes` was set to a value of `{}` ({per_node} per node on {nodes} nodes)",
+                    a.num_processes
+                )
+            } else {
+                format!(
+                    "`--num_processes` was set to a value of `{}`",
+                    a.num_processes
+                )
+            });
+        } else {
+            a.num_processes = np_value.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
+        }
+        if cpu_mode && !p.any_platform() {
             a.use_cpu = true;
         }
+        if !p.any_platform() && !cpu_mode && a.num_processes > 1 && gpus > 1 {
+            a.multi_gpu = true;
+        }
+        if !origin_is_explicit(r, "num_machines") && nodes == 1 {
+            a.defaulted
+                .push("`--num_machines` was set to a value of `1`".into());
+        }
+        if !origin_is_explicit(r, "mixed_precision") {
+            a.defaulted
+                .push("`--mixed_precision` was set to a value of `'no'`".into());
+        }
+        if !values_has(&a.values, "dynamo_backend") {
+            a.defaulted
+                .push("`--dynamo_backend` was set to a value of `'no'`".into());
+        }
+    }
+
+    /// What the merged world must satisfy.
+    fn check_world(&self, p: Paradigm) -> Result<(), ArgsError> {
+        let a = self;
         if p.tpu {
             return Err(ArgsError::Unsupported("TPU (--tpu)"));
         }
-        let fsdp_v = a
-            .values
-            .get("fsdp_version")
-            .and_then(|v| as_u32(Some(v)))
-            .unwrap_or(1);
-        if p.use_parallelism_config && (!a.use_fsdp || fsdp_v == 1) {
+        if p.use_parallelism_config && (!a.use_fsdp || a.fsdp_version() == 1) {
             return Err(ArgsError::Invalid("You cannot use `--use_parallelism_config` without `--use_fsdp` and `--fsdp_version=2`. ".into()));
         }
         if a.num_processes == 0 {
@@ -553,17 +592,22 @@ impl LaunchArgs {
         // Uneven nodes each say their own count; the join checks that they add up.
         if a.own_ranks.is_none() && a.num_processes % a.num_machines != 0 {
             return Err(ArgsError::Invalid(format!(
-                "num_processes ({}) is the total over all machines and must be a multiple of num_machines ({})",
-                a.num_processes, a.num_machines
-            )));
+            "num_processes ({}) is the total over all machines and must be a multiple of num_machines ({})",
+            a.num_processes, a.num_machines
+        )));
         }
 
-        // Threads per rank (`_validate_launch_command`'s num_cpu_threads_per_process block).
+        Ok(())
+    }
+
+    /// Threads per rank (`_validate_launch_command`'s num_cpu_threads_per_process block).
+    fn threads(&self, input: &MergeInput<'_>) -> u32 {
+        let a = self;
         let omp = input
             .env
             .non_empty(env_vars::OMP_NUM_THREADS)
             .and_then(|v| v.trim().parse::<u32>().ok());
-        a.num_cpu_threads_per_process = match input.num_cpu_threads_per_process {
+        match input.num_cpu_threads_per_process {
             Some(n) => n,
             None => {
                 let mut n = omp.unwrap_or(1);
@@ -585,8 +629,13 @@ impl LaunchArgs {
                 }
                 n
             }
-        };
+        }
+    }
 
+    /// accelerate's launcher choice (`launch_command`) and the checks of that launcher.
+    fn choose_path(&mut self, input: &MergeInput<'_>) -> Result<(), ArgsError> {
+        let r = input.resolved;
+        let a = self;
         a.path = if a.use_deepspeed && !a.cpu_flag {
             LaunchPath::DeepSpeed
         } else if (a.use_fsdp || a.use_megatron_lm || a.multi_gpu) && !a.cpu_flag {
@@ -620,9 +669,16 @@ impl LaunchArgs {
             }
         }
         if a.use_fsdp {
-            fsdp_version_fits(r, &a.values, fsdp_v).map_err(ArgsError::Invalid)?;
+            fsdp_version_fits(r, &a.values, a.fsdp_version()).map_err(ArgsError::Invalid)?;
         }
-        Ok(a)
+        Ok(())
+    }
+
+    fn fsdp_version(&self) -> u32 {
+        self.values
+            .get("fsdp_version")
+            .and_then(|v| as_u32(Some(v)))
+            .unwrap_or(1)
     }
 
     /// Whether ranks are started as torchrun workers (every path but a single simple child).

@@ -8,12 +8,14 @@ pub mod autopsy;
 pub mod control;
 pub mod flight_recorder;
 pub mod hang;
+pub mod numa;
 pub mod plan;
 pub mod ports;
 pub mod requeue;
 pub mod resolve;
 pub mod sockets;
 pub mod supervise;
+pub mod torchrun;
 pub mod verdict;
 
 pub use plan::{Plan, RankSpec};

@@ -19,6 +19,9 @@ pub struct RankSpec {
     pub argv: Vec<OsString>,
     /// Variables set for this rank on top of the launcher's environment.
     pub env: EnvMap,
+    /// `--numa_binding`: the CPUs the rank is pinned to before it starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_cpus: Option<crate::launch::numa::CpuList>,
 }
 
 fn lossy_argv<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
@@ -103,6 +106,7 @@ impl Plan {
                     local_rank: lr,
                     argv: argv.iter().map(|a| substitute_local_rank(a, lr)).collect(),
                     env,
+                    numa_cpus: None,
                 }
             })
             .collect();

@@ -16,7 +16,8 @@ use crate::contract::scheduler::{self, NodePlace, Source, TaskPlace};
 use crate::contract::{ContractError, EnvMap, LaunchArgs, LaunchPath, Paradigm, Topology};
 use crate::env_vars::{self, Environment};
 use crate::error::Result;
-use crate::launch::{control, ports};
+use crate::exit_status::ExitStatus;
+use crate::launch::{control, ports, torchrun};
 
 /// Whose place is being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +48,10 @@ pub struct RunInput<'a> {
     pub allow_delegation: bool,
     /// Whether a port given for rank 0 is checked to be free now (not for `--dry-run`).
     pub check_port: bool,
-    /// `--nproc_per_node`: this node's rank count, when nodes differ (the world is then assembled at
-    /// the control plane's rendezvous); `None`: num_processes / num_machines.
-    pub nproc_per_node: Option<u32>,
+    /// torchrun's command line ([`torchrun::Request`]): `--nproc_per_node` is this node's rank count
+    /// (nodes may differ: the world is then assembled at the control plane's rendezvous), and a run
+    /// given only torchrun's flags is torchrun's run.
+    pub torchrun: torchrun::Request,
 }
 
 impl RunInput<'_> {
@@ -65,7 +67,7 @@ impl RunInput<'_> {
             max_restarts: 0,
             allow_delegation: false,
             check_port: true,
-            nproc_per_node: None,
+            torchrun: torchrun::Request::default(),
         }
     }
 }
@@ -128,8 +130,12 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
     // as `accelerate/commands/launch.py::_validate_launch_command` does for `args.cpu`.
     let explicit =
         input.config_file.is_some() || env.non_empty(env_vars::ACCEL_CONFIG_FILE).is_some();
+    // A run given only torchrun's flags reads no config file: torchrun never did.
+    let tr = &input.torchrun;
     let loaded = match config::choose_file(input.config_file, env) {
-        Some((path, _)) if explicit || !input.paradigm.cpu || input.scope == Scope::Task => {
+        Some((path, _))
+            if !tr.only && (explicit || !input.paradigm.cpu || input.scope == Scope::Task) =>
+        {
             Some(config::load(&path)?)
         }
         _ => None,
@@ -142,7 +148,123 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
     };
     let mut cli = input.cli.clone();
     let mut warnings = Vec::new();
-    if let (Some(place), Some(l)) = (&task, &loaded) {
+    if let Some(place) = &task {
+        task_values(place, loaded.as_ref(), explicit, &mut cli, &mut warnings)?;
+    }
+    let visible_gpus = crate::devices::visible_gpus(env);
+    let nproc = torchrun_values(tr, loaded.as_ref(), visible_gpus, &mut cli)?;
+    let mut resolved = Resolved::resolve(loaded.as_ref(), env, &cli)?;
+
+    let place = match input.scope {
+        Scope::Node => place_node(env, &resolved)?,
+        Scope::Task => None,
+    };
+    let nodes = place.as_ref().map_or(1, |p| p.num_nodes);
+    let mut args = LaunchArgs::merge(MergeInput {
+        resolved: &resolved,
+        loaded: loaded.as_ref(),
+        paradigm: input.paradigm,
+        num_cpu_threads_per_process: input.num_cpu_threads_per_process,
+        machine: Machine {
+            gpus: visible_gpus,
+            physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
+            nodes,
+            procs_per_node: nproc.or(place.as_ref().and_then(|p| p.procs_per_node)),
+            own_ranks: nproc.filter(|_| tr.nproc_per_node.is_some()),
+        },
+        env,
+    })?;
+    if tr.only {
+        // torchrun gives every worker its contract, one worker too, and says nothing of defaults.
+        args.path = LaunchPath::Torchrun;
+        args.defaulted.clear();
+    }
+    let source = match &place {
+        Some(p) => {
+            apply_place(env, &resolved, p, &mut args)?;
+            p.source
+        }
+        None => Source::Flags,
+    };
+    check_node_count(nproc, &args, &input.cli)?;
+    record_derived(&mut resolved, &args, loaded.is_some(), &place);
+
+    warnings.extend(resolved.warnings.iter().map(|w| w.0.clone()));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let mut common = if tr.only {
+        torchrun::common_env(env, nproc.unwrap_or_else(|| args.num_local_processes()))
+    } else {
+        args.accelerate_env(env, &cwd)?
+    };
+    // torchrun sets OMP_NUM_THREADS=1 for its workers when it is unset and more than one runs; only the
+    // DeepSpeed path leaves it to torchrun (accelerate sets it everywhere else).
+    if input.scope == Scope::Node
+        && args.path == LaunchPath::DeepSpeed
+        && args.num_local_processes() > 1
+        && env.get(env_vars::OMP_NUM_THREADS).is_none()
+    {
+        common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
+    }
+
+    // --standalone is one node whatever the backend (torchrun ignores the rendezvous flags with it).
+    let engine = if input.allow_delegation && !tr.standalone {
+        engine_of(&args)
+    } else {
+        Engine::Own
+    };
+    if tr.standalone && args.num_machines > 1 {
+        return Err(crate::error::Error::msg_hint(
+            ExitStatus::Usage,
+            format!(
+                "--standalone runs one node, but this run has {} (--num_machines/--nnodes or the scheduler)",
+                args.num_machines
+            ),
+            "drop --standalone, and give node 0's address and port (--master_addr/--master_port)",
+        ));
+    }
+    let rdzv = tr.rendezvous(
+        args.num_machines,
+        args.main_process_port.is_some_and(|p| p != 0),
+    );
+    let (topology, port_auto) = match (&task, &engine) {
+        (Some(t), _) => (Some(t.topology.clone()), false),
+        (None, Engine::Own) => node_topology(input, &args, nproc, &rdzv)?,
+        (None, _) => (None, false),
+    };
+    let control = match (&topology, input.scope) {
+        (Some(t), Scope::Node) if t.num_nodes > 1 && engine == Engine::Own => Some(ControlPlane {
+            addr: t.master_addr.clone(),
+            port: control::control_port(t.master_port),
+        }),
+        _ => None,
+    };
+    Ok(Run {
+        loaded,
+        control,
+        resolved,
+        args,
+        source,
+        visible_gpus,
+        engine,
+        topology,
+        port_auto,
+        common,
+        task,
+        warnings,
+    })
+}
+
+/// Task scope: the scheduler's world as config values (`num_processes`, and `num_machines` and
+/// `machine_rank` when the layout is even); a config file that says another world is refused when
+/// it was named for this job, and warned about when it is the default file.
+fn task_values(
+    place: &TaskPlace,
+    loaded: Option<&Loaded>,
+    explicit: bool,
+    cli: &mut Vec<CliValue>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    if let Some(l) = loaded {
         if let Some(n) = l.map.get("num_processes").and_then(Value::as_u64) {
             if n != u64::from(place.world_size) {
                 let what = format!(
@@ -169,100 +291,24 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
             }
         }
     }
-    if let Some(place) = &task {
-        let by = format!("the scheduler ({:?})", place.source);
-        // An uneven layout (SLURM's `2(x3),1`) is a valid world of tasks, but not accelerate's
-        // `num_processes` over `num_machines`: the machine count is then left out of the config.
-        let nodes = place.topology.num_nodes;
-        let even = nodes > 0 && place.world_size % nodes == 0;
-        let values = [
-            Some(("num_processes", place.world_size)),
-            even.then_some(("num_machines", nodes)),
-            even.then_some(("machine_rank", place.topology.node_rank)),
-        ];
-        for (key, value) in values.into_iter().flatten() {
-            cli.push(CliValue {
-                key: key.into(),
-                value: Value::from(value),
-                flag: by.clone(),
-            });
-        }
+    let by = format!("the scheduler ({:?})", place.source);
+    // An uneven layout (SLURM's `2(x3),1`) is a valid world of tasks, but not accelerate's
+    // `num_processes` over `num_machines`: the machine count is then left out of the config.
+    let nodes = place.topology.num_nodes;
+    let even = nodes > 0 && place.world_size % nodes == 0;
+    let values = [
+        Some(("num_processes", place.world_size)),
+        even.then_some(("num_machines", nodes)),
+        even.then_some(("machine_rank", place.topology.node_rank)),
+    ];
+    for (key, value) in values.into_iter().flatten() {
+        cli.push(CliValue {
+            key: key.into(),
+            value: Value::from(value),
+            flag: by.clone(),
+        });
     }
-    let mut resolved = Resolved::resolve(loaded.as_ref(), env, &cli)?;
-
-    let visible_gpus = crate::devices::visible_gpus(env);
-    let place = match input.scope {
-        Scope::Node => place_node(env, &resolved)?,
-        Scope::Task => None,
-    };
-    let nodes = place.as_ref().map_or(1, |p| p.num_nodes);
-    let mut args = LaunchArgs::merge(MergeInput {
-        resolved: &resolved,
-        loaded: loaded.as_ref(),
-        paradigm: input.paradigm,
-        num_cpu_threads_per_process: input.num_cpu_threads_per_process,
-        machine: Machine {
-            gpus: visible_gpus,
-            physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
-            nodes,
-            procs_per_node: place.as_ref().and_then(|p| p.procs_per_node),
-            own_ranks: input.nproc_per_node,
-        },
-        env,
-    })?;
-    let source = match &place {
-        Some(p) => {
-            apply_place(env, &resolved, p, &mut args)?;
-            p.source
-        }
-        None => Source::Flags,
-    };
-    record_derived(&mut resolved, &args, loaded.is_some(), &place);
-
-    warnings.extend(resolved.warnings.iter().map(|w| w.0.clone()));
-    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
-    let mut common = args.accelerate_env(env, &cwd)?;
-    // torchrun sets OMP_NUM_THREADS=1 for its workers when it is unset and more than one runs; only the
-    // DeepSpeed path leaves it to torchrun (accelerate sets it everywhere else).
-    if input.scope == Scope::Node
-        && args.path == LaunchPath::DeepSpeed
-        && args.num_local_processes() > 1
-        && env.get(env_vars::OMP_NUM_THREADS).is_none()
-    {
-        common.insert(env_vars::OMP_NUM_THREADS.into(), "1".into());
-    }
-
-    let engine = if input.allow_delegation {
-        engine_of(&args)
-    } else {
-        Engine::Own
-    };
-    let (topology, port_auto) = match (&task, &engine) {
-        (Some(t), _) => (Some(t.topology.clone()), false),
-        (None, Engine::Own) => node_topology(input, &args)?,
-        (None, _) => (None, false),
-    };
-    let control = match (&topology, input.scope) {
-        (Some(t), Scope::Node) if t.num_nodes > 1 && engine == Engine::Own => Some(ControlPlane {
-            addr: t.master_addr.clone(),
-            port: control::control_port(t.master_port),
-        }),
-        _ => None,
-    };
-    Ok(Run {
-        loaded,
-        control,
-        resolved,
-        args,
-        source,
-        visible_gpus,
-        engine,
-        topology,
-        port_auto,
-        common,
-        task,
-        warnings,
-    })
+    Ok(())
 }
 
 impl Run {
@@ -583,10 +629,81 @@ fn engine_of(args: &LaunchArgs) -> Engine {
     Engine::Own
 }
 
+/// `--nproc_per_node` against `--num_processes` once the node count is known: on one node both are
+/// its rank count.
+fn check_node_count(nproc: Option<u32>, args: &LaunchArgs, cli: &[CliValue]) -> Result<()> {
+    if let Some(n) = nproc.filter(|_| args.num_machines == 1) {
+        // On one node the total is the node's count (placement may have made it one node).
+        if let Some(v) = cli.iter().find(|v| v.key == "num_processes") {
+            let np = crate::contract::accelerate::py_str(&v.value);
+            if np.trim().parse::<u32>().ok() != Some(n) {
+                return Err(crate::error::Error::msg(
+                    ExitStatus::Usage,
+                    format!(
+                        "`{} {np}` and `--nproc_per_node {n}` contradict each other on one node (both set its rank count)",
+                        v.flag
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// torchrun's flags as config values (`--nnodes` is num_machines, …) added to `cli`, checked against
+/// the accelerate flags that set the same values; returns this node's `--nproc_per_node`, resolved.
+/// The per-node count becomes num_processes where the node count is known here (from the command
+/// line or the config file); otherwise the embedded default multiplies it by the nodes a scheduler
+/// placed. Given with `--num_processes` on many nodes, it is this node's own count (nodes may differ).
+fn torchrun_values(
+    tr: &torchrun::Request,
+    loaded: Option<&Loaded>,
+    visible_gpus: u32,
+    cli: &mut Vec<CliValue>,
+) -> Result<Option<u32>> {
+    let usage = |m: String| crate::error::Error::msg(ExitStatus::Usage, m);
+    // torchrun's default is one rank per node.
+    let nproc = match (tr.nproc_per_node, tr.only) {
+        (Some(n), _) => Some(torchrun::local_world_size(n, visible_gpus).map_err(usage)?),
+        (None, true) => Some(1),
+        (None, false) => None,
+    };
+    let given = |key: &str| cli.iter().find(|v| v.key == key).map(|v| v.value.clone());
+    let from_file = |key: &str| loaded.and_then(|l| l.map.get(key)).cloned();
+    let backend = given("rdzv_backend")
+        .or_else(|| from_file("rdzv_backend"))
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "static".into());
+    let as_nodes = |v: Value| match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    let nodes = tr
+        .nnodes
+        .map(|n| u64::from(n.max))
+        .or_else(|| given("num_machines").and_then(as_nodes))
+        .or_else(|| from_file("num_machines").and_then(as_nodes));
+    let np_flag = given("num_processes").is_some();
+    let total = match (nproc, nodes) {
+        (Some(p), Some(n)) if n <= 1 || !np_flag => Some(u64::from(p) * n.max(1)),
+        _ => None,
+    };
+    let values = tr.values(&backend, total).map_err(usage)?;
+    cli.extend(values);
+    torchrun::check_conflicts(cli).map_err(usage)?;
+    Ok(nproc)
+}
+
 /// This node's torchrun contract and the rendezvous port: the node rank, rank 0's address, and the port
 /// (given → checked free on node 0; not given on one node → a free one, retried if lost; not given on
 /// many nodes → 29500, or the one derived from the SLURM job id).
-fn node_topology(input: &RunInput<'_>, args: &LaunchArgs) -> Result<(Option<Topology>, bool)> {
+fn node_topology(
+    input: &RunInput<'_>,
+    args: &LaunchArgs,
+    nproc: Option<u32>,
+    rdzv: &torchrun::Rendezvous,
+) -> Result<(Option<Topology>, bool)> {
     let nnodes = args.num_machines;
     if args.path == LaunchPath::Simple && args.num_processes == 1 && nnodes == 1 {
         // accelerate's single plain child: no rank variables at all.
@@ -609,6 +726,9 @@ fn node_topology(input: &RunInput<'_>, args: &LaunchArgs) -> Result<(Option<Topo
         .into());
     }
     let master_addr = match (&args.main_process_ip, nnodes) {
+        // torchrun's local c10d rendezvous: the address its rank-0 agent publishes
+        // (`RendezvousStoreInfo.build`: `--local-addr`, else `socket.getfqdn()`).
+        _ if rdzv.local => rdzv.local_addr.clone().unwrap_or_else(torchrun::fqdn),
         (Some(ip), _) => ip.clone(),
         (None, 1) => "127.0.0.1".into(),
         (None, _) => {
@@ -619,14 +739,14 @@ fn node_topology(input: &RunInput<'_>, args: &LaunchArgs) -> Result<(Option<Topo
         }
     };
     let mut port_auto = false;
-    let port = match args.main_process_port.filter(|p| *p != 0) {
+    let port = match args.main_process_port.filter(|p| *p != 0 && !rdzv.local) {
         Some(p) => {
             if node_rank == 0 && input.check_port {
                 ports::check_free(p)?;
             }
             p
         }
-        None if nnodes == 1 => {
+        None if nnodes == 1 || rdzv.local => {
             port_auto = true;
             ports::free_port()?
         }
@@ -634,14 +754,12 @@ fn node_topology(input: &RunInput<'_>, args: &LaunchArgs) -> Result<(Option<Topo
     };
     Ok((
         Some(Topology {
-            local_world_size: input
-                .nproc_per_node
-                .unwrap_or_else(|| args.num_local_processes()),
+            local_world_size: nproc.unwrap_or_else(|| args.num_local_processes()),
             node_rank,
             num_nodes: nnodes,
             master_addr,
             master_port: port,
-            run_id: "none".into(),
+            run_id: rdzv.run_id.clone(),
             role: input.role.clone(),
             max_restarts: input.max_restarts,
             assembled: None,

@@ -18,6 +18,7 @@ use crate::env_vars::{self, Environment};
 use crate::error::{warn, Error, Result};
 use crate::exit_status::ExitStatus;
 use crate::launch::{self, control, Engine, Plan, Run, RunInput, Scope};
+use crate::tools::torchrun;
 
 const TOOL: &str = "accel-launch";
 
@@ -64,6 +65,8 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         ));
     }
 
+    let request = torchrun::request(&cli, env)?;
+    let only = request.only;
     let run = launch::resolve(
         &RunInput {
             scope: Scope::Node,
@@ -83,7 +86,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
             max_restarts: cli.max_restarts,
             allow_delegation: true,
             check_port: !cli.dry_run,
-            nproc_per_node: cli.nproc_per_node,
+            torchrun: request,
         },
         env,
     )?;
@@ -106,7 +109,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     if args.mixed_precision.eq_ignore_ascii_case("fp8") {
         fp8_available(env)?;
     }
-    let argv = worker_argv(&cli, env, args, &script)?;
+    let argv = worker_argv(&cli, env, args, &script, only)?;
     let requeue_signal = requeue_signal(&cli, env)?;
     if requeue_signal.is_some() && run.engine != Engine::Own {
         return Err(usage(
@@ -118,6 +121,11 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     // Engines that own the job.
     match &run.engine {
         Engine::Own => {}
+        Engine::Torchrun if only => {
+            let targs = torchrun::passthrough(&cli, &args.rdzv_backend);
+            let vars = torchrun::delegated_env(only, &run.common);
+            return delegate(env, "torchrun", targs, &vars, cli.dry_run);
+        }
         Engine::Torchrun => {
             let (targs, extra) = torchrun_args(&cli, args, &script)?;
             let mut vars = run.common.clone();
@@ -154,19 +162,15 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         }
     }
 
-    if !cli.rdzv_conf.is_empty() {
-        warn(
-            TOOL,
-            "--rdzv_conf is ignored: it configures torchrun's elastic rendezvous (--rdzv_backend c10d or etcd), not the static one",
-            env,
-        );
-    }
-    if cli.nproc_per_node.is_some() && run.control.is_none() {
-        return Err(usage(
-            "--nproc_per_node needs a multi-node run started by accel-launch itself (--num_machines 2 or more, static rendezvous)",
-            "on one node, use --num_processes",
-        ));
-    }
+    let join_timeout = torchrun::join_timeout(&cli, env)?;
+    let (handled, signals_env) = torchrun::signals(&cli)?;
+    let run_id = run
+        .topology
+        .as_ref()
+        .map_or_else(|| "none".to_string(), |t| t.run_id.clone());
+    let torchrun_logs = torchrun::uses_torchrun_logs(&cli, only)
+        .then(|| torchrun::logs_spec(&cli, &run_id, env))
+        .transpose()?;
     let filter = match &cli.local_ranks_filter {
         None => None,
         Some(s) => Some(
@@ -214,7 +218,8 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     if cli.dry_run {
         let mut plan = Plan::build(run.topology.clone(), &argv, &run.common, run.port_auto, env);
         hang_env(&mut plan);
-        return dry_run(&cli, &run, &plan, requeue_signal);
+        torchrun::apply(&cli, &run, &mut plan, &signals_env, env)?;
+        return dry_run(&cli, &run, &plan, requeue_signal, join_timeout);
     }
     if hang_timeout.is_some() {
         if let Some(d) = cli.log_dir.as_ref().map(|d| d.join("hang")) {
@@ -235,19 +240,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     } else {
         None
     };
-    let grace = match (
-        cli.grace_period,
-        env.non_empty(env_vars::ACCEL_LAUNCH_GRACE),
-    ) {
-        (Some(g), _) => g,
-        (None, Some(g)) => crate::duration::parse_wait(g).map_err(|e| {
-            usage(
-                format!("invalid {}: {e}", env_vars::ACCEL_LAUNCH_GRACE),
-                "a number of seconds, e.g. 30, or inf never to SIGKILL",
-            )
-        })?,
-        (None, None) => crate::duration::Wait::After(Duration::from_secs(30)),
-    };
+    let grace = torchrun::grace(&cli, env)?;
 
     // Before anything starts: a report that cannot be written would only be known after the run.
     let report = cli.report_json.as_deref().map(Report::open).transpose()?;
@@ -267,6 +260,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     // a replacement, leaves the run at once), through the same channel the run then reads.
     let signals = match &run.control {
         Some(_) => Some(Arc::new(launch::supervise::Signals::install(
+            &handled,
             requeue_signal,
             env,
         )?)),
@@ -327,11 +321,12 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                         },
                         // Uneven nodes: a --num_processes given is the world's total, checked at the join.
                         world_size: cli
+                            .torchrun
                             .nproc_per_node
                             .filter(|_| run.args.num_processes_given)
                             .map(|_| run.args.num_processes),
                     },
-                    join_timeout: cli.rdzv_timeout,
+                    join_timeout,
                     heartbeat: control::HEARTBEAT,
                 },
                 stopped,
@@ -370,10 +365,13 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     };
     let mut plan = Plan::build(topology, &argv, &run.common, run.port_auto, env);
     hang_env(&mut plan);
-    let prefix = cli
-        .rank_prefix
-        .clone()
-        .or_else(|| (cli.tee != "0").then(|| "[{role}{local_rank}]:".to_string()));
+    torchrun::apply(&cli, &run, &mut plan, &signals_env, env)?;
+    // torchrun's layout heads only tee'd lines itself; accel's own prefixes every console line.
+    let prefix = cli.rank_prefix.clone().or_else(|| {
+        (cli.tee != "0" && torchrun_logs.is_none()).then(|| "[{role}{local_rank}]:".to_string())
+    });
+    // torchrun's layout filters the console itself.
+    let filter = filter.filter(|_| torchrun_logs.is_none());
     let opts = launch::Options {
         tool: TOOL,
         grace: grace.as_duration(),
@@ -394,7 +392,9 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         py_spy,
         control: link,
         requeue_signal,
+        handled,
         signals,
+        torchrun_logs,
         ..launch::Options::default()
     };
     let outcome = launch::run(&plan, &opts, env)?;
@@ -609,13 +609,36 @@ fn worker_argv(
     env: &Environment,
     args: &LaunchArgs,
     script: &OsString,
+    only: bool,
 ) -> Result<Vec<OsString>> {
     let rest = &cli.command[1..];
     let mut argv: Vec<OsString> = Vec::new();
+    // torchrun's interpreter is PYTHON_EXEC, else its own (`run.py::config_from_args`).
+    let python = || {
+        env.non_empty(env_vars::PYTHON_EXEC)
+            .filter(|_| only)
+            .map(PathBuf::from)
+            .or_else(|| crate::python::find_python(env))
+    };
+    if cli.torchrun.run_path {
+        // --run_path takes precedence over --no_python, as in torchrun.
+        let python = python().ok_or_else(|| {
+            Error::msg_hint(
+                ExitStatus::NotFound,
+                "no Python interpreter found (python3 or python on PATH)",
+                "set ACCEL_PYTHON to the interpreter of your training environment",
+            )
+        })?;
+        return Ok(torchrun::run_path_argv(
+            python.into_os_string(),
+            script,
+            rest,
+        ));
+    }
     if cli.no_python {
         argv.push(script.clone());
     } else {
-        let python = crate::python::find_python(env).ok_or_else(|| {
+        let python = python().ok_or_else(|| {
             Error::msg_hint(
                 ExitStatus::NotFound,
                 "no Python interpreter found (python3 or python on PATH)",
@@ -667,7 +690,9 @@ fn torchrun_args(
     }
     let mut a: Vec<String> = vec![
         "--nnodes".into(),
-        args.num_machines.to_string(),
+        cli.torchrun
+            .nnodes
+            .map_or_else(|| args.num_machines.to_string(), |n| n.to_string()),
         "--nproc_per_node".into(),
         args.num_local_processes().to_string(),
         "--rdzv_backend".into(),
@@ -693,6 +718,7 @@ fn torchrun_args(
         tee = "3".into();
     }
     a.extend(["--tee".into(), tee]);
+    a.extend(torchrun::extra_delegated(cli));
     if cli.module {
         a.push("-m".into());
     }
@@ -930,6 +956,7 @@ fn dry_run(
     run: &Run,
     plan: &Plan,
     requeue_signal: Option<i32>,
+    join_timeout: Duration,
 ) -> Result<ExitStatus> {
     let (args, source) = (&run.args, run.source);
     let config: Vec<Value> = run
@@ -965,7 +992,7 @@ fn dry_run(
             "port": c.port,
             "heartbeat_s": control::HEARTBEAT.as_secs_f64(),
             "lost_after_s": control::lost_after(control::HEARTBEAT).as_secs_f64(),
-            "join_timeout_s": cli.rdzv_timeout.as_secs_f64(),
+            "join_timeout_s": join_timeout.as_secs_f64(),
         })),
         "slurm_requeue": requeue_signal.map(|s| json!({
             "signal": launch::supervise::signal_name(s),
@@ -1018,9 +1045,9 @@ fn dry_run(
             c.port,
             control::HEARTBEAT.as_secs(),
             control::lost_after(control::HEARTBEAT).as_secs(),
-            cli.rdzv_timeout.as_secs_f64()
+            join_timeout.as_secs_f64()
         ));
-        if cli.nproc_per_node.is_some() {
+        if cli.torchrun.nproc_per_node.is_some() {
             o.push_str("world = assembled when every node has joined (ranks below assume every node runs this node's count)\n");
         }
     }

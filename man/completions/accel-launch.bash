@@ -23,7 +23,7 @@ _accel__launch() {
 
     case "${cmd}" in
         accel__launch)
-            opts="-q -m -t -h -V --config-file --config_file --quiet --module --no-python --no_python --dry_run --dry-run --json --grace-period --grace_period --log-template --log_template --rank-prefix --rank_prefix --local-ranks-filter --local_ranks_filter --rdzv-timeout --rdzv_timeout --nproc-per-node --nproc_per_node --report-json --report_json --cpu --multi-gpu --multi_gpu --tpu --num-cpu-threads-per-process --num_cpu_threads_per_process --use-deepspeed --use_deepspeed --use-fsdp --use_fsdp --use-parallelism-config --use_parallelism_config --use-megatron-lm --use_megatron_lm --tee --log-dir --log_dir --role --rdzv-conf --rdzv_conf --max-restarts --max_restarts --monitor-interval --monitor_interval --hang-timeout --hang_timeout --stacks-on-failure --stacks_on_failure --stacks --slurm-requeue --slurm_requeue --requeue-signal --requeue_signal --tpu-cluster --tpu_cluster --no-tpu-cluster --no_tpu_cluster --vm --env --aws-access-key-id --aws_access_key_id --aws-secret-access-key --aws_secret_access_key --debug --mixed-precision --mixed_precision --num-processes --num_processes --num-machines --num_machines --enable-cpu-affinity --enable_cpu_affinity --dynamo-backend --dynamo_backend --dynamo-mode --dynamo_mode --dynamo-use-fullgraph --dynamo_use_fullgraph --dynamo-use-dynamic --dynamo_use_dynamic --dynamo-use-regional-compilation --dynamo_use_regional_compilation --gpu-ids --gpu_ids --same-network --same_network --machine-rank --machine_rank --main-process-ip --main_process_ip --main-process-port --main_process_port --rdzv-backend --rdzv_backend --tpu-use-sudo --tpu_use_sudo --main-training-function --main_training_function --downcast-bf16 --downcast_bf16 --mpirun-hostfile --mpirun_hostfile --deepspeed-config-file --deepspeed_config_file --zero-stage --zero_stage --offload-optimizer-device --offload_optimizer_device --offload-param-device --offload_param_device --offload-optimizer-nvme-path --offload_optimizer_nvme_path --offload-param-nvme-path --offload_param_nvme_path --gradient-accumulation-steps --gradient_accumulation_steps --gradient-clipping --gradient_clipping --zero3-init-flag --zero3_init_flag --zero3-save-16bit-model --zero3_save_16bit_model --deepspeed-hostfile --deepspeed_hostfile --deepspeed-exclusion-filter --deepspeed_exclusion_filter --deepspeed-inclusion-filter --deepspeed_inclusion_filter --deepspeed-multinode-launcher --deepspeed_multinode_launcher --deepspeed-moe-layer-cls-names --deepspeed_moe_layer_cls_names --fsdp-version --fsdp_version --fsdp-offload-params --fsdp_offload_params --fsdp-min-num-params --fsdp_min_num_params --fsdp-sharding-strategy --fsdp_sharding_strategy --fsdp-reshard-after-forward --fsdp_reshard_after_forward --fsdp-auto-wrap-policy --fsdp_auto_wrap_policy --fsdp-transformer-layer-cls-to-wrap --fsdp_transformer_layer_cls_to_wrap --fsdp-backward-prefetch --fsdp_backward_prefetch --fsdp-state-dict-type --fsdp_state_dict_type --fsdp-forward-prefetch --fsdp_forward_prefetch --fsdp-use-orig-params --fsdp_use_orig_params --fsdp-cpu-ram-efficient-loading --fsdp_cpu_ram_efficient_loading --fsdp-sync-module-states --fsdp_sync_module_states --fsdp-activation-checkpointing --fsdp_activation_checkpointing --fsdp-activation-checkpointing-offload --fsdp_activation_checkpointing_offload --megatron-lm-tp-degree --megatron_lm_tp_degree --megatron-lm-pp-degree --megatron_lm_pp_degree --megatron-lm-num-micro-batches --megatron_lm_num_micro_batches --megatron-lm-sequence-parallelism --megatron_lm_sequence_parallelism --megatron-lm-recompute-activations --megatron_lm_recompute_activations --megatron-lm-use-distributed-optimizer --megatron_lm_use_distributed_optimizer --megatron-lm-gradient-clipping --megatron_lm_gradient_clipping --megatron-lm-recompute-granularity --megatron_lm_recompute_granularity --megatron-lm-recompute-method --megatron_lm_recompute_method --megatron-lm-recompute-num-layers --megatron_lm_recompute_num_layers --megatron-lm-decoder-last-pipeline-num-layers --megatron_lm_decoder_last_pipeline_num_layers --megatron-lm-expert-model-parallel-size --megatron_lm_expert_model_parallel_size --megatron-lm-context-parallel-size --megatron_lm_context_parallel_size --megatron-lm-expert-tensor-parallel-size --megatron_lm_expert_tensor_parallel_size --megatron-lm-attention-dropout --megatron_lm_attention_dropout --megatron-lm-hidden-dropout --megatron_lm_hidden_dropout --megatron-lm-attention-backend --megatron_lm_attention_backend --megatron-lm-attention-softmax-in-fp32 --megatron_lm_attention_softmax_in_fp32 --megatron-lm-calculate-per-token-loss --megatron_lm_calculate_per_token_loss --megatron-lm-use-rotary-position-embeddings --megatron_lm_use_rotary_position_embeddings --megatron-lm-use-custom-fsdp --megatron_lm_use_custom_fsdp --megatron-lm-no-load-optim --megatron_lm_no_load_optim --megatron-lm-no-save-optim --megatron_lm_no_save_optim --megatron-lm-eod-mask-loss --megatron_lm_eod_mask_loss --megatron-lm-overlap-cpu-optimizer-d2h-h2d --megatron_lm_overlap_cpu_optimizer_d2h_h2d --megatron-lm-optimizer-cpu-offload --megatron_lm_optimizer_cpu_offload --megatron-lm-use-precision-aware-optimizer --megatron_lm_use_precision_aware_optimizer --fp8-backend --fp8_backend --fp8-use-autocast-during-eval --fp8_use_autocast_during_eval --fp8-margin --fp8_margin --fp8-interval --fp8_interval --fp8-format --fp8_format --fp8-amax-history-len --fp8_amax_history_len --fp8-amax-compute-algo --fp8_amax_compute_algo --fp8-override-linear-precision --fp8_override_linear_precision --fp8-opt-level --fp8_opt_level --fp8-enable-fsdp-float8-all-gather --fp8_enable_fsdp_float8_all_gather --fp8-pad-inner-dim --fp8_pad_inner_dim --parallelism-config-dp-replicate-size --parallelism_config_dp_replicate_size --parallelism-config-dp-shard-size --parallelism_config_dp_shard_size --parallelism-config-tp-size --parallelism_config_tp_size --parallelism-config-cp-size --parallelism_config_cp_size --parallelism-config-cp-backend --parallelism_config_cp_backend --parallelism-config-cp-comm-strategy --parallelism_config_cp_comm_strategy --parallelism-config-sp-size --parallelism_config_sp_size --parallelism-config-sp-backend --parallelism_config_sp_backend --parallelism-config-sp-seq-length --parallelism_config_sp_seq_length --parallelism-config-sp-seq-length-is-variable --parallelism_config_sp_seq_length_is_variable --parallelism-config-sp-attn-implementation --parallelism_config_sp_attn_implementation --help --version"
+            opts="-q -m -t -r -h -V --config-file --config_file --quiet --module --no-python --no_python --dry_run --dry-run --json --grace-period --grace_period --log-template --log_template --rank-prefix --rank_prefix --local-ranks-filter --local_ranks_filter --rdzv-timeout --rdzv_timeout --report-json --report_json --cpu --multi-gpu --multi_gpu --tpu --num-cpu-threads-per-process --num_cpu_threads_per_process --use-deepspeed --use_deepspeed --use-fsdp --use_fsdp --use-parallelism-config --use_parallelism_config --use-megatron-lm --use_megatron_lm --tee --log-dir --log_dir --role --rdzv-conf --rdzv_conf --max-restarts --max_restarts --monitor-interval --monitor_interval --hang-timeout --hang_timeout --stacks-on-failure --stacks_on_failure --stacks --slurm-requeue --slurm_requeue --requeue-signal --requeue_signal --tpu-cluster --tpu_cluster --no-tpu-cluster --no_tpu_cluster --vm --env --aws-access-key-id --aws_access_key_id --aws-secret-access-key --aws_secret_access_key --debug --mixed-precision --mixed_precision --num-processes --num_processes --num-machines --num_machines --enable-cpu-affinity --enable_cpu_affinity --dynamo-backend --dynamo_backend --dynamo-mode --dynamo_mode --dynamo-use-fullgraph --dynamo_use_fullgraph --dynamo-use-dynamic --dynamo_use_dynamic --dynamo-use-regional-compilation --dynamo_use_regional_compilation --gpu-ids --gpu_ids --same-network --same_network --machine-rank --machine_rank --main-process-ip --main_process_ip --main-process-port --main_process_port --rdzv-backend --rdzv_backend --tpu-use-sudo --tpu_use_sudo --main-training-function --main_training_function --downcast-bf16 --downcast_bf16 --mpirun-hostfile --mpirun_hostfile --deepspeed-config-file --deepspeed_config_file --zero-stage --zero_stage --offload-optimizer-device --offload_optimizer_device --offload-param-device --offload_param_device --offload-optimizer-nvme-path --offload_optimizer_nvme_path --offload-param-nvme-path --offload_param_nvme_path --gradient-accumulation-steps --gradient_accumulation_steps --gradient-clipping --gradient_clipping --zero3-init-flag --zero3_init_flag --zero3-save-16bit-model --zero3_save_16bit_model --deepspeed-hostfile --deepspeed_hostfile --deepspeed-exclusion-filter --deepspeed_exclusion_filter --deepspeed-inclusion-filter --deepspeed_inclusion_filter --deepspeed-multinode-launcher --deepspeed_multinode_launcher --deepspeed-moe-layer-cls-names --deepspeed_moe_layer_cls_names --fsdp-version --fsdp_version --fsdp-offload-params --fsdp_offload_params --fsdp-min-num-params --fsdp_min_num_params --fsdp-sharding-strategy --fsdp_sharding_strategy --fsdp-reshard-after-forward --fsdp_reshard_after_forward --fsdp-auto-wrap-policy --fsdp_auto_wrap_policy --fsdp-transformer-layer-cls-to-wrap --fsdp_transformer_layer_cls_to_wrap --fsdp-backward-prefetch --fsdp_backward_prefetch --fsdp-state-dict-type --fsdp_state_dict_type --fsdp-forward-prefetch --fsdp_forward_prefetch --fsdp-use-orig-params --fsdp_use_orig_params --fsdp-cpu-ram-efficient-loading --fsdp_cpu_ram_efficient_loading --fsdp-sync-module-states --fsdp_sync_module_states --fsdp-activation-checkpointing --fsdp_activation_checkpointing --fsdp-activation-checkpointing-offload --fsdp_activation_checkpointing_offload --megatron-lm-tp-degree --megatron_lm_tp_degree --megatron-lm-pp-degree --megatron_lm_pp_degree --megatron-lm-num-micro-batches --megatron_lm_num_micro_batches --megatron-lm-sequence-parallelism --megatron_lm_sequence_parallelism --megatron-lm-recompute-activations --megatron_lm_recompute_activations --megatron-lm-use-distributed-optimizer --megatron_lm_use_distributed_optimizer --megatron-lm-gradient-clipping --megatron_lm_gradient_clipping --megatron-lm-recompute-granularity --megatron_lm_recompute_granularity --megatron-lm-recompute-method --megatron_lm_recompute_method --megatron-lm-recompute-num-layers --megatron_lm_recompute_num_layers --megatron-lm-decoder-last-pipeline-num-layers --megatron_lm_decoder_last_pipeline_num_layers --megatron-lm-expert-model-parallel-size --megatron_lm_expert_model_parallel_size --megatron-lm-context-parallel-size --megatron_lm_context_parallel_size --megatron-lm-expert-tensor-parallel-size --megatron_lm_expert_tensor_parallel_size --megatron-lm-attention-dropout --megatron_lm_attention_dropout --megatron-lm-hidden-dropout --megatron_lm_hidden_dropout --megatron-lm-attention-backend --megatron_lm_attention_backend --megatron-lm-attention-softmax-in-fp32 --megatron_lm_attention_softmax_in_fp32 --megatron-lm-calculate-per-token-loss --megatron_lm_calculate_per_token_loss --megatron-lm-use-rotary-position-embeddings --megatron_lm_use_rotary_position_embeddings --megatron-lm-use-custom-fsdp --megatron_lm_use_custom_fsdp --megatron-lm-no-load-optim --megatron_lm_no_load_optim --megatron-lm-no-save-optim --megatron_lm_no_save_optim --megatron-lm-eod-mask-loss --megatron_lm_eod_mask_loss --megatron-lm-overlap-cpu-optimizer-d2h-h2d --megatron_lm_overlap_cpu_optimizer_d2h_h2d --megatron-lm-optimizer-cpu-offload --megatron_lm_optimizer_cpu_offload --megatron-lm-use-precision-aware-optimizer --megatron_lm_use_precision_aware_optimizer --fp8-backend --fp8_backend --fp8-use-autocast-during-eval --fp8_use_autocast_during_eval --fp8-margin --fp8_margin --fp8-interval --fp8_interval --fp8-format --fp8_format --fp8-amax-history-len --fp8_amax_history_len --fp8-amax-compute-algo --fp8_amax_compute_algo --fp8-override-linear-precision --fp8_override_linear_precision --fp8-opt-level --fp8_opt_level --fp8-enable-fsdp-float8-all-gather --fp8_enable_fsdp_float8_all_gather --fp8-pad-inner-dim --fp8_pad_inner_dim --parallelism-config-dp-replicate-size --parallelism_config_dp_replicate_size --parallelism-config-dp-shard-size --parallelism_config_dp_shard_size --parallelism-config-tp-size --parallelism_config_tp_size --parallelism-config-cp-size --parallelism_config_cp_size --parallelism-config-cp-backend --parallelism_config_cp_backend --parallelism-config-cp-comm-strategy --parallelism_config_cp_comm_strategy --parallelism-config-sp-size --parallelism_config_sp_size --parallelism-config-sp-backend --parallelism_config_sp_backend --parallelism-config-sp-seq-length --parallelism_config_sp_seq_length --parallelism-config-sp-seq-length-is-variable --parallelism_config_sp_seq_length_is_variable --parallelism-config-sp-attn-implementation --parallelism_config_sp_attn_implementation --nnodes --nproc-per-node --nproc_per_node --node-rank --node_rank --master-addr --master_addr --master-port --master_port --rdzv-endpoint --rdzv_endpoint --rdzv-id --rdzv_id --standalone --run-path --run_path --redirects --local-addr --local_addr --signals-to-handle --signals_to_handle --shutdown-timeout --shutdown_timeout --virtual-local-rank --virtual_local_rank --duplicate-stdout-filters --duplicate_stdout_filters --duplicate-stderr-filters --duplicate_stderr_filters --numa-binding --numa_binding --start-method --start_method --logs-specs --logs_specs --event-log-handler --event_log_handler --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,20 +123,6 @@ _accel__launch() {
                     return 0
                     ;;
                 --rdzv-timeout)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
-                --nproc_per_node)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
-                --nproc-per-node)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -1327,6 +1313,231 @@ _accel__launch() {
                     return 0
                     ;;
                 --parallelism-config-sp-attn-implementation)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --nnodes)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --nproc_per_node)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --nproc-per-node)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --node_rank)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --node-rank)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --master_addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --master-addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --master_port)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --master-port)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --rdzv_endpoint)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --rdzv-endpoint)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --rdzv_id)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --rdzv-id)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --redirects)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -r)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --local_addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --local-addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --signals_to_handle)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --signals-to-handle)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --shutdown_timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --shutdown-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --duplicate_stdout_filters)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --duplicate-stdout-filters)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --duplicate_stderr_filters)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --duplicate-stderr-filters)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --numa_binding)
+                    COMPREPLY=($(compgen -W "node socket exclusive core-complex" -- "${cur}"))
+                    return 0
+                    ;;
+                --numa-binding)
+                    COMPREPLY=($(compgen -W "node socket exclusive core-complex" -- "${cur}"))
+                    return 0
+                    ;;
+                --start_method)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --start-method)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --logs_specs)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --logs-specs)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --event_log_handler)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --event-log-handler)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

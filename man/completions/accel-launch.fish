@@ -3,14 +3,13 @@ complete -c accel-launch -l grace_period -l grace-period -d 'Seconds between the
 complete -c accel-launch -l log_template -l log-template -d 'Log file name template under --log_dir: {rank}, {local_rank}, {node}, {attempt}, {stream}; a relative path that stays inside --log_dir' -r -f
 complete -c accel-launch -l rank_prefix -l rank-prefix -d 'Prefix each console line of a rank with this template, e.g. \'[{rank}] \' ({rank}, {local_rank}, {node}, {role})' -r -f
 complete -c accel-launch -l local_ranks_filter -l local-ranks-filter -d 'Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)' -r -f
-complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1)' -r -f
-complete -c accel-launch -l nproc_per_node -l nproc-per-node -d 'This node\'s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join' -r -f
+complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1); default: --rdzv_conf timeout=SECONDS, else 300' -r -f
 complete -c accel-launch -l report_json -l report-json -d 'Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run\'s exit status as it is, unless the run succeeded (then 4)' -r -F
 complete -c accel-launch -l num_cpu_threads_per_process -l num-cpu-threads-per-process -d 'Threads per rank (OMP_NUM_THREADS); default: the environment\'s OMP_NUM_THREADS, else 1 (CPU runs: physical cores / ranks)' -r -f
-complete -c accel-launch -s t -l tee -d 'Tee rank output torchrun-style: any value but 0 prefixes console lines with `[{role}{local_rank}]:`' -r -f
-complete -c accel-launch -l log_dir -l log-dir -d 'Write each rank\'s stdout and stderr to files under DIR (see --log_template)' -r -F
+complete -c accel-launch -s t -l tee -d 'Tee rank output torchrun-style: with accelerate\'s flags any value but 0 prefixes console lines with `[{role}{local_rank}]:`; with torchrun\'s command line, torchrun\'s tee (see TORCHRUN COMMAND LINE)' -r -f
+complete -c accel-launch -l log_dir -l log-dir -d 'Write each rank\'s stdout and stderr to files under DIR (see --log_template; torchrun\'s layout for torchrun\'s command line)' -r -F
 complete -c accel-launch -l role -d 'Worker role (ROLE_NAME)' -r -f
-complete -c accel-launch -l rdzv_conf -l rdzv-conf -d 'Rendezvous options for --rdzv_backend c10d (passed to torchrun)' -r -f
+complete -c accel-launch -l rdzv_conf -l rdzv-conf -d 'Rendezvous options KEY=VALUE,...: passed to torchrun for --rdzv_backend c10d or etcd; with the static rendezvous only `timeout` counts (the join timeout, as torchrun\'s static store waits)' -r -f
 complete -c accel-launch -l max_restarts -l max-restarts -d 'Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)' -r -f
 complete -c accel-launch -l monitor_interval -l monitor-interval -d 'Seconds between checks of the ranks' -r -f
 complete -c accel-launch -l hang_timeout -l hang-timeout -d 'Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS: print every rank\'s stack, stop the run, exit 124 (default: ACCEL_LAUNCH_HANG_TIMEOUT; 0: off)' -r -f
@@ -198,6 +197,26 @@ complete -c accel-launch -l parallelism_config_sp_seq_length -l parallelism-conf
 complete -c accel-launch -l parallelism_config_sp_seq_length_is_variable -l parallelism-config-sp-seq-length-is-variable -d 'Variable sequence length (true/false)' -r -f -a "true\t''
 false\t''"
 complete -c accel-launch -l parallelism_config_sp_attn_implementation -l parallelism-config-sp-attn-implementation -d 'Attention implementation (sdpa, …)' -r -f
+complete -c accel-launch -l nnodes -d 'Number of nodes N, or an elastic range MIN:MAX (a range runs the real torchrun, and needs --rdzv_backend c10d or etcd)' -r -f
+complete -c accel-launch -l nproc_per_node -l nproc-per-node -d 'Ranks on this node: a number, `gpu` (the visible GPUs), `cpu` (the CPUs this process may run on) or `auto` (GPUs if any, else CPUs); nodes may differ' -r -f
+complete -c accel-launch -l node_rank -l node-rank -d 'This node\'s rank, 0 .. nnodes-1 (= --machine_rank)' -r -f
+complete -c accel-launch -l master_addr -l master-addr -d 'Address of node 0 (= --main_process_ip)' -r -f
+complete -c accel-launch -l master_port -l master-port -d 'Rendezvous port on node 0 (= --main_process_port)' -r -f
+complete -c accel-launch -l rdzv_endpoint -l rdzv-endpoint -d 'Rendezvous endpoint HOST:PORT ([IPv6]:PORT): with the static backend, node 0\'s address and port; with c10d or etcd, the endpoint torchrun\'s rendezvous uses' -r -f
+complete -c accel-launch -l rdzv_id -l rdzv-id -d 'Run id shared by every node (TORCHELASTIC_RUN_ID, the log directory\'s prefix; default `none`)' -r -f
+complete -c accel-launch -s r -l redirects -d 'Streams written only to the log files, not the console: 0-3 (none, stdout, stderr, both) or a per-local-rank map such as 0:3,1:1' -r -f
+complete -c accel-launch -l local_addr -l local-addr -d 'This node\'s address: MASTER_ADDR of a one-node run torchrun would rendezvous locally (default: this host\'s FQDN)' -r -f
+complete -c accel-launch -l signals_to_handle -l signals-to-handle -d 'The signals forwarded to the ranks, each of which stops the run (default SIGTERM,SIGINT,SIGHUP,SIGQUIT forwarded and stopping, SIGUSR1,SIGUSR2 forwarded only)' -r -f
+complete -c accel-launch -l shutdown_timeout -l shutdown-timeout -d 'Whole seconds between the stop signal and SIGKILL: the same setting as --grace_period (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT)' -r -f
+complete -c accel-launch -l duplicate_stdout_filters -l duplicate-stdout-filters -d 'Tee\'d stdout lines containing any of these comma-separated strings (`,,` is a comma) also go to attempt_N/filtered_stdout.log' -r -f
+complete -c accel-launch -l duplicate_stderr_filters -l duplicate-stderr-filters -d 'Tee\'d stderr lines containing any of these comma-separated strings (`,,` is a comma) also go to attempt_N/filtered_stderr.log' -r -f
+complete -c accel-launch -l numa_binding -l numa-binding -d 'Pin each rank to the CPUs near its GPU (the GPU of its local rank): node, socket, exclusive or core-complex' -r -f -a "node\t'Every CPU of the GPU\'s NUMA node'
+socket\t'Every CPU of the NUMA nodes of the GPU\'s socket'
+exclusive\t'An exclusive share of the physical cores of the GPU\'s NUMA node'
+core-complex\t'One core complex (the CPUs sharing a last-level cache) of the GPU\'s NUMA node'"
+complete -c accel-launch -l start_method -l start-method -d 'torchrun\'s start method: only `spawn` (its default, and what every rank here is: a fresh process); fork and forkserver are refused' -r -f
+complete -c accel-launch -l logs_specs -l logs-specs -d 'Refused: a torchrun.logs_specs entry point is Python code loaded into torchrun\'s agent' -r -f
+complete -c accel-launch -l event_log_handler -l event-log-handler -d 'torchrun\'s event log handler: only `null` (its default); a named handler is Python code in torchrun\'s agent' -r -f
 complete -c accel-launch -s q -l quiet -d 'Print only the failing rank\'s report, no launcher notes'
 complete -c accel-launch -s m -l module -d 'Run the script as a module: `python -m MODULE`'
 complete -c accel-launch -l no_python -l no-python -d 'Run the script directly, without python (any executable)'
@@ -223,5 +242,8 @@ complete -c accel-launch -l same_network -l same-network -d 'All machines are on
 complete -c accel-launch -l tpu_use_sudo -l tpu-use-sudo -d 'TPU pod: use sudo (config: tpu_use_sudo)'
 complete -c accel-launch -l downcast_bf16 -l downcast-bf16 -d 'TPU: XLA_DOWNCAST_BF16 (config: downcast_bf16)'
 complete -c accel-launch -l fp8_use_autocast_during_eval -l fp8-use-autocast-during-eval -d 'TE: autocast during evaluation'
+complete -c accel-launch -l standalone -d 'One node, rendezvous on a free local port, a fresh UUID as run id (torchrun\'s c10d on localhost:0)'
+complete -c accel-launch -l run_path -l run-path -d 'Run the script with runpy.run_path in a fresh interpreter, as torchrun\'s --run-path (takes precedence over --no_python)'
+complete -c accel-launch -l virtual_local_rank -l virtual-local-rank -d 'Each rank sees only its own GPU, as device 0: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES the rank\'s entry of this node\'s list'
 complete -c accel-launch -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c accel-launch -s V -l version -d 'Print version'

@@ -25,21 +25,19 @@ _accel-launch() {
 '--rank-prefix=[Prefix each console line of a rank with this template, e.g. '\''\[{rank}\] '\'' ({rank}, {local_rank}, {node}, {role})]:TEMPLATE:' \
 '--local_ranks_filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:' \
 '--local-ranks-filter=[Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)]:RANKS:' \
-'--rdzv_timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1)]:SECONDS:' \
-'--rdzv-timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1)]:SECONDS:' \
-'--nproc_per_node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:' \
-'--nproc-per-node=[This node'\''s rank count, when nodes differ (e.g. 8 + 2 GPUs); the world is assembled when the nodes join]:N:' \
+'--rdzv_timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1); default\: --rdzv_conf timeout=SECONDS, else 300]:SECONDS:' \
+'--rdzv-timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1); default\: --rdzv_conf timeout=SECONDS, else 300]:SECONDS:' \
 '--report_json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
 '--report-json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
 '--num_cpu_threads_per_process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:' \
 '--num-cpu-threads-per-process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:' \
-'-t+[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:' \
-'--tee=[Tee rank output torchrun-style\: any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`]:0-3:' \
-'--log_dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template)]:DIR:_files' \
-'--log-dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template)]:DIR:_files' \
+'-t+[Tee rank output torchrun-style\: with accelerate'\''s flags any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`; with torchrun'\''s command line, torchrun'\''s tee (see TORCHRUN COMMAND LINE)]:0-3:' \
+'--tee=[Tee rank output torchrun-style\: with accelerate'\''s flags any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`; with torchrun'\''s command line, torchrun'\''s tee (see TORCHRUN COMMAND LINE)]:0-3:' \
+'--log_dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template; torchrun'\''s layout for torchrun'\''s command line)]:DIR:_files' \
+'--log-dir=[Write each rank'\''s stdout and stderr to files under DIR (see --log_template; torchrun'\''s layout for torchrun'\''s command line)]:DIR:_files' \
 '--role=[Worker role (ROLE_NAME)]:ROLE:' \
-'--rdzv_conf=[Rendezvous options for --rdzv_backend c10d (passed to torchrun)]:RDZV_CONF:' \
-'--rdzv-conf=[Rendezvous options for --rdzv_backend c10d (passed to torchrun)]:RDZV_CONF:' \
+'--rdzv_conf=[Rendezvous options KEY=VALUE,...\: passed to torchrun for --rdzv_backend c10d or etcd; with the static rendezvous only \`timeout\` counts (the join timeout, as torchrun'\''s static store waits)]:RDZV_CONF:' \
+'--rdzv-conf=[Rendezvous options KEY=VALUE,...\: passed to torchrun for --rdzv_backend c10d or etcd; with the static rendezvous only \`timeout\` counts (the join timeout, as torchrun'\''s static store waits)]:RDZV_CONF:' \
 '--max_restarts=[Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)]:N:' \
 '--max-restarts=[Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)]:N:' \
 '--monitor_interval=[Seconds between checks of the ranks]:SECONDS:' \
@@ -235,6 +233,45 @@ _accel-launch() {
 '--parallelism-config-sp-seq-length-is-variable=[Variable sequence length (true/false)]:VALUE:(true false)' \
 '--parallelism_config_sp_attn_implementation=[Attention implementation (sdpa, …)]:VALUE:' \
 '--parallelism-config-sp-attn-implementation=[Attention implementation (sdpa, …)]:VALUE:' \
+'--nnodes=[Number of nodes N, or an elastic range MIN\:MAX (a range runs the real torchrun, and needs --rdzv_backend c10d or etcd)]:N|MIN:MAX:' \
+'--nproc_per_node=[Ranks on this node\: a number, \`gpu\` (the visible GPUs), \`cpu\` (the CPUs this process may run on) or \`auto\` (GPUs if any, else CPUs); nodes may differ]:N|auto|cpu|gpu:' \
+'--nproc-per-node=[Ranks on this node\: a number, \`gpu\` (the visible GPUs), \`cpu\` (the CPUs this process may run on) or \`auto\` (GPUs if any, else CPUs); nodes may differ]:N|auto|cpu|gpu:' \
+'--node_rank=[This node'\''s rank, 0 .. nnodes-1 (= --machine_rank)]:RANK:' \
+'--node-rank=[This node'\''s rank, 0 .. nnodes-1 (= --machine_rank)]:RANK:' \
+'--master_addr=[Address of node 0 (= --main_process_ip)]:HOST:' \
+'--master-addr=[Address of node 0 (= --main_process_ip)]:HOST:' \
+'--master_port=[Rendezvous port on node 0 (= --main_process_port)]:PORT:' \
+'--master-port=[Rendezvous port on node 0 (= --main_process_port)]:PORT:' \
+'--rdzv_endpoint=[Rendezvous endpoint HOST\:PORT (\[IPv6\]\:PORT)\: with the static backend, node 0'\''s address and port; with c10d or etcd, the endpoint torchrun'\''s rendezvous uses]:HOST:PORT:' \
+'--rdzv-endpoint=[Rendezvous endpoint HOST\:PORT (\[IPv6\]\:PORT)\: with the static backend, node 0'\''s address and port; with c10d or etcd, the endpoint torchrun'\''s rendezvous uses]:HOST:PORT:' \
+'--rdzv_id=[Run id shared by every node (TORCHELASTIC_RUN_ID, the log directory'\''s prefix; default \`none\`)]:ID:' \
+'--rdzv-id=[Run id shared by every node (TORCHELASTIC_RUN_ID, the log directory'\''s prefix; default \`none\`)]:ID:' \
+'-r+[Streams written only to the log files, not the console\: 0-3 (none, stdout, stderr, both) or a per-local-rank map such as 0\:3,1\:1]:0-3:' \
+'--redirects=[Streams written only to the log files, not the console\: 0-3 (none, stdout, stderr, both) or a per-local-rank map such as 0\:3,1\:1]:0-3:' \
+'--local_addr=[This node'\''s address\: MASTER_ADDR of a one-node run torchrun would rendezvous locally (default\: this host'\''s FQDN)]:HOST:' \
+'--local-addr=[This node'\''s address\: MASTER_ADDR of a one-node run torchrun would rendezvous locally (default\: this host'\''s FQDN)]:HOST:' \
+'--signals_to_handle=[The signals forwarded to the ranks, each of which stops the run (default SIGTERM,SIGINT,SIGHUP,SIGQUIT forwarded and stopping, SIGUSR1,SIGUSR2 forwarded only)]:SIG,...:' \
+'--signals-to-handle=[The signals forwarded to the ranks, each of which stops the run (default SIGTERM,SIGINT,SIGHUP,SIGQUIT forwarded and stopping, SIGUSR1,SIGUSR2 forwarded only)]:SIG,...:' \
+'--shutdown_timeout=[Whole seconds between the stop signal and SIGKILL\: the same setting as --grace_period (default\: TORCH_ELASTIC_SHUTDOWN_TIMEOUT)]:SECONDS:' \
+'--shutdown-timeout=[Whole seconds between the stop signal and SIGKILL\: the same setting as --grace_period (default\: TORCH_ELASTIC_SHUTDOWN_TIMEOUT)]:SECONDS:' \
+'--duplicate_stdout_filters=[Tee'\''d stdout lines containing any of these comma-separated strings (\`,,\` is a comma) also go to attempt_N/filtered_stdout.log]:TEXT,...:' \
+'--duplicate-stdout-filters=[Tee'\''d stdout lines containing any of these comma-separated strings (\`,,\` is a comma) also go to attempt_N/filtered_stdout.log]:TEXT,...:' \
+'--duplicate_stderr_filters=[Tee'\''d stderr lines containing any of these comma-separated strings (\`,,\` is a comma) also go to attempt_N/filtered_stderr.log]:TEXT,...:' \
+'--duplicate-stderr-filters=[Tee'\''d stderr lines containing any of these comma-separated strings (\`,,\` is a comma) also go to attempt_N/filtered_stderr.log]:TEXT,...:' \
+'--numa_binding=[Pin each rank to the CPUs near its GPU (the GPU of its local rank)\: node, socket, exclusive or core-complex]:MODE:((node\:"Every CPU of the GPU'\''s NUMA node"
+socket\:"Every CPU of the NUMA nodes of the GPU'\''s socket"
+exclusive\:"An exclusive share of the physical cores of the GPU'\''s NUMA node"
+core-complex\:"One core complex (the CPUs sharing a last-level cache) of the GPU'\''s NUMA node"))' \
+'--numa-binding=[Pin each rank to the CPUs near its GPU (the GPU of its local rank)\: node, socket, exclusive or core-complex]:MODE:((node\:"Every CPU of the GPU'\''s NUMA node"
+socket\:"Every CPU of the NUMA nodes of the GPU'\''s socket"
+exclusive\:"An exclusive share of the physical cores of the GPU'\''s NUMA node"
+core-complex\:"One core complex (the CPUs sharing a last-level cache) of the GPU'\''s NUMA node"))' \
+'--start_method=[torchrun'\''s start method\: only \`spawn\` (its default, and what every rank here is\: a fresh process); fork and forkserver are refused]:METHOD:' \
+'--start-method=[torchrun'\''s start method\: only \`spawn\` (its default, and what every rank here is\: a fresh process); fork and forkserver are refused]:METHOD:' \
+'--logs_specs=[Refused\: a torchrun.logs_specs entry point is Python code loaded into torchrun'\''s agent]:NAME:' \
+'--logs-specs=[Refused\: a torchrun.logs_specs entry point is Python code loaded into torchrun'\''s agent]:NAME:' \
+'--event_log_handler=[torchrun'\''s event log handler\: only \`null\` (its default); a named handler is Python code in torchrun'\''s agent]:NAME:' \
+'--event-log-handler=[torchrun'\''s event log handler\: only \`null\` (its default); a named handler is Python code in torchrun'\''s agent]:NAME:' \
 '-q[Print only the failing rank'\''s report, no launcher notes]' \
 '--quiet[Print only the failing rank'\''s report, no launcher notes]' \
 '-m[Run the script as a module\: \`python -m MODULE\`]' \
@@ -281,6 +318,11 @@ _accel-launch() {
 '--downcast-bf16[TPU\: XLA_DOWNCAST_BF16 (config\: downcast_bf16)]' \
 '--fp8_use_autocast_during_eval[TE\: autocast during evaluation]' \
 '--fp8-use-autocast-during-eval[TE\: autocast during evaluation]' \
+'--standalone[One node, rendezvous on a free local port, a fresh UUID as run id (torchrun'\''s c10d on localhost\:0)]' \
+'--run_path[Run the script with runpy.run_path in a fresh interpreter, as torchrun'\''s --run-path (takes precedence over --no_python)]' \
+'--run-path[Run the script with runpy.run_path in a fresh interpreter, as torchrun'\''s --run-path (takes precedence over --no_python)]' \
+'--virtual_local_rank[Each rank sees only its own GPU, as device 0\: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES the rank'\''s entry of this node'\''s list]' \
+'--virtual-local-rank[Each rank sees only its own GPU, as device 0\: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES the rank'\''s entry of this node'\''s list]' \
 '-h[Print help (see more with '\''--help'\'')]' \
 '--help[Print help (see more with '\''--help'\'')]' \
 '-V[Print version]' \

@@ -48,6 +48,7 @@ use super::flight_recorder;
 use super::hang;
 use super::plan::{Plan, RankSpec};
 use super::ports;
+use super::torchrun::logs::{AttemptLogs, LogsSpec, Route, RunLogs};
 use super::verdict;
 use crate::env_vars::{self, Environment};
 use crate::error::{Diagnostic, Result};
@@ -70,6 +71,65 @@ pub const FORWARDED: &[i32] = &[
 
 /// Of the forwarded signals, those that also stop the run (torchrun's `SignalException` set).
 pub const STOPPING: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Which signals the launcher hands on to the ranks and which of them stop the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalSet {
+    /// Sent on to every rank's group.
+    pub forwarded: Vec<i32>,
+    /// Stop the run: the signal itself to the ranks when it is forwarded, else SIGTERM; the grace
+    /// period; SIGKILL.
+    pub stopping: Vec<i32>,
+}
+
+impl Default for SignalSet {
+    fn default() -> Self {
+        SignalSet {
+            forwarded: FORWARDED.to_vec(),
+            stopping: STOPPING.to_vec(),
+        }
+    }
+}
+
+impl SignalSet {
+    /// torchrun's `--signals-to-handle`: each named signal is forwarded and stops the run, as its
+    /// agent's `SignalException` does (`elastic/agent/server/api.py::run`). The stop signals it does
+    /// not name still stop the run, with SIGTERM to the ranks (torchrun would die of them and leave
+    /// its workers running).
+    pub fn handle_only(named: &[i32]) -> SignalSet {
+        let mut stopping = named.to_vec();
+        stopping.extend(STOPPING.iter().filter(|s| !named.contains(s)));
+        SignalSet {
+            forwarded: named.to_vec(),
+            stopping,
+        }
+    }
+    /// Every signal the launcher catches: these, and the default forwarded ones (caught so that a
+    /// signal not handed on does not end the launcher).
+    fn caught(&self) -> Vec<i32> {
+        let mut all = self.forwarded.clone();
+        for s in self.stopping.iter().chain(FORWARDED) {
+            if !all.contains(s) {
+                all.push(*s);
+            }
+        }
+        all
+    }
+    pub fn forwards(&self, sig: i32) -> bool {
+        self.forwarded.contains(&sig)
+    }
+    pub fn stops(&self, sig: i32) -> bool {
+        self.stopping.contains(&sig)
+    }
+    /// What the ranks get when `sig` stops the run.
+    pub fn stop_signal(&self, sig: i32) -> i32 {
+        if self.forwards(sig) {
+            sig
+        } else {
+            libc::SIGTERM
+        }
+    }
+}
 
 /// Job control: SIGTSTP stops the ranks (as SIGSTOP) and then the launcher, SIGCONT resumes them, as
 /// if they were in the terminal's group (torchrun's workers share it).
@@ -292,9 +352,14 @@ pub struct Options {
     /// The ranks' /proc/PID/oom_score_adj (-1000 to 1000), set before they exec: accel-test makes its
     /// ranks the kernel's first choice when memory runs out, so that the coordinator lives to report.
     pub oom_score_adj: Option<i32>,
+    /// The signals handed on to the ranks and those that stop the run (`--signals_to_handle`).
+    pub handled: SignalSet,
     /// The launcher's signals, caught before the run (a multi-node launcher catches them from its
     /// join on); `None`: the run catches them itself.
     pub signals: Option<Arc<Signals>>,
+    /// torchrun's log layout and console rules in place of `log_template` (a run given torchrun's
+    /// command line); `log_dir` then holds only the hang and failure reports.
+    pub torchrun_logs: Option<LogsSpec>,
 }
 
 impl Default for Options {
@@ -317,7 +382,9 @@ impl Default for Options {
             control: None,
             requeue_signal: None,
             oom_score_adj: None,
+            handled: SignalSet::default(),
             signals: None,
+            torchrun_logs: None,
         }
     }
 }
@@ -353,10 +420,16 @@ impl Drop for Signals {
 }
 
 impl Signals {
-    /// Catches the forwarded and job-control signals, SIGCHLD and the requeue warning.
-    pub fn install(requeue_signal: Option<i32>, env: &Environment) -> Result<Signals> {
+    /// Catches the set's signals (the forwarded and stopping ones), the job-control signals,
+    /// SIGCHLD and the requeue warning.
+    pub fn install(
+        set: &SignalSet,
+        requeue_signal: Option<i32>,
+        env: &Environment,
+    ) -> Result<Signals> {
         let (tx, rx) = mpsc::channel();
-        let mut sigs = FORWARDED.to_vec();
+        let stops = set.stopping.clone();
+        let mut sigs = set.caught();
         sigs.extend_from_slice(JOB_CONTROL);
         sigs.push(libc::SIGCHLD);
         if let Some(s) = requeue_signal.filter(|s| !sigs.contains(s)) {
@@ -378,7 +451,7 @@ impl Signals {
         let stopping_ = Arc::clone(&stopping);
         std::thread::spawn(move || {
             for info in signals.forever() {
-                if STOPPING.contains(&info.signal) {
+                if stops.contains(&info.signal) {
                     let _ = stopping_.compare_exchange(
                         0,
                         info.signal,
@@ -531,21 +604,29 @@ fn local_error_report(e: &crate::error::Error, node: u32, host: &str) -> Failure
 }
 
 fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome> {
-    let logs = match &opts.log_dir {
-        Some(dir) => {
+    let logs = match (&opts.log_dir, &opts.torchrun_logs) {
+        (Some(dir), None) => {
             let node = plan.topology.as_ref().map_or(0, |t| t.node_rank);
             let template = node_log_template(plan, &opts.log_template)?;
             let logs = LogFiles::new(dir, &template, node);
             logs.check(&plan.ranks, opts.max_restarts)?;
             Some(logs)
         }
+        _ => None,
+    };
+    let tmp_base = env
+        .non_empty(env_vars::TMPDIR)
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let torchrun_logs = match &opts.torchrun_logs {
+        Some(spec) => Some(spec.start(&tmp_base)?),
         None => None,
     };
     let own;
     let feed = match &opts.signals {
         Some(f) => f.as_ref(),
         None => {
-            own = Signals::install(opts.requeue_signal, env)?;
+            own = Signals::install(&opts.handled, opts.requeue_signal, env)?;
             &own
         }
     };
@@ -553,15 +634,9 @@ fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome
         what: "read the launcher's signals".into(),
         source: std::io::Error::other("poisoned"),
     })?;
-    let tmp_root = match &opts.log_dir {
-        Some(_) => None,
-        None => {
-            let base = env
-                .non_empty(env_vars::TMPDIR)
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir);
-            Some(base.join(format!("accel_launch_{}", std::process::id())))
-        }
+    let tmp_root = match (&opts.log_dir, &torchrun_logs) {
+        (None, None) => Some(tmp_base.join(format!("accel_launch_{}", std::process::id()))),
+        _ => None,
     };
     guard::set_subreaper(true);
     let mut session = Session {
@@ -569,6 +644,8 @@ fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome
         rx: &rx,
         tmp_root,
         logs,
+        torchrun_logs,
+        attempt_logs: None,
         strays: Strays::new(),
         terminal: Terminal::new(opts.tool),
         stopping: Arc::clone(&feed.stopping),
@@ -578,6 +655,9 @@ fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome
     guard::set_subreaper(false);
     if let Some(t) = &session.tmp_root {
         let _ = std::fs::remove_dir_all(t);
+    }
+    if let Some(t) = &session.torchrun_logs {
+        t.finish();
     }
     result
 }
@@ -589,6 +669,9 @@ struct Session<'a> {
     /// Where torchelastic error files go without `--log_dir`.
     tmp_root: Option<PathBuf>,
     logs: Option<LogFiles>,
+    /// torchrun's layout, in place of `logs`, and the current attempt's part of it.
+    torchrun_logs: Option<RunLogs>,
+    attempt_logs: Option<AttemptLogs>,
     /// The run's processes outside the ranks' groups, for the guards.
     strays: Option<Strays>,
     /// The launcher's terminal, which ranks writing to the console see as theirs.
@@ -812,6 +895,10 @@ impl Session<'_> {
 
     /// One attempt: spawn every rank, watch them to the end, clean up everything they left.
     fn run_once(&mut self, plan: &Plan, attempt: u32) -> Result<(Outcome, Vec<RankResult>)> {
+        if let Some(t) = &self.torchrun_logs {
+            let local: Vec<u32> = plan.ranks.iter().map(|r| r.local_rank).collect();
+            self.attempt_logs = Some(t.attempt(attempt, &local)?);
+        }
         let mut running: Vec<Running> = Vec::new();
         let mut spawn_stopped = None;
         for spec in &plan.ranks {
@@ -893,6 +980,19 @@ impl Session<'_> {
             }
         }
         let (stdout, stderr) = self.sinks(plan, spec, attempt);
+        let (mut sinks, mut dups) = (None, [None, None]);
+        if let Some(a) = &self.attempt_logs {
+            let routes = [
+                a.route(spec.rank, spec.local_rank, false)?,
+                a.route(spec.rank, spec.local_rank, true)?,
+            ];
+            sinks = Some(self.torchrun_sinks(plan, spec, attempt, &routes));
+            for (i, r) in routes.into_iter().enumerate() {
+                files[i] = r.file;
+                dups[i] = r.duplicate;
+            }
+        }
+        let (stdout, stderr) = sinks.unwrap_or((stdout, stderr));
         let mut masters = [None, None];
         for (stream, pty) in self
             .terminal
@@ -915,7 +1015,7 @@ impl Session<'_> {
         let pid = Pid::from_raw(child.id() as i32);
         let guard = guard::spawn_guard(pid, self.opts.grace, self.strays.as_ref());
         self.terminal.watch(&masters, pid);
-        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files, masters);
+        let (tail, readers) = output::relay(&mut child, [stdout, stderr], files, masters, dups);
         Ok(Running {
             rank: spec.rank,
             local_rank: spec.local_rank,
@@ -936,7 +1036,14 @@ impl Session<'_> {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]);
         cmd.envs(&spec.env);
+        let torchrun_error_file = self
+            .attempt_logs
+            .as_ref()
+            .map(|a| a.error_file(spec.local_rank));
         let error_file = plan.topology.as_ref().map(|_| {
+            if let Some(f) = &torchrun_error_file {
+                return f.clone();
+            }
             let root = self
                 .opts
                 .log_dir
@@ -968,6 +1075,8 @@ impl Session<'_> {
         let parent = nix::unistd::getpid().as_raw();
         // Formatted here: between fork and exec nothing may allocate.
         let oom_score_adj = self.opts.oom_score_adj.map(|a| a.to_string().into_bytes());
+        // --numa_binding: the CPUs set before exec, as torch's `numactl --physcpubind` does.
+        let cpus = spec.numa_cpus.as_ref().map(|c| c.to_cpu_set());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
@@ -995,6 +1104,12 @@ impl Session<'_> {
                     if fd >= 0 {
                         libc::write(fd, adj.as_ptr().cast(), adj.len());
                         libc::close(fd);
+                    }
+                }
+                if let Some(set) = &cpus {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
                     }
                 }
                 Ok(())
@@ -1042,6 +1157,36 @@ impl Session<'_> {
             None => console(false),
         };
         (stdout, console(true))
+    }
+}
+
+impl Session<'_> {
+    /// torchrun's console rules for a rank's two streams; accel's `--rank_prefix`, when given, heads
+    /// every line shown.
+    fn torchrun_sinks(
+        &self,
+        plan: &Plan,
+        spec: &RankSpec,
+        attempt: u32,
+        routes: &[Route; 2],
+    ) -> (Sink, Sink) {
+        let (own, _) = self.sinks(plan, spec, attempt);
+        let own_prefix = match own {
+            Sink::Console { prefix, .. } => prefix,
+            _ => None,
+        };
+        let sink = |r: &Route, is_err: bool| match &r.console {
+            None => Sink::Nowhere,
+            Some(header) => Sink::Console {
+                is_err,
+                prefix: own_prefix.clone().or_else(|| header.clone()),
+            },
+        };
+        let stdout = match &self.opts.capture {
+            Some(c) => Sink::Capture(spec.rank, c.sink.clone()),
+            None => sink(&routes[0], false),
+        };
+        (stdout, sink(&routes[1], true))
     }
 }
 

@@ -472,11 +472,11 @@ impl<'a> Monitor<'a> {
                 let _ = signal_hook::low_level::emulate_default_handler(libc::SIGTSTP);
             }
             _ if Some(s) == self.opts.requeue_signal => self.on_requeue_signal(s, delivered),
-            _ if STOPPING.contains(&s) && self.stop_signal.is_some() && !self.killed => {
+            _ if self.opts.handled.stops(s) && self.stop_signal.is_some() && !self.killed => {
                 note(self.opts, &format!("killing {}", ranks(self.live())));
                 self.stop(Stop::kill());
             }
-            _ if STOPPING.contains(&s)
+            _ if self.opts.handled.stops(s)
                 && self.deadline.is_some()
                 && (self.first_failure.is_some() || self.remote.is_some() || self.requeue) =>
             {
@@ -494,7 +494,7 @@ impl<'a> Monitor<'a> {
                     self.stop(Stop::kill());
                 }
             }
-            _ if STOPPING.contains(&s) && self.stop_signal.is_none() => {
+            _ if self.opts.handled.stops(s) && self.stop_signal.is_none() => {
                 self.stop_signal = Some(s);
                 // Multi-node: a stopped launcher stops the whole world.
                 if let (Some(link), None, None) =
@@ -517,12 +517,26 @@ impl<'a> Monitor<'a> {
                 note(self.opts, &format!("stopping {} {how}", ranks(self.live())));
                 self.stop(Stop {
                     // Sent already by the step daemon: only the grace period and SIGKILL remain.
-                    signal: if delivered { 0 } else { s },
+                    signal: if delivered {
+                        0
+                    } else {
+                        self.opts.handled.stop_signal(s)
+                    },
                     grace: self.opts.grace,
                 });
             }
             _ if delivered => {}
-            _ => signal_groups(self.ranks, s),
+            // fg/bg's SIGCONT resumes the ranks Ctrl-Z stopped.
+            _ if s == libc::SIGCONT || self.opts.handled.forwards(s) => {
+                signal_groups(self.ranks, s)
+            }
+            _ => note(
+                self.opts,
+                &format!(
+                    "{} not forwarded (--signals_to_handle does not name it)",
+                    signal_name(s)
+                ),
+            ),
         }
     }
 }

@@ -32,6 +32,7 @@ use nix::unistd::Pid;
 use super::{Captured, SuperviseError};
 use crate::error::{IoError, Result};
 use crate::launch::plan::RankSpec;
+use crate::launch::torchrun::logs::Duplicate;
 
 pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
@@ -358,6 +359,7 @@ pub(super) fn relay(
     sinks: [Sink; 2],
     files: [Option<File>; 2],
     ptys: [Option<Arc<File>>; 2],
+    dups: [Option<Duplicate>; 2],
 ) -> (Arc<Mutex<Tail>>, Vec<JoinHandle<()>>) {
     let tail = Arc::new(Mutex::new(Tail::default()));
     let pipes = [
@@ -365,20 +367,57 @@ pub(super) fn relay(
         child.stderr.take().map(|p| File::from(OwnedFd::from(p))),
     ];
     let mut readers = Vec::new();
-    let streams = pipes.into_iter().zip(ptys).zip(sinks).zip(files);
-    for ((((pipe, pty), to), file), is_err) in streams.zip([false, true]) {
+    let streams = pipes.into_iter().zip(ptys).zip(sinks).zip(files).zip(dups);
+    for (((((pipe, pty), to), file), dup), is_err) in streams.zip([false, true]) {
         let Some(source) = pty.or(pipe.map(Arc::new)) else {
             continue;
         };
         let tail = is_err.then(|| tail.clone());
-        readers.push(std::thread::spawn(move || forward(&source, to, file, tail)));
+        let dup = dup.map(|d| DuplicateLines {
+            to: d,
+            pending: Vec::new(),
+        });
+        readers.push(std::thread::spawn(move || {
+            forward(&source, to, file, tail, dup)
+        }));
     }
     (tail, readers)
 }
 
+/// A tee'd stream's whole lines for torchrun's filtered-lines file.
+struct DuplicateLines {
+    to: Duplicate,
+    pending: Vec<u8>,
+}
+
+impl DuplicateLines {
+    fn push(&mut self, data: &[u8]) {
+        let mut rest = data;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            self.pending.extend_from_slice(&rest[..=i]);
+            self.to.line(&self.pending);
+            self.pending.clear();
+            rest = &rest[i + 1..];
+        }
+        self.pending.extend_from_slice(rest);
+    }
+    fn finish(&mut self) {
+        if !self.pending.is_empty() {
+            self.to.line(&self.pending);
+        }
+    }
+}
+
 /// Relays one pipe (or pty) of a rank until EOF (a pty's master reads EIO once every copy of its
-/// slave is closed): to its log file, to the stderr tail, and to the sink.
-fn forward(source: &File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mutex<Tail>>>) {
+/// slave is closed): to its log file, to the stderr tail, to torchrun's filtered-lines file, and to
+/// the sink.
+fn forward(
+    source: &File,
+    to: Sink,
+    mut file: Option<File>,
+    tail: Option<Arc<Mutex<Tail>>>,
+    mut dup: Option<DuplicateLines>,
+) {
     let mut pipe = source;
     let mut buf = vec![0u8; 64 * 1024];
     let (is_err, mut console) = match &to {
@@ -420,6 +459,9 @@ fn forward(source: &File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mut
                 t.push(data);
             }
         }
+        if let Some(d) = dup.as_mut() {
+            d.push(data);
+        }
         if let Some(c) = console.as_mut() {
             c.push(data, &mut out);
             console_write(is_err, &out);
@@ -432,6 +474,9 @@ fn forward(source: &File, to: Sink, mut file: Option<File>, tail: Option<Arc<Mut
     if let Some(c) = console.as_mut() {
         c.finish(&mut out);
         console_write(is_err, &out);
+    }
+    if let Some(d) = dup.as_mut() {
+        d.finish();
     }
     if let (Some(c), Sink::Capture(_, tx)) = (capture.as_mut(), &to) {
         c.finish(tx);
