@@ -46,7 +46,16 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 /// (`suite::fixture`).
 fn fixture(kind: &'static str) -> PathBuf {
     const KINDS: &[&str] = &[
-        "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
+        "fsdp2",
+        "fsdp1",
+        "accel",
+        "plain",
+        "complex",
+        "stformat",
+        "nans",
+        "titan",
+        "titanseed",
+        "big",
     ];
     assert!(KINDS.contains(&kind), "unknown fixture {kind}");
     // `big` is the drill's 1 GiB checkpoint.
@@ -439,9 +448,87 @@ fn error_chunks_that_do_not_cover() {
     fails(&ckpt, 3, "overlap");
 }
 
+/// Runs the venv's `accelerate merge-weights` (the Python tool accel-merge-weights stands in for).
+fn accelerate_merge(args: &[&Path], flags: &[&str]) -> Output {
+    let accelerate = python().with_file_name("accelerate");
+    Command::new(accelerate)
+        .arg("merge-weights")
+        .args(args)
+        .args(flags)
+        .env("PYTHONWARNINGS", "ignore")
+        .output_within(WAIT)
+}
+
+/// Compares two safetensors files tensor by tensor (dtype string, shape, data bytes) without torch.
+fn same_safetensors(a: &Path, b: &Path) -> String {
+    let o = py(&[
+        &format!("{HERE}/same_safetensors.py"),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
 #[test]
-fn error_unsupported_dtype() {
-    fails(&fixture("complex"), 3, "complex64");
+fn complex64_float8_and_float4_are_written_as_accelerate_writes_them() {
+    // torchtitan's seed checkpoint: the model's state dict at the top level with its persistent
+    // complex64 `freqs_cis`, plus MX e8m0 scales, fnuz float8 and packed float4 tensors.
+    let ckpt = fixture("titanseed");
+    let out = out_dir("titanseed");
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(err.contains("merged 18 tensors"), "{err}");
+    check(&ckpt, &out, &[]);
+    let acc = out_dir("titanseed-accelerate");
+    let o = accelerate_merge(&[&ckpt, &acc], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        same_safetensors(
+            &out.join("model.safetensors"),
+            &acc.join("model.safetensors")
+        ),
+        "ok 18 C64,F32,F4,F8_E4M3,F8_E4M3FNUZ,F8_E5M2FNUZ,F8_E8M0"
+    );
+    let bin = out_dir("titanseed-bin");
+    ok(&merge(&[&ckpt, &bin], &["--unsafe_serialization"]));
+    check(&ckpt, &bin, &["--bin"]);
+    // Left out by name, the buffer is simply not written.
+    let x = out_dir("titanseed-exclude");
+    let err = ok(&merge(&[&ckpt, &x], &["--exclude-key", "freqs_cis"]));
+    assert!(
+        err.contains("merged 17 tensors") && err.contains("--exclude-key left out 1 tensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_unwritable_dtype_is_named_and_exclude_key_leaves_it_out() {
+    // `h` is complex32, which neither safetensors nor torch.save's typed storages here can hold.
+    let ckpt = fixture("complex");
+    let err = fails(&ckpt, 3, "`h` (torch.complex32)");
+    assert!(err.contains("--exclude-key 'h'"), "{err}");
+    for flags in [&[][..], &["--unsafe_serialization"][..]] {
+        let out = out_dir("complex-exclude");
+        let mut f = vec!["--exclude-key", "h"];
+        f.extend_from_slice(flags);
+        let err = ok(&merge(&[&ckpt, &out], &f));
+        assert!(err.contains("merged 2 tensors"), "{err}");
+        // The complex64 `z` is written with its bits, as torch saved it.
+        let code = "import sys, os, torch\n\
+             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n\
+             dcp_to_torch_save(sys.argv[1], sys.argv[2] + '.ref.pt')\n\
+             ref = torch.load(sys.argv[2] + '.ref.pt', weights_only=True)['model']\n\
+             p = os.path.join(sys.argv[2], 'model.safetensors')\n\
+             if os.path.exists(p):\n\
+             \x20   from safetensors.torch import load_file; got = load_file(p)\n\
+             else:\n\
+             \x20   got = torch.load(os.path.join(sys.argv[2], 'pytorch_model.bin'), weights_only=True)\n\
+             assert sorted(got) == ['ok', 'z'], sorted(got)\n\
+             assert got['z'].dtype == torch.complex64\n\
+             assert torch.equal(got['z'].view(torch.uint8), ref['z'].view(torch.uint8))\n\
+             print('ok')";
+        let o = py(&["-c", code, ckpt.to_str().unwrap(), out.to_str().unwrap()]);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok", "{o:?}");
+    }
 }
 
 #[test]

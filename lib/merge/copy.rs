@@ -428,7 +428,14 @@ fn to_f64(b: &[u8], from: DType) -> f64 {
         DType::U16 => f64::from(u(2) as u16),
         DType::U32 => f64::from(u(4) as u32),
         DType::U64 => u(8) as f64,
-        DType::F8E4M3 | DType::F8E5M2 => f64::NAN,
+        // Never cast: --dtype converts the four float dtypes only.
+        DType::F8E4M3
+        | DType::F8E5M2
+        | DType::F8E8M0
+        | DType::F8E4M3Fnuz
+        | DType::F8E5M2Fnuz
+        | DType::F4X2
+        | DType::C64 => f64::NAN,
     }
 }
 

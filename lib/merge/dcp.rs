@@ -10,7 +10,7 @@ use super::copy::{Input, Piece};
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;
-use super::{Entry, MergeError};
+use super::{Checkpoint, Entry, Kind, MergeError};
 
 /// One `state_dict_metadata` item.
 #[derive(Debug)]
@@ -326,13 +326,18 @@ pub fn resolve_chunk(
         let info = tensors
             .get(fqn)
             .ok_or_else(|| chunk_err("the safetensors blob has no such tensor".into()))?;
-        let dtype = DType::from_safetensors(&format!("{:?}", info.dtype)).ok_or_else(|| {
-            MergeError::Dtype {
+        let dtype =
+            DType::from_safetensors(&info.dtype.to_string()).ok_or_else(|| MergeError::Dtype {
                 fqn: fqn.to_owned(),
                 dtype: format!("{:?}", info.dtype),
+            })?;
+        let mut shape: Vec<u64> = info.shape.iter().map(|&x| x as u64).collect();
+        if dtype == DType::F4X2 {
+            // safetensors counts 4-bit values, torch counts the bytes that hold two.
+            if let Some(last) = shape.last_mut() {
+                *last /= 2;
             }
-        })?;
-        let shape: Vec<u64> = info.shape.iter().map(|&x| x as u64).collect();
+        }
         let t = TensorRef {
             dtype,
             key: String::new(),
@@ -349,12 +354,10 @@ pub fn resolve_chunk(
     }
 }
 
-/// Inputs, tensor entries, the paths of non-tensor items, and the zip records read.
-pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>, Vec<super::Crc>);
-
 /// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items, unless
-/// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes.
-pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, MergeError> {
+/// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes. A tensor of a dtype accel
+/// cannot write is listed in `unwritable` and not resolved: it blocks only a merge that selects it.
+pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Checkpoint, MergeError> {
     let meta_bytes = std::fs::read(meta_path).map_err(|e| MergeError::io("read", meta_path, e))?;
     let meta = parse_metadata(&meta_bytes).map_err(|e| e.at(meta_path))?;
     let mut inputs = Vec::new();
@@ -362,6 +365,7 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
     let mut entries = Vec::new();
     let mut bytes_items = Vec::new();
     let mut crcs = Vec::new();
+    let mut unwritable = Vec::new();
     let mut used = std::collections::HashSet::new();
     let path_of = |fqn: &str| -> Vec<String> {
         meta.paths
@@ -427,10 +431,11 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
                 let dtype = match dtype {
                     Ok(d) => *d,
                     Err(name) => {
-                        return Err(MergeError::Dtype {
-                            fqn: fqn.clone(),
+                        unwritable.push(super::Unwritable {
+                            path: path_of(fqn),
                             dtype: name.clone(),
-                        })
+                        });
+                        continue;
                     }
                 };
                 let mut pieces = Vec::with_capacity(chunks.len());
@@ -508,7 +513,19 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
             }
         }
     }
-    Ok((inputs, entries, bytes_items, crcs))
+    let mut files = vec![meta_path.to_path_buf()];
+    files.extend(inputs.iter().map(|i| i.path.clone()));
+    Ok(Checkpoint {
+        kind: Kind::Dcp,
+        dir: dir.to_path_buf(),
+        inputs,
+        entries,
+        bytes_items,
+        notes: Vec::new(),
+        crcs,
+        unwritable,
+        files,
+    })
 }
 
 /// Where the metadata of a DCP directory is, if it is one.

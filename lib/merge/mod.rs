@@ -71,6 +71,19 @@ pub struct Checkpoint {
     pub notes: Vec<String>,
     /// The zip records whose data the merge reads, with the CRC-32 each archive records.
     pub crcs: Vec<Crc>,
+    /// Tensors whose dtype no output format here can hold: an error only if the selection takes one.
+    pub unwritable: Vec<Unwritable>,
+    /// Every file of the checkpoint that was merged (metadata, data files, DeepSpeed's `latest`):
+    /// what `--remove_checkpoint_dir` may delete.
+    pub files: Vec<PathBuf>,
+}
+
+/// A tensor of a dtype accel cannot write (`torch.complex32`, a quantized dtype, ...).
+#[derive(Debug, Clone)]
+pub struct Unwritable {
+    pub path: Vec<String>,
+    /// torch's name of the dtype.
+    pub dtype: String,
 }
 
 /// A zip record of an input to check: its absolute byte range and recorded CRC-32.
@@ -172,6 +185,8 @@ pub enum MergeError {
     Tiling { fqn: String, problem: String },
     #[error("`{fqn}` has dtype `{dtype}`, which cannot be written")]
     Dtype { fqn: String, dtype: String },
+    #[error("{}", unwritable_message(.0))]
+    Unwritable(Vec<(String, String)>),
     #[error("record `{name}` of `{path}` fails its CRC-32 check (recorded {expected:08x}, computed {found:08x})")]
     Crc {
         path: PathBuf,
@@ -189,6 +204,20 @@ pub enum MergeError {
     Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },
+}
+
+fn unwritable_message(list: &[(String, String)]) -> String {
+    let shown: Vec<String> = list
+        .iter()
+        .take(8)
+        .map(|(n, d)| format!("`{n}` (torch.{d})"))
+        .collect();
+    format!(
+        "{} selected tensor(s) have a dtype that cannot be written: {}{}",
+        list.len(),
+        shown.join(", "),
+        if list.len() > 8 { ", …" } else { "" }
+    )
 }
 
 impl MergeError {
@@ -289,6 +318,14 @@ impl Diagnostic for MergeError {
             MergeError::Dtype { .. } => {
                 vec!["safetensors has no such dtype; --dtype converts floating tensors only".into()]
             }
+            MergeError::Unwritable(list) => vec![format!(
+                "neither safetensors nor this tool's torch.save writer has these dtypes; leave the tensors out with {}",
+                list.iter()
+                    .take(3)
+                    .map(|(n, _)| format!("--exclude-key '{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )],
             _ => Vec::new(),
         }
     }
@@ -335,16 +372,7 @@ pub fn open(
         ));
     }
     let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
-        let (inputs, entries, bytes_items, crcs) = dcp::read(dir, &meta, include_bytes)?;
-        Checkpoint {
-            kind: Kind::Dcp,
-            dir: dir.to_path_buf(),
-            inputs,
-            entries,
-            bytes_items,
-            notes: Vec::new(),
-            crcs,
-        }
+        dcp::read(dir, &meta, include_bytes)?
     } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
         .iter()
         .map(|s| dir.join(s))
@@ -352,19 +380,12 @@ pub fn open(
     {
         // accelerate's save_state directory: the model's DCP checkpoint is one level down.
         let meta = sub.join(".metadata");
-        let (inputs, entries, bytes_items, crcs) = dcp::read(&sub, &meta, include_bytes)?;
-        Checkpoint {
-            kind: Kind::Dcp,
-            notes: vec![format!(
-                "accelerate's save_state layout: the model is read from `{}`",
-                sub.display()
-            )],
-            dir: sub,
-            inputs,
-            entries,
-            bytes_items,
-            crcs,
-        }
+        let mut c = dcp::read(&sub, &meta, include_bytes)?;
+        c.notes.push(format!(
+            "accelerate's save_state layout: the model is read from `{}`",
+            sub.display()
+        ));
+        c
     } else if let Some(found) = zero::detect(dir, tag)? {
         zero::read(found)?
     } else {

@@ -167,7 +167,7 @@ fn plan_safetensors(
             t.name.clone(),
             serde_json::json!({
                 "dtype": t.dtype.safetensors(),
-                "shape": e.shape,
+                "shape": t.dtype.safetensors_shape(&e.shape),
                 "data_offsets": [off, off + b],
             }),
         );

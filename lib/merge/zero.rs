@@ -17,7 +17,13 @@ pub struct Found {
     pub dir: PathBuf,
     pub model_files: Vec<PathBuf>,
     pub optim_files: Vec<PathBuf>,
+    /// The save directory's own files when a save directory (not a tag directory) was given:
+    /// `latest` and the recovery scripts DeepSpeed copies beside the tags.
+    pub save_dir_files: Vec<PathBuf>,
 }
+
+/// The scripts DeepSpeed writes into a save directory (deepspeed/runtime/engine.py::_copy_recovery_script).
+const RECOVERY_SCRIPTS: &[&str] = &["zero_to_fp32.py", "zero_to_torch.py"];
 
 fn natural_key(p: &Path) -> Vec<(String, u64)> {
     let name = p
@@ -94,10 +100,20 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
                 .into(),
         });
     }
+    let save_dir_files = if tag_dir == dir {
+        Vec::new()
+    } else {
+        std::iter::once("latest")
+            .chain(RECOVERY_SCRIPTS.iter().copied())
+            .map(|n| dir.join(n))
+            .filter(|p| p.is_file())
+            .collect()
+    };
     Ok(Some(Found {
         dir: tag_dir,
         model_files,
         optim_files,
+        save_dir_files,
     }))
 }
 
@@ -144,6 +160,27 @@ impl PtFile {
         MergeError::Invalid {
             path: inputs[self.input].path.clone(),
             message: m.into(),
+        }
+    }
+    /// [`PtFile::tensor`], except that a tensor of a dtype accel cannot write is noted in
+    /// `unwritable` (it blocks only a merge that selects it) and gives `None`.
+    fn tensor_or_unwritable(
+        &self,
+        inputs: &[Input],
+        id: Id,
+        name: &str,
+        unwritable: &mut Vec<super::Unwritable>,
+    ) -> Result<Option<(TensorRef, usize)>, MergeError> {
+        match self.tensor(inputs, id, name) {
+            Ok(t) => Ok(Some(t)),
+            Err(MergeError::Dtype { dtype, .. }) => {
+                unwritable.push(super::Unwritable {
+                    path: vec![name.to_owned()],
+                    dtype,
+                });
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
     /// A tensor value: its view and the byte offset of its storage in the file, bounds-checked.
@@ -272,7 +309,9 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
         .get(root, "module")
         .ok_or_else(|| m.bad(&inputs, "no `module`"))?;
     let mut entries = Vec::new();
-    // Buffers, from rank 0's module, as fp32.
+    let mut unwritable = Vec::new();
+    // Buffers, from rank 0's module: floating ones as fp32, the rest as saved (zero_to_fp32's
+    // `v.float() if v.is_floating_point() else v`; a float8 buffer is kept as saved).
     if let Some(names) = m.get(root, "buffer_names").and_then(|b| m.pickle.seq(b)) {
         for &n in names {
             let name = m
@@ -282,8 +321,16 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             let t = m
                 .get(module, name)
                 .ok_or_else(|| m.bad(&inputs, format!("buffer `{name}` is not in `module`")))?;
-            let (t, start) = m.tensor(&inputs, t, name)?;
-            entries.push(whole(m, &t, start, name, DType::F32));
+            let Some((t, start)) = m.tensor_or_unwritable(&inputs, t, name, &mut unwritable)?
+            else {
+                continue;
+            };
+            let dtype = if t.dtype.is_float() {
+                DType::F32
+            } else {
+                t.dtype
+            };
+            entries.push(whole(m, &t, start, name, dtype));
         }
     }
     let mut crcs = Vec::new();
@@ -505,7 +552,15 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             if aliases.contains(&name) || entries.iter().any(|e| e.path == [name]) {
                 continue;
             }
-            let Ok((t, start)) = m.tensor(&inputs, v, name) else {
+            // A module entry that is no tensor (a module's `_extra_state`) is not a parameter.
+            if matches!(
+                TensorRef::from_pickle(&m.pickle, v),
+                Err(super::tensor::TensorError::NotATensor(_))
+            ) {
+                continue;
+            }
+            let Some((t, start)) = m.tensor_or_unwritable(&inputs, v, name, &mut unwritable)?
+            else {
                 continue;
             };
             if stage == 3 || t.numel() == 0 {
@@ -552,6 +607,15 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
     for f in optim.iter().chain([&model0]) {
         crcs.extend(f.read.take());
     }
+    // The checkpoint's files: every rank's optimizer state, rank 0's model state, and at stage 3
+    // every rank's model state (their number checked against the world size above).
+    let mut files = found.save_dir_files.clone();
+    files.extend(found.optim_files.iter().cloned());
+    if stage == 3 {
+        files.extend(found.model_files.iter().cloned());
+    } else {
+        files.push(found.model_files[0].clone());
+    }
     Ok(Checkpoint {
         kind: Kind::Zero(stage as u8),
         dir: found.dir,
@@ -560,6 +624,8 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
         bytes_items: Vec::new(),
         notes,
         crcs,
+        unwritable,
+        files,
     })
 }
 
@@ -638,6 +704,7 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
         .get(root, "module")
         .ok_or_else(|| m.bad(inputs, "no `module`"))?;
     let mut entries = Vec::new();
+    let mut unwritable = Vec::new();
     let mut dtypes = Vec::new();
     for &(k, v) in m
         .pickle
@@ -648,7 +715,9 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
             .pickle
             .as_str(k)
             .ok_or_else(|| m.bad(inputs, "a module key is not a string"))?;
-        let (t, start) = m.tensor(inputs, v, name)?;
+        let Some((t, start)) = m.tensor_or_unwritable(inputs, v, name, &mut unwritable)? else {
+            continue;
+        };
         dtypes.push(t.dtype.torch());
         entries.push(whole(&m, &t, start, name, t.dtype));
     }
@@ -660,6 +729,8 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
         dtypes.join(", ")
     )];
     let crcs = m.read.take();
+    let mut files = found.save_dir_files.clone();
+    files.push(found.model_files[0].clone());
     Ok(Checkpoint {
         kind: Kind::Zero(0),
         dir: found.dir,
@@ -668,6 +739,8 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
         bytes_items: Vec::new(),
         notes,
         crcs,
+        unwritable,
+        files,
     })
 }
 
