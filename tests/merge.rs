@@ -72,6 +72,15 @@ fn fixture(kind: &'static str) -> PathBuf {
     })
 }
 
+/// A genuine `Accelerator.save_state` directory with FSDP2 on 2 gloo ranks (make_accelerate.py): a tiny
+/// LlamaForCausalLM in pytorch_model_fsdp_0/, an MLP in pytorch_model_fsdp_1/, their optimizer_0/ and
+/// optimizer_1/, and random_states_*.pkl. Made once per suite run.
+fn accelerate_state() -> PathBuf {
+    suite::fixture("merge-accelerate-state", |dir| {
+        py(&[&format!("{HERE}/make_accelerate.py"), dir.to_str().unwrap()]);
+    })
+}
+
 /// The DeepSpeed configurations make_zero.py saves, all in one 3-rank torchrun.
 const ZERO_CONFIGS: &[&str] = &[
     "0-bf16", "1-bf16", "1-fp32", "2-bf16", "2-fp32", "3-bf16", "3-fp32",
@@ -655,8 +664,7 @@ fn zero3_matches_zero_to_fp32() {
 fn zero1_frozen_params_survive_remove_checkpoint_dir() {
     let src = zero_fixture("1-bf16");
     let ckpt = root().join("copy-zero1-remove");
-    let _ = std::fs::remove_dir_all(&ckpt);
-    copy_tree(&src, &ckpt);
+    deepspeed_copy(&src, &ckpt);
     let out = out_dir("zero1-remove");
     ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
     assert!(!ckpt.exists());
@@ -689,6 +697,132 @@ fn deepspeed_stage0_save_is_read_as_saved() {
     );
     let module = ckpt.join("module.pt");
     check(&ckpt, &out, &["--reference", module.to_str().unwrap()]);
+}
+
+/// A copy of what DeepSpeed wrote into a make_zero.py save directory (`latest`, the tag directories,
+/// its recovery scripts), without the fixture's reference files.
+fn deepspeed_copy(src: &Path, dst: &Path) {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst.join(&name));
+        } else if name == "latest" || name.starts_with("zero_to_") {
+            std::fs::copy(e.path(), dst.join(&name)).unwrap();
+        }
+    }
+}
+
+/// The names in `dir`, recursively, as `a/b` paths, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            v.extend(tree(&e.path()).into_iter().map(|n| format!("{name}/{n}")));
+        } else {
+            v.push(name);
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn remove_checkpoint_dir_refuses_a_save_state_directory_with_more_than_the_model() {
+    // A real accelerate save_state (FSDP2): two models, two optimizers and RNG states. Only model 0
+    // is merged; the whole directory was deleted before, model 1 included, with exit 0.
+    let src = accelerate_state();
+    let ckpt = root().join("copy-save-state-remove");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&src, &ckpt);
+    let before = tree(&ckpt);
+    let out = out_dir("save-state-remove");
+    let o = merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("also holds `optimizer_0/` (3 files), `optimizer_1/` (3 files), `pytorch_model_fsdp_1/` (3 files), `random_states_0.pkl`, `random_states_1.pkl`"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "pass its own directory `{}`",
+            ckpt.join("pytorch_model_fsdp_0").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(tree(&ckpt), before, "nothing is deleted");
+    assert!(!out.exists(), "nothing is written");
+    // accelerate merge-weights refuses this directory too (no .metadata at its top) and deletes nothing.
+    let acc = out_dir("save-state-remove-accelerate");
+    let o = accelerate_merge(&[&ckpt, &acc], &["--remove_checkpoint_dir"]);
+    assert!(!o.status.success());
+    assert_eq!(tree(&ckpt), before);
+    // The model's own directory: merged, and only it is removed.
+    let model = ckpt.join("pytorch_model_fsdp_0");
+    ok(&merge(&[&model, &out], &["--remove_checkpoint_dir"]));
+    check(&src.join("pytorch_model_fsdp_0"), &out, &[]);
+    let left: Vec<String> = before
+        .into_iter()
+        .filter(|n| !n.starts_with("pytorch_model_fsdp_0/"))
+        .collect();
+    assert_eq!(tree(&ckpt), left);
+}
+
+#[test]
+fn remove_checkpoint_dir_refuses_files_and_tags_the_merge_does_not_read() {
+    // A DeepSpeed save directory with two tags and a user's notes: global_step2 (named by `latest`)
+    // was merged and all three removed before.
+    let ckpt = root().join("copy-zero-tags-remove");
+    deepspeed_copy(&zero_fixture("2-bf16"), &ckpt);
+    copy_tree(&ckpt.join("global_step2"), &ckpt.join("global_step1"));
+    std::fs::write(ckpt.join("my_notes.txt"), b"lr 1e-4 looked better").unwrap();
+    let before = tree(&ckpt);
+    let out = out_dir("zero-tags-remove");
+    let o = merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("also holds `global_step1/` (4 files), `my_notes.txt`"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("`{}`", ckpt.join("global_step2").display())),
+        "{err}"
+    );
+    assert_eq!(tree(&ckpt), before);
+    assert!(!out.exists());
+    // Once only the checkpoint is there, it is merged and removed, DeepSpeed's `latest` and recovery
+    // scripts with it.
+    std::fs::remove_dir_all(ckpt.join("global_step1")).unwrap();
+    std::fs::remove_file(ckpt.join("my_notes.txt")).unwrap();
+    ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
+    assert!(!ckpt.exists());
+    // A DCP directory with a file torch did not write: accelerate merge-weights deletes it with the
+    // checkpoint; this merge refuses.
+    let dcp = copy_of("fsdp2", "notes-remove");
+    std::fs::write(dcp.join("my_notes.txt"), b"mine").unwrap();
+    let o = merge(
+        &[&dcp, &out_dir("notes-remove")],
+        &["--remove_checkpoint_dir"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("also holds `my_notes.txt`"), "{err}");
+    assert!(dcp.join("my_notes.txt").exists() && dcp.join(".metadata").exists());
+    let o = accelerate_merge(
+        &[&dcp, &out_dir("notes-remove-accelerate")],
+        &["--unsafe_serialization", "--remove_checkpoint_dir"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !dcp.exists(),
+        "accelerate merge-weights removes the notes too"
+    );
 }
 
 fn copy_tree(src: &Path, dst: &Path) {
@@ -1116,4 +1250,140 @@ fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
     let rss = v["maxrss_kib"].as_u64().unwrap_or(u64::MAX);
     assert!(rss < 256 * 1024, "peak RSS {rss} KiB");
     assert!(!out.exists());
+}
+
+/// A private copy of the model directory of the accelerate save_state fixture, with `mode` of
+/// mutate.py applied to its .metadata.
+fn damaged_accelerate_model(mode: &str) -> PathBuf {
+    let src = accelerate_state().join("pytorch_model_fsdp_0");
+    let dst = root().join(format!("copy-accelerate-{mode}"));
+    let _ = std::fs::remove_dir_all(&dst);
+    copy_tree(&src, &dst);
+    py(&[&format!("{HERE}/mutate.py"), mode, dst.to_str().unwrap()]);
+    dst
+}
+
+#[test]
+fn error_planner_data_that_does_not_name_its_key() {
+    // One tensor's planner_data path moved under another top-level key: merged without it (exit 0,
+    // "left out top-level keys: optimizer") before; torch's reader moves it out of `model` too.
+    let ckpt = damaged_accelerate_model("planner_key");
+    let err = fails(
+        &ckpt,
+        3,
+        "planner_data gives `model.model.embed_tokens.weight` the path",
+    );
+    assert!(
+        err.contains("which names `optimizer.model.embed_tokens.weight`")
+            && err.contains(".metadata"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_two_chunks_on_the_same_bytes() {
+    // lm_head's first chunk pointed at embed_tokens' bytes (the same chunk shape): merged with
+    // embed_tokens' values under lm_head's name before, as torch's reader would.
+    let ckpt = damaged_accelerate_model("same_bytes");
+    let err = fails(&ckpt, 3, "are both stored at bytes");
+    assert!(
+        err.contains("`model.model.embed_tokens.weight` and `model.lm_head.weight`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_a_key_listed_twice_is_bad_input() {
+    // One flipped bit in a memoized key string makes layers.1's v_proj a second layers.0 v_proj:
+    // exit 2 with a hint about --key before; it is a damaged file (3), named.
+    let src = accelerate_state().join("pytorch_model_fsdp_0");
+    let ckpt = root().join("copy-accelerate-dup");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&src, &ckpt);
+    let meta = ckpt.join(".metadata");
+    let mut bytes = std::fs::read(&meta).unwrap();
+    let needle = b"model.model.layers.1.self_attn.v_proj.weight";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the key is in the metadata");
+    bytes[at + "model.model.layers.".len()] ^= 1;
+    std::fs::write(&meta, bytes).unwrap();
+    let err = fails(
+        &ckpt,
+        3,
+        "lists `model.model.layers.0.self_attn.v_proj.weight` twice",
+    );
+    assert!(!err.contains("--key"), "{err}");
+}
+
+#[test]
+fn metadata_bit_flips_give_the_clean_output_or_exit_3() {
+    // Bit 0 of every byte of a real .metadata (accelerate's save_state, FSDP2, 2 ranks), one at a time:
+    // each damaged copy merges to the clean output or is refused as bad input (3); never another
+    // output with exit 0 (1,604 flips did, and 18 exited 2, before). A sample of the refused flips
+    // (and a few clean ones) is read by torch's own dcp_to_torch_save for comparison.
+    let ckpt = accelerate_state().join("pytorch_model_fsdp_0");
+    // 11,282 merges: in memory where there is a tmpfs (the merge's fsyncs are then free).
+    let shm = Path::new("/dev/shm");
+    let work = tempfile::tempdir_in(if shm.is_dir() { shm } else { root() }).unwrap();
+    let out = Command::new(python())
+        .arg(format!("{HERE}/bitflip.py"))
+        .args([BIN, ckpt.to_str().unwrap(), work.path().to_str().unwrap()])
+        .args(["--torch-sample", "40"])
+        .env("PYTHONWARNINGS", "ignore")
+        .output_within(std::time::Duration::from_secs(420));
+    assert!(
+        out.status.success(),
+        "bitflip.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = out;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    let n = |v: &serde_json::Value| v.as_array().map_or(0, Vec::len);
+    let clean = n(&v["clean"]);
+    let refused = n(&v["error"]["3"]);
+    let bytes = v["bytes"].as_u64().unwrap() as usize;
+    let mut torch: std::collections::BTreeMap<String, usize> = Default::default();
+    let clean_set: Vec<String> = v["clean"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    for (at, verdict) in v["torch"].as_object().unwrap() {
+        let kind = verdict
+            .as_str()
+            .unwrap()
+            .split(':')
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(":");
+        let ours = if clean_set.contains(at) {
+            "clean"
+        } else {
+            "refused"
+        };
+        *torch.entry(format!("{ours} / torch {kind}")).or_default() += 1;
+    }
+    eprintln!(
+        "{bytes} flips: {clean} clean, {refused} refused (exit 3); torch on a sample: {torch:#?}"
+    );
+    assert_eq!(
+        n(&v["different"]),
+        0,
+        "merged to another output: {}",
+        v["different"]
+    );
+    let codes: Vec<&String> = v["error"].as_object().unwrap().keys().collect();
+    assert_eq!(codes, ["3"], "exit statuses other than 3: {}", v["error"]);
+    assert_eq!(clean + refused, bytes);
+    // torch itself reads some of what is refused into another state dict.
+    assert!(
+        torch
+            .keys()
+            .any(|k| k.starts_with("refused / torch ok-different")),
+        "{torch:?}"
+    );
 }

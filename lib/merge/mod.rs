@@ -7,6 +7,7 @@
 pub mod copy;
 pub mod dcp;
 pub mod pickle;
+pub mod remove;
 pub mod select;
 pub mod tensor;
 pub mod tiling;
@@ -200,6 +201,12 @@ pub enum MergeError {
     Exists(PathBuf),
     #[error("{0}")]
     Selection(String),
+    #[error("--remove_checkpoint_dir would delete what this merge does not read: `{}` also holds {}", .dir.display(), .others.join(", "))]
+    RemoveRefused {
+        dir: PathBuf,
+        others: Vec<String>,
+        hints: Vec<String>,
+    },
     #[error("interrupted by {}; nothing was written", crate::launch::supervise::signal_name(*.0))]
     Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
@@ -282,7 +289,7 @@ impl Diagnostic for MergeError {
             {
                 ExitStatus::Output
             }
-            MergeError::Selection(_) => ExitStatus::Usage,
+            MergeError::Selection(_) | MergeError::RemoveRefused { .. } => ExitStatus::Usage,
             MergeError::Interrupted(sig) => ExitStatus::Signal(*sig),
             _ => ExitStatus::Input,
         }
@@ -290,6 +297,7 @@ impl Diagnostic for MergeError {
     fn hints(&self) -> Vec<String> {
         match self {
             MergeError::Exists(_) => vec!["pass --force to replace it".into()],
+            MergeError::RemoveRefused { hints, .. } => hints.clone(),
             MergeError::NotACheckpoint { hint, .. } => vec![hint.clone()],
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 vec!["the disk is full: free space or choose another output directory".into()]

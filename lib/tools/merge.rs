@@ -72,7 +72,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
             ),
         ));
     }
-    if cli.remove_checkpoint_dir {
+    let removal = if cli.remove_checkpoint_dir {
         let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
         if canonical_or_parent(&out_dir).starts_with(&c) {
             return Err(crate::error::Error::msg(
@@ -80,7 +80,10 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
                 "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
             ));
         }
-    }
+        Some(plan_removal(&cli.checkpoint_directory, &ckpt)?)
+    } else {
+        None
+    };
     let mut names: Vec<String> = plan.files.iter().map(|f| f.name.clone()).collect();
     names.extend(plan.index.iter().map(|(n, _)| n.clone()));
     let hf = match &cli.hf_reference {
@@ -150,9 +153,13 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         }
     }
     let (elapsed, bytes) = result.map_err(|e| e.with_leftovers(&out_dir))?;
-    if cli.remove_checkpoint_dir {
-        std::fs::remove_dir_all(&cli.checkpoint_directory)
+    if let Some(removal) = removal {
+        let kept = removal
+            .execute()
             .map_err(|e| MergeError::io("remove", &cli.checkpoint_directory, e))?;
+        for k in kept {
+            eprintln!("{TOOL}: warning: --remove_checkpoint_dir {k}");
+        }
     }
     if !cli.quiet {
         let target = if plan.files.len() == 1 {
@@ -237,6 +244,32 @@ fn write_staged(
     commit(out_dir, staging, names, cli.force)?;
     std::fs::remove_dir_all(staging).map_err(|e| MergeError::io("remove", staging, e))?;
     Ok((start.elapsed().as_secs_f64(), plan.tensor_bytes))
+}
+
+/// Plans `--remove_checkpoint_dir`: refused, before anything is written, when the directory holds
+/// anything but the files of the checkpoint this merge reads.
+fn plan_removal(dir: &Path, ckpt: &Checkpoint) -> Result<merge::remove::Plan, MergeError> {
+    let refusal = match merge::remove::plan(dir, &ckpt.files) {
+        Ok(Ok(plan)) => return Ok(plan),
+        Ok(Err(refusal)) => refusal,
+        Err(e) => return Err(MergeError::io("read", dir, e)),
+    };
+    let mut hints = Vec::new();
+    if ckpt.dir != dir {
+        hints.push(format!(
+            "to merge and delete only the checkpoint read, pass its own directory `{}`",
+            ckpt.dir.display()
+        ));
+    }
+    hints.push(
+        "or merge without --remove_checkpoint_dir and delete what is no longer needed yourself"
+            .into(),
+    );
+    Err(MergeError::RemoveRefused {
+        dir: dir.to_path_buf(),
+        others: refusal.others,
+        hints,
+    })
 }
 
 /// The canonical form of a path that may not exist yet: its nearest existing ancestor, canonicalized,
