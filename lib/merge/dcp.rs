@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::copy::{Input, Piece};
+use super::copy::Piece;
+use super::input::Input;
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;

@@ -6,6 +6,7 @@
 
 pub mod copy;
 pub mod dcp;
+pub mod input;
 pub mod pickle;
 pub mod remove;
 pub mod select;
@@ -20,7 +21,8 @@ use std::path::{Path, PathBuf};
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
-use copy::{Input, Piece};
+use copy::Piece;
+use input::Input;
 use tensor::DType;
 
 /// One tensor of the checkpoint: where it sits in the saved structure, and its pieces.
@@ -149,6 +151,8 @@ pub enum MergeError {
         source: std::io::Error,
         /// Staging directories of other merges in the output directory, with their sizes.
         leftovers: Vec<(PathBuf, u64)>,
+        /// The bytes of earlier output that --force replaces, kept until the new output is complete.
+        replaced: u64,
     },
     #[error("`{path}` is not a checkpoint: {found}")]
     NotACheckpoint {
@@ -211,6 +215,8 @@ pub enum MergeError {
     Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },
+    #[error("`{path}` changed during the merge: {what}")]
+    Changed { path: PathBuf, what: String },
 }
 
 fn unwritable_message(list: &[(String, String)]) -> String {
@@ -236,8 +242,8 @@ impl MergeError {
         }
     }
     /// A full disk names the staging directories of other merges in `out_dir`, which may be what
-    /// filled it.
-    pub fn with_leftovers(self, out_dir: &Path) -> Self {
+    /// filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
+    pub fn with_leftovers(self, out_dir: &Path, replaced: u64) -> Self {
         match self {
             MergeError::Io {
                 action,
@@ -254,6 +260,7 @@ impl MergeError {
                         (d, size)
                     })
                     .collect(),
+                replaced,
             },
             e => e,
         }
@@ -302,9 +309,18 @@ impl Diagnostic for MergeError {
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 vec!["the disk is full: free space or choose another output directory".into()]
             }
-            MergeError::DiskFull { leftovers, .. } => {
+            MergeError::DiskFull {
+                leftovers,
+                replaced,
+                ..
+            } => {
                 let mut h =
                     vec!["the disk is full: free space or choose another output directory".into()];
+                if *replaced > 0 {
+                    h.push(format!(
+                        "the output already there ({replaced} bytes) is kept until the new one is complete, so that an error never leaves neither: replacing it with --force needs room for both; delete it first if the disk cannot hold two copies"
+                    ));
+                }
                 for (dir, size) in leftovers {
                     h.push(format!(
                         "`{}` ({size} bytes) is the staging directory of another merge, still running; \
@@ -319,6 +335,9 @@ impl Diagnostic for MergeError {
             }
             MergeError::Crc { .. } => vec![
                 "the file was damaged in storage or transfer; --no-verify skips this check".into(),
+            ],
+            MergeError::Changed { .. } => vec![
+                "another process rewrote it (a save into the same directory?); nothing was written: merge again once the checkpoint is complete".into(),
             ],
             MergeError::Truncated { .. } => {
                 vec!["the checkpoint was probably copied or saved incompletely".into()]
@@ -339,25 +358,9 @@ impl Diagnostic for MergeError {
     }
 }
 
-/// Opens and maps one input file.
+/// Opens and maps one input file, watched for changes (see [`input`]).
 pub fn open_input(path: &Path) -> Result<Input, MergeError> {
-    let file = std::fs::File::open(path).map_err(|e| MergeError::io("open", path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| MergeError::io("stat", path, e))?
-        .len();
-    let map = if len == 0 {
-        None
-    } else {
-        // SAFETY: the mapping is read-only; checkpoints are not modified while being merged (if one
-        // were truncated underneath us we would get SIGBUS, as any mmap reader would).
-        Some(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| MergeError::io("map", path, e))?)
-    };
-    Ok(Input {
-        path: path.to_path_buf(),
-        file,
-        map,
-    })
+    input::open(path)
 }
 
 /// Finds and reads the checkpoint in `dir`, whatever its kind, and verifies every tiling.
@@ -379,7 +382,29 @@ pub fn open(
             std::io::Error::from_raw_os_error(libc::ENOENT),
         ));
     }
-    let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
+    let ckpt = read(dir, tag, include_bytes).map_err(input::explain)?;
+    for e in &ckpt.entries {
+        let boxes: Vec<(&[u64], &[u64])> = e
+            .pieces
+            .iter()
+            .map(|p| (p.offsets.as_slice(), p.sizes.as_slice()))
+            .collect();
+        tiling::verify(&e.tile_shape, &boxes).map_err(|t| MergeError::Tiling {
+            fqn: e.path.join("."),
+            problem: t.to_string(),
+        })?;
+    }
+    if verify {
+        verify_crcs(&ckpt.inputs, &ckpt.crcs).map_err(input::explain)?;
+    }
+    // What was parsed and checked is what the files hold now.
+    input::check_all(&ckpt.inputs)?;
+    Ok(ckpt)
+}
+
+/// Reads whatever checkpoint `dir` holds.
+fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
+    Ok(if let Some(meta) = dcp::metadata_path(dir) {
         dcp::read(dir, &meta, include_bytes)?
     } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
         .iter()
@@ -398,22 +423,7 @@ pub fn open(
         zero::read(found)?
     } else {
         return Err(not_a_checkpoint(dir));
-    };
-    for e in &ckpt.entries {
-        let boxes: Vec<(&[u64], &[u64])> = e
-            .pieces
-            .iter()
-            .map(|p| (p.offsets.as_slice(), p.sizes.as_slice()))
-            .collect();
-        tiling::verify(&e.tile_shape, &boxes).map_err(|t| MergeError::Tiling {
-            fqn: e.path.join("."),
-            problem: t.to_string(),
-        })?;
-    }
-    if verify {
-        verify_crcs(&ckpt.inputs, &ckpt.crcs)?;
-    }
-    Ok(ckpt)
+    })
 }
 
 /// Says what a directory that is no known checkpoint contains, and what is missing.

@@ -9,6 +9,8 @@ Usage: mutate.py MODE DIR   (DIR is modified in place)
   crc_flip      flip one bit inside a tensor's data record in its .distcp file (the zip CRC-32 no longer matches)
   planner_key   give one tensor's planner_data path another top-level key (its own key left as it is)
   same_bytes    point one tensor's first chunk at the bytes of another tensor's chunk of the same shape
+  tail_write    overwrite, in place, the last 4 KiB of the data of the largest chunk in __1_0.distcp (the
+                .metadata is left as it is; for a shard rewritten while it is merged)
   evil          replace .metadata with a pickle that would run a shell command (it must never run)
 """
 import dataclasses
@@ -65,6 +67,22 @@ elif mode == "same_bytes":
     fqn = f"{b} <- {a}"
 elif mode == "repeat_chunks":
     tmd.chunks = [tmd.chunks[0]] * 3_000_000
+elif mode == "tail_write":
+    import io
+    import zipfile
+    info = max((v for v in md.storage_data.values() if v.relative_path == "__1_0.distcp"), key=lambda v: v.length)
+    data_file = os.path.join(d, info.relative_path)
+    with open(data_file, "r+b") as f:
+        f.seek(info.offset)
+        blob = f.read(info.length)
+        zi = max(zipfile.ZipFile(io.BytesIO(blob)).infolist(), key=lambda z: z.file_size)
+        name_len = int.from_bytes(blob[zi.header_offset + 26:zi.header_offset + 28], "little")
+        extra_len = int.from_bytes(blob[zi.header_offset + 28:zi.header_offset + 30], "little")
+        end = info.offset + zi.header_offset + 30 + name_len + extra_len + zi.file_size
+        f.seek(end - 4096)
+        f.write(b"\xab" * 4096)
+    print(end)
+    sys.exit(0)
 elif mode == "crc_flip":
     import io
     import zipfile
