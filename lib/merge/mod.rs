@@ -481,7 +481,7 @@ mod tests {
             d.path().join("model.safetensors"),
             std::io::Error::from_raw_os_error(libc::ENOSPC),
         )
-        .with_leftovers(d.path());
+        .with_leftovers(d.path(), 0);
         let h = e.hints().join("\n");
         assert!(h.contains(&format!("`{}` (10 bytes)", st.display())), "{h}");
         assert_eq!(e.exit_status(), ExitStatus::Output);
