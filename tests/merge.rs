@@ -52,7 +52,7 @@ fn py_within(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) ->
 
 /// A checkpoint of `kind` made once per suite run by make_dcp.py, shared by the test processes
 /// (`suite::fixture`).
-fn fixture(kind: &'static str) -> PathBuf {
+pub(crate) fn fixture(kind: &'static str) -> PathBuf {
     const KINDS: &[&str] = &[
         "fsdp2",
         "fsdp1",
@@ -127,7 +127,7 @@ fn ok(out: &Output) -> String {
     err
 }
 
-fn check(ckpt: &Path, out: &Path, extra: &[&str]) {
+pub(crate) fn check(ckpt: &Path, out: &Path, extra: &[&str]) {
     let mut args = vec![
         format!("{HERE}/check.py"),
         ckpt.display().to_string(),
