@@ -28,12 +28,20 @@ fn py(args: &[&str]) -> Output {
 }
 
 fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    py_within(args, env, WAIT)
+}
+
+/// How long a fixture may take to make: the real engines on several ranks, on 2 cores the suite
+/// shares (make_zero.py's seven DeepSpeed saves took 150 s beside other tests).
+const FIXTURE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn py_within(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Output {
     let out = Command::new(python())
         .args(args)
         .envs(env.iter().copied())
         .env("PORT", free_port().to_string())
         .env("PYTHONWARNINGS", "ignore")
-        .output_within(WAIT);
+        .output_within(limit);
     assert!(
         out.status.success(),
         "python {args:?} failed:\n{}",
@@ -46,19 +54,43 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 /// (`suite::fixture`).
 pub(crate) fn fixture(kind: &'static str) -> PathBuf {
     const KINDS: &[&str] = &[
-        "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
+        "fsdp2",
+        "fsdp1",
+        "accel",
+        "plain",
+        "complex",
+        "stformat",
+        "nans",
+        "titan",
+        "titanseed",
+        "big",
+        "mid",
     ];
     assert!(KINDS.contains(&kind), "unknown fixture {kind}");
-    // `big` is the drill's 1 GiB checkpoint.
-    let env: &[(&str, &str)] = if kind == "big" {
-        &[("BIG_MIB", "1024")]
-    } else {
-        &[]
+    // `big` is the drill's 1 GiB checkpoint, `mid` a 256 MiB one to damage while it is merged.
+    let env: &[(&str, &str)] = match kind {
+        "big" => &[("BIG_MIB", "1024")],
+        "mid" => &[("BIG_MIB", "256")],
+        _ => &[],
     };
     suite::fixture(&format!("merge-{kind}"), |dir| {
-        py_env(
+        py_within(
             &[&format!("{HERE}/make_dcp.py"), kind, dir.to_str().unwrap()],
             env,
+            FIXTURE_WAIT,
+        );
+    })
+}
+
+/// A genuine `Accelerator.save_state` directory with FSDP2 on 2 gloo ranks (make_accelerate.py): a tiny
+/// LlamaForCausalLM in pytorch_model_fsdp_0/, an MLP in pytorch_model_fsdp_1/, their optimizer_0/ and
+/// optimizer_1/, and random_states_*.pkl. Made once per suite run.
+fn accelerate_state() -> PathBuf {
+    suite::fixture("merge-accelerate-state", |dir| {
+        py_within(
+            &[&format!("{HERE}/make_accelerate.py"), dir.to_str().unwrap()],
+            &[],
+            FIXTURE_WAIT,
         );
     })
 }
@@ -76,7 +108,7 @@ fn zero_fixture(config: &str) -> PathBuf {
         let mut args = vec![format!("{HERE}/make_zero.py"), d.display().to_string()];
         args.extend(ZERO_CONFIGS.iter().map(|c| c.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        py(&args);
+        py_within(&args, &[], FIXTURE_WAIT);
     });
     dir.join(format!("zero{config}"))
 }
@@ -439,9 +471,87 @@ fn error_chunks_that_do_not_cover() {
     fails(&ckpt, 3, "overlap");
 }
 
+/// Runs the venv's `accelerate merge-weights` (the Python tool accel-merge-weights stands in for).
+fn accelerate_merge(args: &[&Path], flags: &[&str]) -> Output {
+    let accelerate = python().with_file_name("accelerate");
+    Command::new(accelerate)
+        .arg("merge-weights")
+        .args(args)
+        .args(flags)
+        .env("PYTHONWARNINGS", "ignore")
+        .output_within(WAIT)
+}
+
+/// Compares two safetensors files tensor by tensor (dtype string, shape, data bytes) without torch.
+fn same_safetensors(a: &Path, b: &Path) -> String {
+    let o = py(&[
+        &format!("{HERE}/same_safetensors.py"),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
 #[test]
-fn error_unsupported_dtype() {
-    fails(&fixture("complex"), 3, "complex64");
+fn complex64_float8_and_float4_are_written_as_accelerate_writes_them() {
+    // torchtitan's seed checkpoint: the model's state dict at the top level with its persistent
+    // complex64 `freqs_cis`, plus MX e8m0 scales, fnuz float8 and packed float4 tensors.
+    let ckpt = fixture("titanseed");
+    let out = out_dir("titanseed");
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(err.contains("merged 18 tensors"), "{err}");
+    check(&ckpt, &out, &[]);
+    let acc = out_dir("titanseed-accelerate");
+    let o = accelerate_merge(&[&ckpt, &acc], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        same_safetensors(
+            &out.join("model.safetensors"),
+            &acc.join("model.safetensors")
+        ),
+        "ok 18 C64,F32,F4,F8_E4M3,F8_E4M3FNUZ,F8_E5M2FNUZ,F8_E8M0"
+    );
+    let bin = out_dir("titanseed-bin");
+    ok(&merge(&[&ckpt, &bin], &["--unsafe_serialization"]));
+    check(&ckpt, &bin, &["--bin"]);
+    // Left out by name, the buffer is simply not written.
+    let x = out_dir("titanseed-exclude");
+    let err = ok(&merge(&[&ckpt, &x], &["--exclude-key", "freqs_cis"]));
+    assert!(
+        err.contains("merged 17 tensors") && err.contains("--exclude-key left out 1 tensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_unwritable_dtype_is_named_and_exclude_key_leaves_it_out() {
+    // `h` is complex32, which neither safetensors nor torch.save's typed storages here can hold.
+    let ckpt = fixture("complex");
+    let err = fails(&ckpt, 3, "`h` (torch.complex32)");
+    assert!(err.contains("--exclude-key 'h'"), "{err}");
+    for flags in [&[][..], &["--unsafe_serialization"][..]] {
+        let out = out_dir("complex-exclude");
+        let mut f = vec!["--exclude-key", "h"];
+        f.extend_from_slice(flags);
+        let err = ok(&merge(&[&ckpt, &out], &f));
+        assert!(err.contains("merged 2 tensors"), "{err}");
+        // The complex64 `z` is written with its bits, as torch saved it.
+        let code = "import sys, os, torch\n\
+             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n\
+             dcp_to_torch_save(sys.argv[1], sys.argv[2] + '.ref.pt')\n\
+             ref = torch.load(sys.argv[2] + '.ref.pt', weights_only=True)['model']\n\
+             p = os.path.join(sys.argv[2], 'model.safetensors')\n\
+             if os.path.exists(p):\n\
+             \x20   from safetensors.torch import load_file; got = load_file(p)\n\
+             else:\n\
+             \x20   got = torch.load(os.path.join(sys.argv[2], 'pytorch_model.bin'), weights_only=True)\n\
+             assert sorted(got) == ['ok', 'z'], sorted(got)\n\
+             assert got['z'].dtype == torch.complex64\n\
+             assert torch.equal(got['z'].view(torch.uint8), ref['z'].view(torch.uint8))\n\
+             print('ok')";
+        let o = py(&["-c", code, ckpt.to_str().unwrap(), out.to_str().unwrap()]);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok", "{o:?}");
+    }
 }
 
 #[test]
@@ -568,8 +678,7 @@ fn zero3_matches_zero_to_fp32() {
 fn zero1_frozen_params_survive_remove_checkpoint_dir() {
     let src = zero_fixture("1-bf16");
     let ckpt = root().join("copy-zero1-remove");
-    let _ = std::fs::remove_dir_all(&ckpt);
-    copy_tree(&src, &ckpt);
+    deepspeed_copy(&src, &ckpt);
     let out = out_dir("zero1-remove");
     ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
     assert!(!ckpt.exists());
@@ -592,16 +701,147 @@ fn zero1_frozen_params_survive_remove_checkpoint_dir() {
 }
 
 #[test]
-fn deepspeed_stage0_save_is_read_as_saved() {
+fn deepspeed_stage0_bf16_takes_the_fp32_masters() {
+    // DeepSpeed stage 0 in bf16 keeps an fp32 master of each trainable param in the optimizer state
+    // (`optimizer.fp32_groups`); the bf16 module was merged before. The reference pairs each master
+    // with its param through the engine's own objects (make_zero.py).
     let ckpt = zero_fixture("0-bf16");
     let out = out_dir("zero0");
     let err = ok(&merge(&[&ckpt, &out], &[]));
     assert!(
-        err.contains("DeepSpeed stage 0") && err.contains("as saved (bfloat16, float32)"),
+        err.contains("DeepSpeed stage 0")
+            && err.contains("the 4 trainable parameter(s) are taken from the optimizer's fp32 master weights (`optimizer.fp32_groups`")
+            && err.contains("frozen parameters as saved: frozen.weight (bfloat16), frozen.bias (bfloat16)"),
         "{err}"
     );
-    let module = ckpt.join("module.pt");
-    check(&ckpt, &out, &["--reference", module.to_str().unwrap()]);
+    let reference = ckpt.join("reference.pt");
+    check(&ckpt, &out, &["--reference", reference.to_str().unwrap()]);
+}
+
+/// A copy of what DeepSpeed wrote into a make_zero.py save directory (`latest`, the tag directories,
+/// its recovery scripts), without the fixture's reference files.
+fn deepspeed_copy(src: &Path, dst: &Path) {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst.join(&name));
+        } else if name == "latest" || name.starts_with("zero_to_") {
+            std::fs::copy(e.path(), dst.join(&name)).unwrap();
+        }
+    }
+}
+
+/// The names in `dir`, recursively, as `a/b` paths, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            v.extend(tree(&e.path()).into_iter().map(|n| format!("{name}/{n}")));
+        } else {
+            v.push(name);
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn remove_checkpoint_dir_refuses_a_save_state_directory_with_more_than_the_model() {
+    // A real accelerate save_state (FSDP2): two models, two optimizers and RNG states. Only model 0
+    // is merged; the whole directory was deleted before, model 1 included, with exit 0.
+    let src = accelerate_state();
+    let ckpt = root().join("copy-save-state-remove");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&src, &ckpt);
+    let before = tree(&ckpt);
+    let out = out_dir("save-state-remove");
+    let o = merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("also holds `optimizer_0/` (3 files), `optimizer_1/` (3 files), `pytorch_model_fsdp_1/` (3 files), `random_states_0.pkl`, `random_states_1.pkl`"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "pass its own directory `{}`",
+            ckpt.join("pytorch_model_fsdp_0").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(tree(&ckpt), before, "nothing is deleted");
+    assert!(!out.exists(), "nothing is written");
+    // accelerate merge-weights refuses this directory too (no .metadata at its top) and deletes nothing.
+    let acc = out_dir("save-state-remove-accelerate");
+    let o = accelerate_merge(&[&ckpt, &acc], &["--remove_checkpoint_dir"]);
+    assert!(!o.status.success());
+    assert_eq!(tree(&ckpt), before);
+    // The model's own directory: merged, and only it is removed.
+    let model = ckpt.join("pytorch_model_fsdp_0");
+    ok(&merge(&[&model, &out], &["--remove_checkpoint_dir"]));
+    check(&src.join("pytorch_model_fsdp_0"), &out, &[]);
+    let left: Vec<String> = before
+        .into_iter()
+        .filter(|n| !n.starts_with("pytorch_model_fsdp_0/"))
+        .collect();
+    assert_eq!(tree(&ckpt), left);
+}
+
+#[test]
+fn remove_checkpoint_dir_refuses_files_and_tags_the_merge_does_not_read() {
+    // A DeepSpeed save directory with two tags and a user's notes: global_step2 (named by `latest`)
+    // was merged and all three removed before.
+    let ckpt = root().join("copy-zero-tags-remove");
+    deepspeed_copy(&zero_fixture("2-bf16"), &ckpt);
+    copy_tree(&ckpt.join("global_step2"), &ckpt.join("global_step1"));
+    std::fs::write(ckpt.join("my_notes.txt"), b"lr 1e-4 looked better").unwrap();
+    let before = tree(&ckpt);
+    let out = out_dir("zero-tags-remove");
+    let o = merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("also holds `global_step1/` (4 files), `my_notes.txt`"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("`{}`", ckpt.join("global_step2").display())),
+        "{err}"
+    );
+    assert_eq!(tree(&ckpt), before);
+    assert!(!out.exists());
+    // Once only the checkpoint is there, it is merged and removed, DeepSpeed's `latest` and recovery
+    // scripts with it.
+    std::fs::remove_dir_all(ckpt.join("global_step1")).unwrap();
+    std::fs::remove_file(ckpt.join("my_notes.txt")).unwrap();
+    ok(&merge(&[&ckpt, &out], &["--remove_checkpoint_dir"]));
+    assert!(!ckpt.exists());
+    // A DCP directory with a file torch did not write: accelerate merge-weights deletes it with the
+    // checkpoint; this merge refuses.
+    let dcp = copy_of("fsdp2", "notes-remove");
+    std::fs::write(dcp.join("my_notes.txt"), b"mine").unwrap();
+    let o = merge(
+        &[&dcp, &out_dir("notes-remove")],
+        &["--remove_checkpoint_dir"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("also holds `my_notes.txt`"), "{err}");
+    assert!(dcp.join("my_notes.txt").exists() && dcp.join(".metadata").exists());
+    let o = accelerate_merge(
+        &[&dcp, &out_dir("notes-remove-accelerate")],
+        &["--unsafe_serialization", "--remove_checkpoint_dir"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !dcp.exists(),
+        "accelerate merge-weights removes the notes too"
+    );
 }
 
 fn copy_tree(src: &Path, dst: &Path) {
@@ -1029,4 +1269,352 @@ fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
     let rss = v["maxrss_kib"].as_u64().unwrap_or(u64::MAX);
     assert!(rss < 256 * 1024, "peak RSS {rss} KiB");
     assert!(!out.exists());
+}
+
+/// A private copy of the model directory of the accelerate save_state fixture, with `mode` of
+/// mutate.py applied to its .metadata.
+fn damaged_accelerate_model(mode: &str) -> PathBuf {
+    let src = accelerate_state().join("pytorch_model_fsdp_0");
+    let dst = root().join(format!("copy-accelerate-{mode}"));
+    let _ = std::fs::remove_dir_all(&dst);
+    copy_tree(&src, &dst);
+    py(&[&format!("{HERE}/mutate.py"), mode, dst.to_str().unwrap()]);
+    dst
+}
+
+#[test]
+fn error_planner_data_that_does_not_name_its_key() {
+    // One tensor's planner_data path moved under another top-level key: merged without it (exit 0,
+    // "left out top-level keys: optimizer") before; torch's reader moves it out of `model` too.
+    let ckpt = damaged_accelerate_model("planner_key");
+    let err = fails(
+        &ckpt,
+        3,
+        "planner_data gives `model.model.embed_tokens.weight` the path",
+    );
+    assert!(
+        err.contains("which names `optimizer.model.embed_tokens.weight`")
+            && err.contains(".metadata"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_two_chunks_on_the_same_bytes() {
+    // lm_head's first chunk pointed at embed_tokens' bytes (the same chunk shape): merged with
+    // embed_tokens' values under lm_head's name before, as torch's reader would.
+    let ckpt = damaged_accelerate_model("same_bytes");
+    let err = fails(&ckpt, 3, "are both stored at bytes");
+    assert!(
+        err.contains("`model.model.embed_tokens.weight` and `model.lm_head.weight`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_a_key_listed_twice_is_bad_input() {
+    // One flipped bit in a memoized key string makes layers.1's v_proj a second layers.0 v_proj:
+    // exit 2 with a hint about --key before; it is a damaged file (3), named.
+    let src = accelerate_state().join("pytorch_model_fsdp_0");
+    let ckpt = root().join("copy-accelerate-dup");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    copy_tree(&src, &ckpt);
+    let meta = ckpt.join(".metadata");
+    let mut bytes = std::fs::read(&meta).unwrap();
+    let needle = b"model.model.layers.1.self_attn.v_proj.weight";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the key is in the metadata");
+    bytes[at + "model.model.layers.".len()] ^= 1;
+    std::fs::write(&meta, bytes).unwrap();
+    let err = fails(
+        &ckpt,
+        3,
+        "lists `model.model.layers.0.self_attn.v_proj.weight` twice",
+    );
+    assert!(!err.contains("--key"), "{err}");
+}
+
+#[test]
+fn metadata_bit_flips_give_the_clean_output_or_exit_3() {
+    // Bit 0 of every byte of a real .metadata (accelerate's save_state, FSDP2, 2 ranks), one at a time:
+    // each damaged copy merges to the clean output or is refused as bad input (3); never another
+    // output with exit 0 (1,604 flips did, and 18 exited 2, before). A sample of the refused flips
+    // (20, and 5 clean ones) is read by torch's own dcp_to_torch_save for comparison.
+    let ckpt = accelerate_state().join("pytorch_model_fsdp_0");
+    // 11,282 merges: in memory where there is a tmpfs (the merge's fsyncs are then free).
+    let shm = Path::new("/dev/shm");
+    let work = tempfile::tempdir_in(if shm.is_dir() { shm } else { root() }).unwrap();
+    let out = Command::new(python())
+        .arg(format!("{HERE}/bitflip.py"))
+        .args([BIN, ckpt.to_str().unwrap(), work.path().to_str().unwrap()])
+        .args(["--torch-sample", "20"])
+        .env("PYTHONWARNINGS", "ignore")
+        .output_within(std::time::Duration::from_secs(900));
+    assert!(
+        out.status.success(),
+        "bitflip.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = out;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    let n = |v: &serde_json::Value| v.as_array().map_or(0, Vec::len);
+    let clean = n(&v["clean"]);
+    let refused = n(&v["error"]["3"]);
+    let bytes = v["bytes"].as_u64().unwrap() as usize;
+    let mut torch: std::collections::BTreeMap<String, usize> = Default::default();
+    let clean_set: Vec<String> = v["clean"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    for (at, verdict) in v["torch"].as_object().unwrap() {
+        let kind = verdict
+            .as_str()
+            .unwrap()
+            .split(':')
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(":");
+        let ours = if clean_set.contains(at) {
+            "clean"
+        } else {
+            "refused"
+        };
+        *torch.entry(format!("{ours} / torch {kind}")).or_default() += 1;
+    }
+    eprintln!(
+        "{bytes} flips: {clean} clean, {refused} refused (exit 3); torch on a sample: {torch:#?}"
+    );
+    assert_eq!(
+        n(&v["different"]),
+        0,
+        "merged to another output: {}",
+        v["different"]
+    );
+    let codes: Vec<&String> = v["error"].as_object().unwrap().keys().collect();
+    assert_eq!(codes, ["3"], "exit statuses other than 3: {}", v["error"]);
+    assert_eq!(clean + refused, bytes);
+    // torch itself reads some of what is refused into another state dict.
+    assert!(
+        torch
+            .keys()
+            .any(|k| k.starts_with("refused / torch ok-different")),
+        "{torch:?}"
+    );
+}
+
+/// A private copy of the 256 MiB checkpoint whose rank-1 shard `__1_0.distcp` may be damaged (the
+/// other files hard-linked).
+fn mid_copy(name: &str) -> PathBuf {
+    let src = fixture("mid");
+    let dst = root().join(format!("copy-mid-{name}"));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_name() == "__1_0.distcp" {
+            std::fs::copy(e.path(), to).unwrap();
+        } else {
+            std::fs::hard_link(e.path(), to).unwrap();
+        }
+    }
+    dst
+}
+
+/// Starts a merge of `ckpt` into `out`, stops it once its staging directory holds the laid-out
+/// output (the checkpoint read and checked, the copy about to start or started), runs `damage`,
+/// and lets it go on; returns its output.
+fn merge_damaged_midway(ckpt: &Path, out: &Path, flags: &[&str], damage: impl FnOnce()) -> Output {
+    let mut child = Command::new(BIN)
+        .arg(ckpt)
+        .arg(out)
+        .args(flags)
+        .env("ACCEL_NO_PROGRESS", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let staging = wait_for_staging(&mut child, out);
+    // SAFETY: signals to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    damage();
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    let o = child.output_within(WAIT);
+    assert!(
+        !staging.exists(),
+        "staging dir left: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn truncate(path: &Path, keep: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len.min(keep)).unwrap();
+}
+
+/// Asserts a merge ended with exit 3 naming `__1_0.distcp` as changed, and wrote nothing.
+fn changed_shard_refused(o: &Output, out: &Path) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("__1_0.distcp` changed during the merge"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("__0_0.distcp"),
+        "the wrong file is named: {err}"
+    );
+    assert!(!out.exists(), "output left in {}", out.display());
+    err
+}
+
+#[test]
+fn a_shard_truncated_during_the_merge_is_named_and_nothing_is_left() {
+    // torch's FileSystemWriter reopens shards with "wb": a save into the checkpoint's directory
+    // truncates them in place under the merge. With --dtype bf16 the cast reads the mapping: SIGBUS
+    // (exit 135, no message, the staging dir left) before.
+    let ckpt = mid_copy("trunc-bf16");
+    let shard = ckpt.join("__1_0.distcp");
+    let out = out_dir("trunc-bf16");
+    let o = merge_damaged_midway(&ckpt, &out, &["--dtype", "bf16"], || {
+        truncate(&shard, 32 << 20)
+    });
+    let err = changed_shard_refused(&o, &out);
+    assert!(err.contains("truncated while it was read"), "{err}");
+    // Without a cast the copy runs in the kernel and ends early: the error named the tensor's first
+    // piece's file (`__0_0.distcp`) before.
+    let ckpt = mid_copy("trunc");
+    let shard = ckpt.join("__1_0.distcp");
+    let out = out_dir("trunc");
+    let o = merge_damaged_midway(&ckpt, &out, &[], || truncate(&shard, 32 << 20));
+    changed_shard_refused(&o, &out);
+}
+
+#[test]
+fn a_shard_rewritten_after_its_check_is_not_merged() {
+    // The last 4 KiB of the rank-1 chunk of the big tensor rewritten after the CRC-32 check, before
+    // the copy reached them: merged with exit 0 into an output that differs from the clean merge
+    // before.
+    let ckpt = mid_copy("tail");
+    let out = out_dir("tail");
+    let o = merge_damaged_midway(&ckpt, &out, &[], || {
+        py(&[
+            &format!("{HERE}/mutate.py"),
+            "tail_write",
+            ckpt.to_str().unwrap(),
+        ]);
+    });
+    let err = changed_shard_refused(&o, &out);
+    assert!(err.contains("its contents were written to"), "{err}");
+}
+
+/// A 1 MiB tmpfs mounted in a temporary directory for one test (root needed, as the suite's network
+/// namespaces and loop devices need it), unmounted when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn new() -> SmallFs {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(dir.path())
+            .output_within(WAIT);
+        assert!(
+            o.status.success(),
+            "mounting a 1 MiB tmpfs (needs root): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        SmallFs { dir }
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg(self.dir.path())
+            .status_within(WAIT);
+    }
+}
+
+#[test]
+fn error_disk_full_on_a_forced_remerge_says_the_old_output_is_kept() {
+    // A re-merge with -f onto a disk that holds one copy but not two: ENOSPC, with a hint that did
+    // not say the old output stays until the new one is complete (so both need room) before.
+    let fs = SmallFs::new();
+    let out = fs.path().join("merged");
+    let ckpt = fixture("fsdp2");
+    ok(&merge(&[&ckpt, &out], &[]));
+    let before = std::fs::read(out.join("model.safetensors")).unwrap();
+    {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(fs.path().join("filler")).unwrap();
+        while filler.write_all(&[0u8; 4096]).is_ok() {}
+    }
+    let o = merge(&[&ckpt, &out], &["-f"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("the disk is full"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the output already there ({} bytes) is kept until the new one is complete",
+            before.len()
+        )) && err.contains("needs room for both"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(out.join("model.safetensors")).unwrap(),
+        before
+    );
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["model.safetensors"], "nothing staged is left");
+}
+
+#[test]
+fn every_catchable_stopping_signal_removes_what_was_staged() {
+    // Batch systems send SIGUSR1/SIGUSR2/SIGXCPU before a time limit (SLURM's --signal), a user
+    // Ctrl-\ (SIGQUIT): each ended the merge outright before, leaving its staging directory and the
+    // output directory it had created.
+    let ckpt = fixture("mid");
+    for (sig, name) in [
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+    ] {
+        let out = out_dir(&format!("signal-{name}"));
+        let mut child = Command::new(BIN)
+            .arg(&ckpt)
+            .arg(&out)
+            .env("ACCEL_NO_PROGRESS", "1")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_staging(&mut child, &out);
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let o = child.output_within(WAIT);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(128 + sig), "{name}: {err}");
+        assert!(
+            err.contains(&format!("interrupted by {name}; nothing was written")),
+            "{err}"
+        );
+        assert!(!out.exists(), "{name}: {} left", out.display());
+    }
 }

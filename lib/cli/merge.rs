@@ -19,10 +19,9 @@ use crate::env_vars::Group;
 ///
 /// Nothing is written until every chunk of every tensor has been found and checked to cover its tensor
 /// exactly; files are written under a temporary name and renamed at the end, so an error leaves no
-/// partial output. SIGINT, SIGTERM and SIGHUP stop the merge and remove what was staged; the staging
-/// directory (`.accel-merge-<pid>.tmp`) of a merge killed outright is removed by the next merge into
-/// the same directory once that process is gone. With --force every weight file already in
-/// OUTPUT_PATH (`model*.safetensors`, `pytorch_model*.bin`, their indexes) is replaced by the new ones.
+/// partial output. With --force every weight file already in OUTPUT_PATH (`model*.safetensors`,
+/// `pytorch_model*.bin`, their indexes) is replaced by the new ones, once those are complete: until
+/// then both are on disk.
 #[derive(Debug, Parser)]
 #[command(
     name = "accel-merge-weights",
@@ -46,7 +45,14 @@ pub struct MergeCli {
     #[arg(long = "unsafe_serialization", visible_alias = "unsafe-serialization")]
     pub unsafe_serialization: bool,
 
-    /// Delete the checkpoint directory after the merged weights were written and read back.
+    /// Delete the checkpoint directory after the merged weights were written and read back. Only
+    /// the checkpoint's own files are deleted (the DCP `.metadata` and the data files it names; a
+    /// DeepSpeed tag's model and optimizer state files, with `latest` and DeepSpeed's recovery scripts
+    /// when a save directory is given), then the directories they leave empty. A directory that holds
+    /// anything else (accelerate's save_state directory with optimizer and RNG state or a second
+    /// model, other DeepSpeed tags, your own files) is refused before anything is written, with the
+    /// list of what else is there: pass the directory the model is read from instead. Optimizer
+    /// state stored in the checkpoint's own files goes with them.
     #[arg(
         long = "remove_checkpoint_dir",
         visible_alias = "remove-checkpoint-dir"
@@ -108,7 +114,8 @@ pub struct MergeCli {
     #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
-    /// Replace existing output files.
+    /// Replace existing output files. They are kept until the new output is complete, so the disk
+    /// needs room for both.
     #[arg(long, short = 'f')]
     pub force: bool,
 
@@ -198,10 +205,28 @@ pub fn doc() -> ToolDoc {
             ),
         ],
         codes: crate::exit_status::Codes::Plain,
-        extra_sections: &[(
-            "MEMORY",
-            &["Input files are memory-mapped and output files laid out from the metadata alone, so each tensor is copied straight to its place: resident memory stays at a few buffers of 8 MiB per thread, independent of model size. Contiguous chunks are copied inside the kernel (copy_file_range)."],
-        )],
+        extra_sections: &[
+            (
+                "MEMORY",
+                &["Input files are memory-mapped and output files laid out from the metadata alone, so each tensor is copied straight to its place: resident memory stays at a few buffers of 8 MiB per thread, independent of model size. Contiguous chunks are copied inside the kernel (copy_file_range)."],
+            ),
+            (
+                "DTYPES",
+                &["Every dtype safetensors has is written, in safetensors and in pytorch_model.bin: float64, float32, float16, bfloat16, the integer types, bool, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float8_e4m3fnuz, float8_e5m2fnuz, float4_e2m1fn_x2 (F4, whose last dimension safetensors counts in 4-bit values) and complex64 (C64, e.g. torchtitan's freqs_cis). A tensor of another dtype (complex32, complex128, ...) is an error only if the output would include it: --exclude-key leaves it out, as does a --key that does not select it."],
+            ),
+            (
+                "CHECKPOINTS CHANGED DURING THE MERGE",
+                &["A checkpoint saved again into the same directory while it is merged (torch's FileSystemWriter truncates and rewrites its shards in place) is detected: each input's size, inode and modification time are compared with what they were when it was opened, after the check and after the copy, and a read of a truncated memory-mapped input is caught (instead of SIGBUS). The merge then ends with exit status 3, names the file, and leaves nothing staged; no output is ever made of bytes that did not pass the check. A writer that rewrites a file in place and then sets its old modification time back is not detected."],
+            ),
+            (
+                "DEEPSPEED",
+                &["A ZeRO 1/2/3 checkpoint is read as zero_to_fp32 reads it: trainable parameters from the fp32 master partitions of every rank, frozen parameters as saved, floating buffers as fp32, tied names repeating their source. A stage 0 save in bf16 or fp16 keeps an fp32 master of each trainable parameter in the optimizer state (optimizer.fp32_groups), which names nothing: each master is matched, in order, to the module parameter of its shape whose saved values it rounds to; the masters are then taken, frozen parameters as saved. Where there are no masters, or they cannot all be matched, the module is read as saved. The note on stderr says which."],
+            ),
+            (
+                "SIGNALS",
+                &["SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU and SIGVTALRM stop the merge between tensors, remove what was staged (and OUTPUT_PATH if the merge created it) and end it with status 128 + the signal's number. SIGKILL cannot be caught: a merge killed by it (or by a crash or power loss) leaves its staging directory `.accel-merge-<pid>.tmp` inside OUTPUT_PATH, and OUTPUT_PATH itself if the merge had created it. The next merge into the same OUTPUT_PATH removes such a directory once its process is gone, and says so; one into another directory does not look for it, so remove it yourself if you merge elsewhere."],
+            ),
+        ],
     }
 }
 

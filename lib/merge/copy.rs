@@ -8,41 +8,11 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
-use memmap2::Mmap;
-
+use super::input::Input;
 use super::tensor::{contiguous_strides, DType};
 
 /// The largest buffer one worker holds.
 pub const PIECE: usize = 8 << 20;
-
-/// A mapped input file.
-pub struct Input {
-    pub path: std::path::PathBuf,
-    pub file: File,
-    /// `None` for an empty file (which cannot be mapped).
-    pub map: Option<Mmap>,
-}
-
-impl Input {
-    pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
-    }
-    /// Tells the kernel we are done with `range` of the mapping, so it stops counting as our memory.
-    pub(crate) fn release(&self, start: usize, end: usize) {
-        let Some(map) = &self.map else { return };
-        // Whole pages around the range: neighbours that are still needed simply fault back in.
-        let page = 4096;
-        let lo = (start / page) * page;
-        let hi = end.min(map.len());
-        if hi > lo {
-            // SAFETY: the mapping is a read-only shared file mapping; dropping its pages only makes a
-            // later access fault them back in from the page cache with the same contents.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
-            };
-        }
-    }
-}
 
 /// One source view placed into an output tensor (a DCP chunk, a ZeRO partition slice, a whole tensor).
 #[derive(Debug, Clone)]
@@ -112,7 +82,7 @@ pub fn write_tensor(
             let dst = t.base + out_elem * es;
             if fast && src_elem.contiguous {
                 let src = p.storage_start as u64 + src_elem.start * es;
-                copy_range(input, src, t.out, dst, len * es)?;
+                copy_range(input, p.input, src, t.out, dst, len * es)?;
                 progress(len * es);
                 return Ok(());
             }
@@ -288,8 +258,34 @@ fn gather(
     (lo, hi)
 }
 
+/// The error of a copy whose input (by index) ended before the bytes it was to give.
+#[derive(Debug)]
+pub struct InputEnded(pub usize);
+
+impl std::fmt::Display for InputEnded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the input ended early")
+    }
+}
+
+impl std::error::Error for InputEnded {}
+
+/// The input an error of [`write_tensor`] is about, if it is about one.
+pub fn input_of(e: &io::Error) -> Option<usize> {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<InputEnded>())
+        .map(|e| e.0)
+}
+
 /// Copies `len` bytes between files without passing them through our memory when the kernel can.
-fn copy_range(input: &Input, src: u64, out: &File, dst: u64, len: u64) -> io::Result<()> {
+fn copy_range(
+    input: &Input,
+    index: usize,
+    src: u64,
+    out: &File,
+    dst: u64,
+    len: u64,
+) -> io::Result<()> {
     let mut done = 0u64;
     let mut kernel = true;
     while done < len {
@@ -324,7 +320,7 @@ fn copy_range(input: &Input, src: u64, out: &File, dst: u64, len: u64) -> io::Re
                 _ if r == 0 => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        "the input ended early",
+                        InputEnded(index),
                     ))
                 }
                 _ => return Err(err),
@@ -428,7 +424,14 @@ fn to_f64(b: &[u8], from: DType) -> f64 {
         DType::U16 => f64::from(u(2) as u16),
         DType::U32 => f64::from(u(4) as u32),
         DType::U64 => u(8) as f64,
-        DType::F8E4M3 | DType::F8E5M2 => f64::NAN,
+        // Never cast: --dtype converts the four float dtypes only.
+        DType::F8E4M3
+        | DType::F8E5M2
+        | DType::F8E8M0
+        | DType::F8E4M3Fnuz
+        | DType::F8E5M2Fnuz
+        | DType::F4X2
+        | DType::C64 => f64::NAN,
     }
 }
 

@@ -6,11 +6,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::copy::{Input, Piece};
+use super::copy::Piece;
+use super::input::Input;
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;
-use super::{Entry, MergeError};
+use super::{Checkpoint, Entry, Kind, MergeError};
 
 /// One `state_dict_metadata` item.
 #[derive(Debug)]
@@ -105,12 +106,22 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
                 length: num("length")?,
                 transforms,
             };
-            storage.insert((fqn, offset), info);
+            // A pickled dict cannot hold a key twice; a damaged or crafted file can.
+            if storage
+                .insert((fqn.clone(), offset.clone()), info)
+                .is_some()
+            {
+                return Err(bad(format!(
+                    "storage_data lists the chunk of `{fqn}` at {:?} twice",
+                    offset.unwrap_or_default()
+                )));
+            }
         }
     }
     let sdm = field(&p, p.root, "state_dict_metadata", "Metadata")?;
     let mut items = Vec::new();
     let mut total_chunks = 0usize;
+    let mut seen = std::collections::HashSet::new();
     for &(k, v) in p
         .pairs(sdm)
         .ok_or_else(|| bad("state_dict_metadata is not a dict"))?
@@ -119,6 +130,9 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
             .as_str(k)
             .ok_or_else(|| bad("a state_dict_metadata key is not a string"))?
             .to_owned();
+        if !seen.insert(fqn.clone()) {
+            return Err(bad(format!("state_dict_metadata lists `{fqn}` twice")));
+        }
         match p.class_of(v) {
             Some((_, "BytesStorageMetadata")) => items.push(Item::Bytes { fqn }),
             Some((_, "TensorStorageMetadata")) => {
@@ -167,18 +181,21 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
         }
     }
     let mut paths = HashMap::new();
-    if let Some(pd) = p.get(p.root, "planner_data") {
-        if !matches!(p.node(pd), Node::None) {
-            // A name that does not decode is an error, never a key to leave out: the tensor would
-            // silently move under a made-up top-level key (torch's reader fails with "Missing key").
-            let pairs = p
-                .pairs(pd)
-                .ok_or_else(|| bad("planner_data is not a dict"))?;
-            for &(k, v) in pairs {
-                let k = p
-                    .as_str(k)
-                    .ok_or_else(|| bad("a planner_data key is not a string"))?;
-                let parts = p
+    // torch pickles the field since DCP has planners (2.0), `None` when the writer did not flatten;
+    // without it the keys would be taken as they are, so a damaged field name would silently give
+    // every tensor another name.
+    let pd = field(&p, p.root, "planner_data", "Metadata")?;
+    if !matches!(p.node(pd), Node::None) {
+        // A name that does not decode is an error, never a key to leave out: the tensor would
+        // silently move under a made-up top-level key (torch's reader fails with "Missing key").
+        let pairs = p
+            .pairs(pd)
+            .ok_or_else(|| bad("planner_data is not a dict"))?;
+        for &(k, v) in pairs {
+            let k = p
+                .as_str(k)
+                .ok_or_else(|| bad("a planner_data key is not a string"))?;
+            let parts = p
                     .seq(v)
                     .ok_or_else(|| bad(format!("planner_data of `{k}` is not a tuple of names")))?
                     .iter()
@@ -190,18 +207,47 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, MergeError> {
                         ))),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                if parts.is_empty() {
-                    return Err(bad(format!("planner_data of `{k}` is an empty path")));
-                }
-                paths.insert(k.to_owned(), parts);
+            if parts.is_empty() {
+                return Err(bad(format!("planner_data of `{k}` is an empty path")));
+            }
+            if paths.insert(k.to_owned(), parts).is_some() {
+                return Err(bad(format!("planner_data lists `{k}` twice")));
             }
         }
+        check_planner_data(&items, &paths)?;
     }
     Ok(Metadata {
         items,
         storage,
         paths,
     })
+}
+
+/// Checks `planner_data` against the state-dict keys it unflattens. torch's writer makes each key
+/// by joining its path (torch/distributed/checkpoint/_nested_dict.py::flatten_state_dict:
+/// `".".join(map(str, path))`), and its reader needs a path for every key
+/// (`unflatten_state_dict`: "Missing key" otherwise). A key and its path are separate strings of the
+/// pickle, so a damaged byte in either shows as a mismatch here, instead of a tensor written under
+/// another name or left out with its top-level key.
+fn check_planner_data(
+    items: &[Item],
+    paths: &HashMap<String, Vec<String>>,
+) -> Result<(), MergeError> {
+    for item in items {
+        let fqn = match item {
+            Item::Tensor { fqn, .. } | Item::Bytes { fqn } => fqn,
+        };
+        let path = paths
+            .get(fqn)
+            .ok_or_else(|| bad(format!("planner_data has no path for `{fqn}`")))?;
+        let joined = path.join(".");
+        if &joined != fqn {
+            return Err(bad(format!(
+                "planner_data gives `{fqn}` the path {path:?}, which names `{joined}`"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Opens (and maps) a data file once; files are named by the metadata, so refuse anything that could
@@ -235,6 +281,8 @@ pub struct Resolved {
     pub big_endian: bool,
     /// The zip records read (absolute byte range, recorded CRC-32, name); none for safetensors.
     pub records: Vec<(std::ops::Range<usize>, u32, String)>,
+    /// The bytes of the file that hold the chunk's storage.
+    pub data: std::ops::Range<usize>,
 }
 
 /// Resolves one chunk: finds its archive in the data file `bytes` (read from `path`) and the tensor
@@ -315,6 +363,7 @@ pub fn resolve_chunk(
             tensor: t,
             big_endian: big,
             records,
+            data: start + rec.start..start + rec.end,
         })
     } else {
         // The safetensors serialization (B7): one blob for all tensors of the file, keyed by fqn;
@@ -326,13 +375,18 @@ pub fn resolve_chunk(
         let info = tensors
             .get(fqn)
             .ok_or_else(|| chunk_err("the safetensors blob has no such tensor".into()))?;
-        let dtype = DType::from_safetensors(&format!("{:?}", info.dtype)).ok_or_else(|| {
-            MergeError::Dtype {
+        let dtype =
+            DType::from_safetensors(&info.dtype.to_string()).ok_or_else(|| MergeError::Dtype {
                 fqn: fqn.to_owned(),
                 dtype: format!("{:?}", info.dtype),
+            })?;
+        let mut shape: Vec<u64> = info.shape.iter().map(|&x| x as u64).collect();
+        if dtype == DType::F4X2 {
+            // safetensors counts 4-bit values, torch counts the bytes that hold two.
+            if let Some(last) = shape.last_mut() {
+                *last /= 2;
             }
-        })?;
-        let shape: Vec<u64> = info.shape.iter().map(|&x| x as u64).collect();
+        }
         let t = TensorRef {
             dtype,
             key: String::new(),
@@ -340,21 +394,21 @@ pub fn resolve_chunk(
             strides: super::tensor::contiguous_strides(&shape),
             shape,
         };
+        let at = start + 8 + n;
         Ok(Resolved {
-            storage_start: start + 8 + n + info.data_offsets.0,
+            storage_start: at + info.data_offsets.0,
             tensor: t,
             big_endian: false,
             records: Vec::new(),
+            data: at + info.data_offsets.0..at + info.data_offsets.1,
         })
     }
 }
 
-/// Inputs, tensor entries, the paths of non-tensor items, and the zip records read.
-pub type Read = (Vec<Input>, Vec<Entry>, Vec<Vec<String>>, Vec<super::Crc>);
-
 /// Reads a DCP directory into entries. `bytes_items` collects the fqns of non-tensor items, unless
-/// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes.
-pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, MergeError> {
+/// `include_bytes` turns each into a 1-D uint8 entry of its stored bytes. A tensor of a dtype accel
+/// cannot write is listed in `unwritable` and not resolved: it blocks only a merge that selects it.
+pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Checkpoint, MergeError> {
     let meta_bytes = std::fs::read(meta_path).map_err(|e| MergeError::io("read", meta_path, e))?;
     let meta = parse_metadata(&meta_bytes).map_err(|e| e.at(meta_path))?;
     let mut inputs = Vec::new();
@@ -362,7 +416,10 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
     let mut entries = Vec::new();
     let mut bytes_items = Vec::new();
     let mut crcs = Vec::new();
+    let mut unwritable = Vec::new();
     let mut used = std::collections::HashSet::new();
+    // (input, bytes, fqn) of every chunk and bytes item read, to check that none share bytes.
+    let mut spans: Vec<(usize, std::ops::Range<usize>, &str)> = Vec::new();
     let path_of = |fqn: &str| -> Vec<String> {
         meta.paths
             .get(fqn)
@@ -400,6 +457,8 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
                         len,
                     });
                 }
+                let at = info.offset as usize;
+                spans.push((i, at..at + info.length as usize, fqn.as_str()));
                 entries.push(Entry {
                     path: path_of(fqn),
                     dtype: DType::U8,
@@ -427,10 +486,11 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
                 let dtype = match dtype {
                     Ok(d) => *d,
                     Err(name) => {
-                        return Err(MergeError::Dtype {
-                            fqn: fqn.clone(),
+                        unwritable.push(super::Unwritable {
+                            path: path_of(fqn),
                             dtype: name.clone(),
-                        })
+                        });
+                        continue;
                     }
                 };
                 let mut pieces = Vec::with_capacity(chunks.len());
@@ -448,9 +508,11 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
                         return Err(bad(format!(
                             "`{fqn}` chunk at {offsets:?} reuses the bytes at {} of `{}` that another chunk has",
                             info.offset, info.relative_path
-                        )));
+                        ))
+                        .at(meta_path));
                     }
                     let r = resolve_chunk(fqn, info, &inputs[i].path, inputs[i].bytes())?;
+                    spans.push((i, r.data.clone(), fqn.as_str()));
                     for (range, expected, name) in r.records {
                         crcs.push(super::Crc {
                             input: i,
@@ -508,7 +570,44 @@ pub fn read(dir: &Path, meta_path: &Path, include_bytes: bool) -> Result<Read, M
             }
         }
     }
-    Ok((inputs, entries, bytes_items, crcs))
+    disjoint(&mut spans, &inputs).map_err(|e| e.at(meta_path))?;
+    let mut files = vec![meta_path.to_path_buf()];
+    files.extend(inputs.iter().map(|i| i.path.clone()));
+    Ok(Checkpoint {
+        kind: Kind::Dcp,
+        dir: dir.to_path_buf(),
+        inputs,
+        entries,
+        bytes_items,
+        notes: Vec::new(),
+        crcs,
+        unwritable,
+        files,
+    })
+}
+
+/// Checks that no two chunks are read from the same bytes. torch's writer gives every write item its
+/// own bytes; two items on one range mean a damaged name (e.g. a `relative_path` pointing at another
+/// rank's file, whose chunks sit at the same offsets when the shards are even), which torch's reader
+/// would follow silently.
+fn disjoint(
+    spans: &mut Vec<(usize, std::ops::Range<usize>, &str)>,
+    inputs: &[Input],
+) -> Result<(), MergeError> {
+    spans.retain(|(_, r, _)| !r.is_empty());
+    spans.sort_by_key(|(i, r, _)| (*i, r.start, r.end));
+    for w in spans.windows(2) {
+        let ((i, a, fa), (j, b, fb)) = (&w[0], &w[1]);
+        if i == j && b.start < a.end {
+            return Err(bad(format!(
+                "`{fa}` and `{fb}` are both stored at bytes {}..{} of `{}`",
+                b.start,
+                a.end.min(b.end),
+                inputs[*i].path.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Where the metadata of a DCP directory is, if it is one.

@@ -6,7 +6,9 @@
 
 pub mod copy;
 pub mod dcp;
+pub mod input;
 pub mod pickle;
+pub mod remove;
 pub mod select;
 pub mod tensor;
 pub mod tiling;
@@ -19,7 +21,8 @@ use std::path::{Path, PathBuf};
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
-use copy::{Input, Piece};
+use copy::Piece;
+use input::Input;
 use tensor::DType;
 
 /// One tensor of the checkpoint: where it sits in the saved structure, and its pieces.
@@ -71,6 +74,19 @@ pub struct Checkpoint {
     pub notes: Vec<String>,
     /// The zip records whose data the merge reads, with the CRC-32 each archive records.
     pub crcs: Vec<Crc>,
+    /// Tensors whose dtype no output format here can hold: an error only if the selection takes one.
+    pub unwritable: Vec<Unwritable>,
+    /// Every file of the checkpoint that was merged (metadata, data files, DeepSpeed's `latest`):
+    /// what `--remove_checkpoint_dir` may delete.
+    pub files: Vec<PathBuf>,
+}
+
+/// A tensor of a dtype accel cannot write (`torch.complex32`, a quantized dtype, ...).
+#[derive(Debug, Clone)]
+pub struct Unwritable {
+    pub path: Vec<String>,
+    /// torch's name of the dtype.
+    pub dtype: String,
 }
 
 /// A zip record of an input to check: its absolute byte range and recorded CRC-32.
@@ -135,6 +151,8 @@ pub enum MergeError {
         source: std::io::Error,
         /// Staging directories of other merges in the output directory, with their sizes.
         leftovers: Vec<(PathBuf, u64)>,
+        /// The bytes of earlier output that --force replaces, kept until the new output is complete.
+        replaced: u64,
     },
     #[error("`{path}` is not a checkpoint: {found}")]
     NotACheckpoint {
@@ -172,6 +190,8 @@ pub enum MergeError {
     Tiling { fqn: String, problem: String },
     #[error("`{fqn}` has dtype `{dtype}`, which cannot be written")]
     Dtype { fqn: String, dtype: String },
+    #[error("{}", unwritable_message(.0))]
+    Unwritable(Vec<(String, String)>),
     #[error("record `{name}` of `{path}` fails its CRC-32 check (recorded {expected:08x}, computed {found:08x})")]
     Crc {
         path: PathBuf,
@@ -185,10 +205,32 @@ pub enum MergeError {
     Exists(PathBuf),
     #[error("{0}")]
     Selection(String),
+    #[error("--remove_checkpoint_dir would delete what this merge does not read: `{}` also holds {}", .dir.display(), .others.join(", "))]
+    RemoveRefused {
+        dir: PathBuf,
+        others: Vec<String>,
+        hints: Vec<String>,
+    },
     #[error("interrupted by {}; nothing was written", crate::launch::supervise::signal_name(*.0))]
     Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },
+    #[error("`{path}` changed during the merge: {what}")]
+    Changed { path: PathBuf, what: String },
+}
+
+fn unwritable_message(list: &[(String, String)]) -> String {
+    let shown: Vec<String> = list
+        .iter()
+        .take(8)
+        .map(|(n, d)| format!("`{n}` (torch.{d})"))
+        .collect();
+    format!(
+        "{} selected tensor(s) have a dtype that cannot be written: {}{}",
+        list.len(),
+        shown.join(", "),
+        if list.len() > 8 { ", …" } else { "" }
+    )
 }
 
 impl MergeError {
@@ -200,8 +242,8 @@ impl MergeError {
         }
     }
     /// A full disk names the staging directories of other merges in `out_dir`, which may be what
-    /// filled it.
-    pub fn with_leftovers(self, out_dir: &Path) -> Self {
+    /// filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
+    pub fn with_leftovers(self, out_dir: &Path, replaced: u64) -> Self {
         match self {
             MergeError::Io {
                 action,
@@ -218,6 +260,7 @@ impl MergeError {
                         (d, size)
                     })
                     .collect(),
+                replaced,
             },
             e => e,
         }
@@ -253,7 +296,7 @@ impl Diagnostic for MergeError {
             {
                 ExitStatus::Output
             }
-            MergeError::Selection(_) => ExitStatus::Usage,
+            MergeError::Selection(_) | MergeError::RemoveRefused { .. } => ExitStatus::Usage,
             MergeError::Interrupted(sig) => ExitStatus::Signal(*sig),
             _ => ExitStatus::Input,
         }
@@ -261,13 +304,23 @@ impl Diagnostic for MergeError {
     fn hints(&self) -> Vec<String> {
         match self {
             MergeError::Exists(_) => vec!["pass --force to replace it".into()],
+            MergeError::RemoveRefused { hints, .. } => hints.clone(),
             MergeError::NotACheckpoint { hint, .. } => vec![hint.clone()],
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 vec!["the disk is full: free space or choose another output directory".into()]
             }
-            MergeError::DiskFull { leftovers, .. } => {
+            MergeError::DiskFull {
+                leftovers,
+                replaced,
+                ..
+            } => {
                 let mut h =
                     vec!["the disk is full: free space or choose another output directory".into()];
+                if *replaced > 0 {
+                    h.push(format!(
+                        "the output already there ({replaced} bytes) is kept until the new one is complete, so that an error never leaves neither: replacing it with --force needs room for both; delete it first if the disk cannot hold two copies"
+                    ));
+                }
                 for (dir, size) in leftovers {
                     h.push(format!(
                         "`{}` ({size} bytes) is the staging directory of another merge, still running; \
@@ -283,36 +336,31 @@ impl Diagnostic for MergeError {
             MergeError::Crc { .. } => vec![
                 "the file was damaged in storage or transfer; --no-verify skips this check".into(),
             ],
+            MergeError::Changed { .. } => vec![
+                "another process rewrote it (a save into the same directory?); nothing was written: merge again once the checkpoint is complete".into(),
+            ],
             MergeError::Truncated { .. } => {
                 vec!["the checkpoint was probably copied or saved incompletely".into()]
             }
             MergeError::Dtype { .. } => {
                 vec!["safetensors has no such dtype; --dtype converts floating tensors only".into()]
             }
+            MergeError::Unwritable(list) => vec![format!(
+                "neither safetensors nor this tool's torch.save writer has these dtypes; leave the tensors out with {}",
+                list.iter()
+                    .take(3)
+                    .map(|(n, _)| format!("--exclude-key '{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )],
             _ => Vec::new(),
         }
     }
 }
 
-/// Opens and maps one input file.
+/// Opens and maps one input file, watched for changes (see [`input`]).
 pub fn open_input(path: &Path) -> Result<Input, MergeError> {
-    let file = std::fs::File::open(path).map_err(|e| MergeError::io("open", path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| MergeError::io("stat", path, e))?
-        .len();
-    let map = if len == 0 {
-        None
-    } else {
-        // SAFETY: the mapping is read-only; checkpoints are not modified while being merged (if one
-        // were truncated underneath us we would get SIGBUS, as any mmap reader would).
-        Some(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| MergeError::io("map", path, e))?)
-    };
-    Ok(Input {
-        path: path.to_path_buf(),
-        file,
-        map,
-    })
+    input::open(path)
 }
 
 /// Finds and reads the checkpoint in `dir`, whatever its kind, and verifies every tiling.
@@ -334,42 +382,7 @@ pub fn open(
             std::io::Error::from_raw_os_error(libc::ENOENT),
         ));
     }
-    let ckpt = if let Some(meta) = dcp::metadata_path(dir) {
-        let (inputs, entries, bytes_items, crcs) = dcp::read(dir, &meta, include_bytes)?;
-        Checkpoint {
-            kind: Kind::Dcp,
-            dir: dir.to_path_buf(),
-            inputs,
-            entries,
-            bytes_items,
-            notes: Vec::new(),
-            crcs,
-        }
-    } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
-        .iter()
-        .map(|s| dir.join(s))
-        .find(|p| dcp::metadata_path(p).is_some())
-    {
-        // accelerate's save_state directory: the model's DCP checkpoint is one level down.
-        let meta = sub.join(".metadata");
-        let (inputs, entries, bytes_items, crcs) = dcp::read(&sub, &meta, include_bytes)?;
-        Checkpoint {
-            kind: Kind::Dcp,
-            notes: vec![format!(
-                "accelerate's save_state layout: the model is read from `{}`",
-                sub.display()
-            )],
-            dir: sub,
-            inputs,
-            entries,
-            bytes_items,
-            crcs,
-        }
-    } else if let Some(found) = zero::detect(dir, tag)? {
-        zero::read(found)?
-    } else {
-        return Err(not_a_checkpoint(dir));
-    };
+    let ckpt = read(dir, tag, include_bytes).map_err(input::explain)?;
     for e in &ckpt.entries {
         let boxes: Vec<(&[u64], &[u64])> = e
             .pieces
@@ -382,9 +395,35 @@ pub fn open(
         })?;
     }
     if verify {
-        verify_crcs(&ckpt.inputs, &ckpt.crcs)?;
+        verify_crcs(&ckpt.inputs, &ckpt.crcs).map_err(input::explain)?;
     }
+    // What was parsed and checked is what the files hold now.
+    input::check_all(&ckpt.inputs)?;
     Ok(ckpt)
+}
+
+/// Reads whatever checkpoint `dir` holds.
+fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
+    Ok(if let Some(meta) = dcp::metadata_path(dir) {
+        dcp::read(dir, &meta, include_bytes)?
+    } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
+        .iter()
+        .map(|s| dir.join(s))
+        .find(|p| dcp::metadata_path(p).is_some())
+    {
+        // accelerate's save_state directory: the model's DCP checkpoint is one level down.
+        let meta = sub.join(".metadata");
+        let mut c = dcp::read(&sub, &meta, include_bytes)?;
+        c.notes.push(format!(
+            "accelerate's save_state layout: the model is read from `{}`",
+            sub.display()
+        ));
+        c
+    } else if let Some(found) = zero::detect(dir, tag)? {
+        zero::read(found)?
+    } else {
+        return Err(not_a_checkpoint(dir));
+    })
 }
 
 /// Says what a directory that is no known checkpoint contains, and what is missing.
@@ -442,7 +481,7 @@ mod tests {
             d.path().join("model.safetensors"),
             std::io::Error::from_raw_os_error(libc::ENOSPC),
         )
-        .with_leftovers(d.path());
+        .with_leftovers(d.path(), 0);
         let h = e.hints().join("\n");
         assert!(h.contains(&format!("`{}` (10 bytes)", st.display())), "{h}");
         assert_eq!(e.exit_status(), ExitStatus::Output);

@@ -3,7 +3,7 @@
 //! the model subtree is taken and its top-level key dropped, as `accelerate merge-weights` does for a
 //! single key; other subtrees, prefixes and dtypes are chosen on the command line.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::tensor::DType;
 use super::{Checkpoint, MergeError};
@@ -90,7 +90,8 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
         .entries
         .iter()
         .map(|e| &e.path)
-        .chain(ckpt.bytes_items.iter());
+        .chain(ckpt.bytes_items.iter())
+        .chain(ckpt.unwritable.iter().map(|u| &u.path));
     let mut tops: Vec<String> = Vec::new();
     let mut seen = HashSet::new();
     for p in paths {
@@ -177,23 +178,32 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
         layout,
         ..Default::default()
     };
-    let mut names = HashSet::new();
+    let excluded = |full: &str, name: &str| {
+        sel.exclude
+            .iter()
+            .any(|g| glob_match(g, full) || glob_match(g, name))
+    };
+    // Output name → the full dotted name it came from.
+    let mut names: HashMap<String, String> = HashMap::new();
     for (i, e) in ckpt.entries.iter().enumerate() {
         let Some(name) = name_of(&e.path).map(strip) else {
             continue;
         };
         let full = e.path.join(".");
-        if sel
-            .exclude
-            .iter()
-            .any(|g| glob_match(g, &full) || glob_match(g, &name))
-        {
+        if excluded(&full, &name) {
             out.excluded.push(name);
             continue;
         }
-        if !names.insert(name.clone()) {
+        if let Some(first) = names.insert(name.clone(), full.clone()) {
+            if first == full {
+                // Not a naming choice: the checkpoint itself lists the tensor twice.
+                return Err(MergeError::Invalid {
+                    path: ckpt.dir.clone(),
+                    message: format!("the checkpoint has two tensors named `{full}`"),
+                });
+            }
             return Err(MergeError::Selection(format!(
-                "two tensors would both be named `{name}`; choose a --key or another --strip-prefix"
+                "two tensors would both be named `{name}` (`{first}` and `{full}`); choose a --key or another --strip-prefix"
             )));
         }
         let dtype = match sel.dtype {
@@ -210,6 +220,20 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
         if let Some(name) = name_of(p) {
             out.skipped.push(strip(name));
         }
+    }
+    let mut blocked = Vec::new();
+    for u in &ckpt.unwritable {
+        let Some(name) = name_of(&u.path).map(strip) else {
+            continue;
+        };
+        if excluded(&u.path.join("."), &name) {
+            out.excluded.push(name);
+        } else {
+            blocked.push((name, u.dtype.clone()));
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(MergeError::Unwritable(blocked));
     }
     if let Some(k) = &unwrap {
         let left: BTreeSet<&String> = tops.iter().filter(|t| *t != k).collect();

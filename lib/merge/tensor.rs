@@ -4,7 +4,8 @@
 
 use super::pickle::{Id, Node, Pickle};
 
-/// The element types accel can write. Names are safetensors' spellings.
+/// The element types accel can write: every dtype safetensors 0.8 has a name for. Names are
+/// safetensors' spellings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F64,
@@ -22,15 +23,54 @@ pub enum DType {
     Bool,
     F8E4M3,
     F8E5M2,
+    F8E8M0,
+    F8E4M3Fnuz,
+    F8E5M2Fnuz,
+    /// `torch.float4_e2m1fn_x2`: one byte holds two 4-bit values; torch's shape counts bytes,
+    /// safetensors' (`F4`) counts values, so its last dimension is twice torch's.
+    F4X2,
+    C64,
 }
+
+/// Every dtype accel writes, in the order [`DType::from_safetensors`] searches.
+const ALL: [DType; 20] = [
+    DType::F64,
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I64,
+    DType::I32,
+    DType::I16,
+    DType::I8,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::Bool,
+    DType::F8E4M3,
+    DType::F8E5M2,
+    DType::F8E8M0,
+    DType::F8E4M3Fnuz,
+    DType::F8E5M2Fnuz,
+    DType::F4X2,
+    DType::C64,
+];
 
 impl DType {
     pub fn size(self) -> usize {
         match self {
-            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F64 | DType::I64 | DType::U64 | DType::C64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
-            DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
+            DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::F8E4M3
+            | DType::F8E5M2
+            | DType::F8E8M0
+            | DType::F8E4M3Fnuz
+            | DType::F8E5M2Fnuz
+            | DType::F4X2 => 1,
         }
     }
     pub fn safetensors(self) -> &'static str {
@@ -50,28 +90,26 @@ impl DType {
             DType::Bool => "BOOL",
             DType::F8E4M3 => "F8_E4M3",
             DType::F8E5M2 => "F8_E5M2",
+            DType::F8E8M0 => "F8_E8M0",
+            DType::F8E4M3Fnuz => "F8_E4M3FNUZ",
+            DType::F8E5M2Fnuz => "F8_E5M2FNUZ",
+            DType::F4X2 => "F4",
+            DType::C64 => "C64",
         }
     }
     pub fn from_safetensors(s: &str) -> Option<DType> {
-        [
-            DType::F64,
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::I64,
-            DType::I32,
-            DType::I16,
-            DType::I8,
-            DType::U8,
-            DType::U16,
-            DType::U32,
-            DType::U64,
-            DType::Bool,
-            DType::F8E4M3,
-            DType::F8E5M2,
-        ]
-        .into_iter()
-        .find(|d| d.safetensors() == s)
+        ALL.into_iter().find(|d| d.safetensors() == s)
+    }
+    /// The shape a safetensors header gives a tensor of torch shape `shape` (safetensors' Python
+    /// writer doubles the last dimension of a float4_e2m1fn_x2 tensor: it counts 4-bit values).
+    pub fn safetensors_shape(self, shape: &[u64]) -> Vec<u64> {
+        let mut s = shape.to_vec();
+        if self == DType::F4X2 {
+            if let Some(last) = s.last_mut() {
+                *last *= 2;
+            }
+        }
+        s
     }
     /// The `torch.<name>` of this dtype.
     pub fn torch(self) -> &'static str {
@@ -91,6 +129,11 @@ impl DType {
             DType::Bool => "bool",
             DType::F8E4M3 => "float8_e4m3fn",
             DType::F8E5M2 => "float8_e5m2",
+            DType::F8E8M0 => "float8_e8m0fnu",
+            DType::F8E4M3Fnuz => "float8_e4m3fnuz",
+            DType::F8E5M2Fnuz => "float8_e5m2fnuz",
+            DType::F4X2 => "float4_e2m1fn_x2",
+            DType::C64 => "complex64",
         }
     }
     /// The legacy `torch.<X>Storage` class of this dtype, if it has one.
@@ -106,6 +149,7 @@ impl DType {
             DType::I8 => "CharStorage",
             DType::U8 => "ByteStorage",
             DType::Bool => "BoolStorage",
+            DType::C64 => "ComplexFloatStorage",
             _ => return None,
         })
     }
@@ -127,6 +171,11 @@ impl DType {
             "bool" => DType::Bool,
             "float8_e4m3fn" => DType::F8E4M3,
             "float8_e5m2" => DType::F8E5M2,
+            "float8_e8m0fnu" => DType::F8E8M0,
+            "float8_e4m3fnuz" => DType::F8E4M3Fnuz,
+            "float8_e5m2fnuz" => DType::F8E5M2Fnuz,
+            "float4_e2m1fn_x2" => DType::F4X2,
+            "complex64" | "cfloat" => DType::C64,
             other => return Err(other.to_owned()),
         })
     }
@@ -145,6 +194,7 @@ impl DType {
             "Char" => DType::I8,
             "Byte" => DType::U8,
             "Bool" => DType::Bool,
+            "ComplexFloat" => DType::C64,
             "Untyped" => return Ok(None),
             _ => return Err(name.to_owned()),
         }))

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use super::copy::{self, Input, Target};
+use super::copy::{self, Target};
+use super::input::Input;
 use super::select::OutTensor;
 use super::tensor::{contiguous_strides, DType};
 use super::{Entry, MergeError};
@@ -167,7 +168,7 @@ fn plan_safetensors(
             t.name.clone(),
             serde_json::json!({
                 "dtype": t.dtype.safetensors(),
-                "shape": e.shape,
+                "shape": t.dtype.safetensors_shape(&e.shape),
                 "data_offsets": [off, off + b],
             }),
         );
@@ -562,20 +563,10 @@ pub fn write_files(
             inputs,
             progress,
         )
-        .map_err(|err| {
-            let input_side = err.kind() == io::ErrorKind::UnexpectedEof;
-            if input_side {
-                MergeError::io(
-                    "read",
-                    e.pieces
-                        .first()
-                        .map(|p| inputs[p.input].path.clone())
-                        .unwrap_or_default(),
-                    err,
-                )
-            } else {
-                MergeError::io("write", path, err)
-            }
+        .map_err(|err| match copy::input_of(&err) {
+            // The piece's own file, whichever of the tensor's pieces it is.
+            Some(i) => MergeError::io("read", &inputs[i].path, err),
+            None => MergeError::io("write", path, err),
         })
     })?;
     for (fp, (path, f)) in plan.files.iter().zip(&handles) {
@@ -631,7 +622,7 @@ pub fn verify(plan: &Plan, dir: &Path, sel: &[OutTensor]) -> Result<(), MergeErr
             path: path.clone(),
             message,
         };
-        let input = super::open_input(&path)?;
+        let input = super::input::open_written(&path)?;
         let bytes = input.bytes();
         if bytes.len() as u64 != fp.len {
             return Err(bad(format!("{} bytes, expected {}", bytes.len(), fp.len)));

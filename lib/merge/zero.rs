@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::copy::{Input, Piece};
+use super::copy::Piece;
+use super::input::Input;
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;
@@ -17,7 +18,13 @@ pub struct Found {
     pub dir: PathBuf,
     pub model_files: Vec<PathBuf>,
     pub optim_files: Vec<PathBuf>,
+    /// The save directory's own files when a save directory (not a tag directory) was given:
+    /// `latest` and the recovery scripts DeepSpeed copies beside the tags.
+    pub save_dir_files: Vec<PathBuf>,
 }
+
+/// The scripts DeepSpeed writes into a save directory (deepspeed/runtime/engine.py::_copy_recovery_script).
+const RECOVERY_SCRIPTS: &[&str] = &["zero_to_fp32.py", "zero_to_torch.py"];
 
 fn natural_key(p: &Path) -> Vec<(String, u64)> {
     let name = p
@@ -94,10 +101,20 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
                 .into(),
         });
     }
+    let save_dir_files = if tag_dir == dir {
+        Vec::new()
+    } else {
+        std::iter::once("latest")
+            .chain(RECOVERY_SCRIPTS.iter().copied())
+            .map(|n| dir.join(n))
+            .filter(|p| p.is_file())
+            .collect()
+    };
     Ok(Some(Found {
         dir: tag_dir,
         model_files,
         optim_files,
+        save_dir_files,
     }))
 }
 
@@ -144,6 +161,27 @@ impl PtFile {
         MergeError::Invalid {
             path: inputs[self.input].path.clone(),
             message: m.into(),
+        }
+    }
+    /// [`PtFile::tensor`], except that a tensor of a dtype accel cannot write is noted in
+    /// `unwritable` (it blocks only a merge that selects it) and gives `None`.
+    fn tensor_or_unwritable(
+        &self,
+        inputs: &[Input],
+        id: Id,
+        name: &str,
+        unwritable: &mut Vec<super::Unwritable>,
+    ) -> Result<Option<(TensorRef, usize)>, MergeError> {
+        match self.tensor(inputs, id, name) {
+            Ok(t) => Ok(Some(t)),
+            Err(MergeError::Dtype { dtype, .. }) => {
+                unwritable.push(super::Unwritable {
+                    path: vec![name.to_owned()],
+                    dtype,
+                });
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
     /// A tensor value: its view and the byte offset of its storage in the file, bounds-checked.
@@ -272,7 +310,9 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
         .get(root, "module")
         .ok_or_else(|| m.bad(&inputs, "no `module`"))?;
     let mut entries = Vec::new();
-    // Buffers, from rank 0's module, as fp32.
+    let mut unwritable = Vec::new();
+    // Buffers, from rank 0's module: floating ones as fp32, the rest as saved (zero_to_fp32's
+    // `v.float() if v.is_floating_point() else v`; a float8 buffer is kept as saved).
     if let Some(names) = m.get(root, "buffer_names").and_then(|b| m.pickle.seq(b)) {
         for &n in names {
             let name = m
@@ -282,8 +322,16 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             let t = m
                 .get(module, name)
                 .ok_or_else(|| m.bad(&inputs, format!("buffer `{name}` is not in `module`")))?;
-            let (t, start) = m.tensor(&inputs, t, name)?;
-            entries.push(whole(m, &t, start, name, DType::F32));
+            let Some((t, start)) = m.tensor_or_unwritable(&inputs, t, name, &mut unwritable)?
+            else {
+                continue;
+            };
+            let dtype = if t.dtype.is_float() {
+                DType::F32
+            } else {
+                t.dtype
+            };
+            entries.push(whole(m, &t, start, name, dtype));
         }
     }
     let mut crcs = Vec::new();
@@ -505,7 +553,15 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
             if aliases.contains(&name) || entries.iter().any(|e| e.path == [name]) {
                 continue;
             }
-            let Ok((t, start)) = m.tensor(&inputs, v, name) else {
+            // A module entry that is no tensor (a module's `_extra_state`) is not a parameter.
+            if matches!(
+                TensorRef::from_pickle(&m.pickle, v),
+                Err(super::tensor::TensorError::NotATensor(_))
+            ) {
+                continue;
+            }
+            let Some((t, start)) = m.tensor_or_unwritable(&inputs, v, name, &mut unwritable)?
+            else {
                 continue;
             };
             if stage == 3 || t.numel() == 0 {
@@ -552,6 +608,15 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
     for f in optim.iter().chain([&model0]) {
         crcs.extend(f.read.take());
     }
+    // The checkpoint's files: every rank's optimizer state, rank 0's model state, and at stage 3
+    // every rank's model state (their number checked against the world size above).
+    let mut files = found.save_dir_files.clone();
+    files.extend(found.optim_files.iter().cloned());
+    if stage == 3 {
+        files.extend(found.model_files.iter().cloned());
+    } else {
+        files.push(found.model_files[0].clone());
+    }
     Ok(Checkpoint {
         kind: Kind::Zero(stage as u8),
         dir: found.dir,
@@ -560,6 +625,8 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
         bytes_items: Vec::new(),
         notes,
         crcs,
+        unwritable,
+        files,
     })
 }
 
@@ -610,8 +677,12 @@ fn missing_ranks(dir: &Path, files: &[PathBuf], world: i64, what: &str) -> Resul
 }
 
 /// A save without ZeRO optimizer files: DeepSpeed stage 0 keeps the complete module weights in
-/// `mp_rank_00_model_states.pt` (deepspeed/runtime/engine.py::_save_checkpoint), which are read as
-/// saved; a ZeRO save whose optimizer files are missing is an incomplete checkpoint.
+/// `mp_rank_00_model_states.pt` (deepspeed/runtime/engine.py::_save_checkpoint), with the optimizer's
+/// state beside them; a ZeRO save whose optimizer files are missing is an incomplete checkpoint.
+/// With bf16 or fp16 the optimizer (deepspeed/runtime/fp16/unfused_optimizer.py) keeps an fp32
+/// master of every trainable param in `optimizer.fp32_groups`: those are taken, as zero_to_fp32
+/// takes ZeRO's, with frozen params as saved and floating buffers as fp32. Without masters the
+/// module is read as saved. The notes say which.
 fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, MergeError> {
     let m = load(&found.model_files[0], inputs)?;
     let root = m.pickle.root;
@@ -637,8 +708,16 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
     let module = m
         .get(root, "module")
         .ok_or_else(|| m.bad(inputs, "no `module`"))?;
-    let mut entries = Vec::new();
-    let mut dtypes = Vec::new();
+    let buffers: Vec<&str> = m
+        .get(root, "buffer_names")
+        .and_then(|b| m.pickle.seq(b))
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|&n| m.pickle.as_str(n))
+        .collect();
+    let mut unwritable = Vec::new();
+    // The module's tensors in order: (name, view, storage start, is a buffer).
+    let mut saved: Vec<(String, TensorRef, usize, bool)> = Vec::new();
     for &(k, v) in m
         .pickle
         .pairs(module)
@@ -648,18 +727,64 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
             .pickle
             .as_str(k)
             .ok_or_else(|| m.bad(inputs, "a module key is not a string"))?;
-        let (t, start) = m.tensor(inputs, v, name)?;
-        dtypes.push(t.dtype.torch());
-        entries.push(whole(&m, &t, start, name, t.dtype));
+        let Some((t, start)) = m.tensor_or_unwritable(inputs, v, name, &mut unwritable)? else {
+            continue;
+        };
+        saved.push((name.to_owned(), t, start, buffers.contains(&name)));
     }
-    dtypes.sort();
-    dtypes.dedup();
-    let notes = vec![format!(
-        "a DeepSpeed stage 0 save (no ZeRO): the module weights are read from `{}` as saved ({})",
-        found.model_files[0].display(),
-        dtypes.join(", ")
-    )];
+    let file = found.model_files[0]
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let masters = stage0_masters(&m, inputs, &saved)?;
+    let mut entries = Vec::new();
+    let notes = match masters {
+        Ok((masters, trained)) => {
+            let mut frozen = Vec::new();
+            for (i, (name, t, start, buffer)) in saved.iter().enumerate() {
+                if let Some((mt, mstart)) = &masters[i] {
+                    entries.push(whole(&m, mt, *mstart, name, DType::F32));
+                } else if *buffer {
+                    let dtype = if t.dtype.is_float() {
+                        DType::F32
+                    } else {
+                        t.dtype
+                    };
+                    entries.push(whole(&m, t, *start, name, dtype));
+                } else {
+                    frozen.push(format!("{name} ({})", t.dtype.torch()));
+                    entries.push(whole(&m, t, *start, name, t.dtype));
+                }
+            }
+            let mut note = format!(
+                "a DeepSpeed stage 0 save (no ZeRO): the {trained} trainable parameter(s) are taken from the optimizer's fp32 master weights (`optimizer.fp32_groups` of `{file}`), as zero_to_fp32 takes ZeRO's; floating buffers as fp32"
+            );
+            if !frozen.is_empty() {
+                note.push_str(&format!(
+                    "; frozen parameters as saved: {}",
+                    frozen.join(", ")
+                ));
+            }
+            vec![note]
+        }
+        Err(why) => {
+            let mut dtypes = Vec::new();
+            for (name, t, start, _) in &saved {
+                dtypes.push(t.dtype.torch());
+                entries.push(whole(&m, t, *start, name, t.dtype));
+            }
+            dtypes.sort();
+            dtypes.dedup();
+            vec![format!(
+                "a DeepSpeed stage 0 save (no ZeRO): the module weights are read from `{}` as saved ({}): {why}",
+                found.model_files[0].display(),
+                dtypes.join(", ")
+            )]
+        }
+    };
     let crcs = m.read.take();
+    let mut files = found.save_dir_files.clone();
+    files.push(found.model_files[0].clone());
     Ok(Checkpoint {
         kind: Kind::Zero(0),
         dir: found.dir,
@@ -668,6 +793,157 @@ fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, Merg
         bytes_items: Vec::new(),
         notes,
         crcs,
+        unwritable,
+        files,
+    })
+}
+
+/// Per module tensor: its fp32 master view and storage start, if it has one.
+type Masters = Vec<Option<(TensorRef, usize)>>;
+
+/// The fp32 master of each of the module's tensors (`None` for buffers, frozen params and dtypes
+/// with no master) and the number of masters, or why there are none to take.
+///
+/// `fp32_groups` names nothing: it holds, per param group, the masters of the group's params in
+/// the optimizer's order, and the module state dict lists every param (frozen ones too) in the
+/// model's order. Each group is matched as a subsequence of the module's params, in order (as
+/// `model.parameters()` and the decay / no-decay groups of the usual trainers list them), a param
+/// taking a master of its shape whose values, rounded as DeepSpeed rounds them into the param after
+/// each step, are the param's saved values. A tied param (one storage under two names) takes its
+/// source's master. Every master must find its param, or none is taken.
+fn stage0_masters(
+    m: &PtFile,
+    inputs: &[Input],
+    saved: &[(String, TensorRef, usize, bool)],
+) -> Result<Result<(Masters, usize), String>, MergeError> {
+    let root = m.pickle.root;
+    let Some(opt) = m
+        .get(root, "optimizer")
+        .filter(|&o| !matches!(m.pickle.node(o), Node::None))
+    else {
+        return Ok(Err("the save holds no optimizer state".into()));
+    };
+    let Some(groups) = m.get(opt, "fp32_groups").and_then(|g| m.pickle.seq(g)) else {
+        let why = if m.get(opt, "fp32_groups_flat").is_some() {
+            "its fp32 master weights are kept flat (`optimizer.fp32_groups_flat`, fp16's fused optimizer), which this tool does not map to names"
+        } else {
+            "the optimizer state holds no fp32 master weights (`optimizer.fp32_groups`)"
+        };
+        return Ok(Err(why.into()));
+    };
+    let mut out: Masters = vec![None; saved.len()];
+    // A param stored where an earlier one is: a tied name (the state dict lists both).
+    let alias_of = |i: usize| {
+        let t = &saved[i].1;
+        (0..i).find(|&j| {
+            let u = &saved[j].1;
+            !saved[j].3
+                && u.key == t.key
+                && u.offset == t.offset
+                && u.shape == t.shape
+                && u.strides == t.strides
+        })
+    };
+    let aliases: Vec<Option<usize>> = (0..saved.len()).map(alias_of).collect();
+    let bytes = inputs[m.input].bytes();
+    let mut count = 0;
+    for (g, &group) in groups.iter().enumerate() {
+        let list = m.pickle.seq(group).ok_or_else(|| {
+            m.bad(
+                inputs,
+                format!("`optimizer.fp32_groups[{g}]` is not a list"),
+            )
+        })?;
+        let mut at = 0;
+        for (k, &id) in list.iter().enumerate() {
+            let (mt, mstart) = m.tensor(inputs, id, &format!("optimizer.fp32_groups[{g}][{k}]"))?;
+            if mt.dtype != DType::F32 {
+                return Ok(Err(format!(
+                    "`optimizer.fp32_groups[{g}][{k}]` is {}, not float32",
+                    mt.dtype.torch()
+                )));
+            }
+            let found = (at..saved.len()).find(|&i| {
+                let (_, t, start, buffer) = &saved[i];
+                !buffer
+                    && aliases[i].is_none()
+                    && out[i].is_none()
+                    && t.shape == mt.shape
+                    && rounds_to(bytes, &mt, mstart, t, *start)
+            });
+            let Some(i) = found else {
+                return Ok(Err(format!(
+                    "the master `optimizer.fp32_groups[{g}][{k}]` (shape {:?}) matches no parameter of the module in order",
+                    mt.shape
+                )));
+            };
+            out[i] = Some((mt, mstart));
+            at = i + 1;
+            count += 1;
+        }
+    }
+    if count == 0 {
+        return Ok(Err("`optimizer.fp32_groups` is empty".into()));
+    }
+    for i in 0..saved.len() {
+        if let Some(j) = aliases[i] {
+            out[i] = out[j].clone();
+        }
+    }
+    Ok(Ok((out, count)))
+}
+
+/// The storage element index of each element of `t`, in row-major order.
+fn element_indices(t: &TensorRef) -> impl Iterator<Item = u64> + '_ {
+    let n = t.numel();
+    let mut idx = vec![0u64; t.shape.len()];
+    (0..n).map(move |_| {
+        let e = t.offset + idx.iter().zip(&t.strides).map(|(i, s)| i * s).sum::<u64>();
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < t.shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+        e
+    })
+}
+
+/// Whether the fp32 master `mt` (storage at `mstart`), cast to the dtype of the saved param `t`
+/// (at `start`) as torch casts (round to nearest even; any NaN matches a NaN), gives the param's bytes.
+fn rounds_to(bytes: &[u8], mt: &TensorRef, mstart: usize, t: &TensorRef, start: usize) -> bool {
+    use super::copy::{f32_to_bf16, f32_to_f16};
+    let es = t.dtype.size();
+    if !matches!(t.dtype, DType::BF16 | DType::F16 | DType::F32) {
+        return false;
+    }
+    element_indices(mt).zip(element_indices(t)).all(|(a, b)| {
+        let at = mstart + a as usize * 4;
+        let bt = start + b as usize * es;
+        let (Some(x), Some(y)) = (bytes.get(at..at + 4), bytes.get(bt..bt + es)) else {
+            return false;
+        };
+        let x = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        match t.dtype {
+            DType::F32 => x.to_bits() == u32::from_le_bytes([y[0], y[1], y[2], y[3]]),
+            DType::BF16 => {
+                let y = u16::from_le_bytes([y[0], y[1]]);
+                if x.is_nan() {
+                    y & 0x7f80 == 0x7f80 && y & 0x7f != 0
+                } else {
+                    f32_to_bf16(x) == y
+                }
+            }
+            _ => {
+                let y = u16::from_le_bytes([y[0], y[1]]);
+                if x.is_nan() {
+                    y & 0x7c00 == 0x7c00 && y & 0x3ff != 0
+                } else {
+                    f32_to_f16(x) == y
+                }
+            }
+        }
     })
 }
 

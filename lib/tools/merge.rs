@@ -16,6 +16,22 @@ use crate::merge::{self, Checkpoint, MergeError};
 
 const TOOL: &str = "accel-merge-weights";
 
+/// The signals that stop a merge cleanly: every one whose default action ends the process and that
+/// can be caught, but the fault signals and SIGXFSZ (a write past RLIMIT_FSIZE then fails with
+/// EFBIG, reported as such). SIGHUP is a closed terminal or ssh session, SIGQUIT Ctrl-\, SIGUSR1/2
+/// and SIGXCPU what batch systems send before a time limit (SLURM's `--signal`, a CPU limit).
+const STOPPING_SIGNALS: [i32; 9] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGQUIT,
+    signal_hook::consts::SIGUSR1,
+    signal_hook::consts::SIGUSR2,
+    signal_hook::consts::SIGALRM,
+    signal_hook::consts::SIGXCPU,
+    signal_hook::consts::SIGVTALRM,
+];
+
 /// Files of a Hugging Face model directory that belong next to its weights.
 const HF_FILES: &[&str] = &[
     "config.json",
@@ -72,7 +88,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
             ),
         ));
     }
-    if cli.remove_checkpoint_dir {
+    let removal = if cli.remove_checkpoint_dir {
         let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
         if canonical_or_parent(&out_dir).starts_with(&c) {
             return Err(crate::error::Error::msg(
@@ -80,7 +96,10 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
                 "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
             ));
         }
-    }
+        Some(plan_removal(&cli.checkpoint_directory, &ckpt)?)
+    } else {
+        None
+    };
     let mut names: Vec<String> = plan.files.iter().map(|f| f.name.clone()).collect();
     names.extend(plan.index.iter().map(|(n, _)| n.clone()));
     let hf = match &cli.hf_reference {
@@ -96,15 +115,11 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     if !created && !out_dir.is_dir() {
         return Err(MergeError::OutputNotADirectory(out_dir).into());
     }
-    // From here on SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) stop the merge between
-    // tensors, so that what was staged is removed instead of left behind.
+    // From here on every signal whose default is to end the process (SIGKILL aside) stops the merge
+    // between tensors, so that what was staged is removed instead of left behind.
     // Holds the signal's number once one came (0: none), for the exit status 128+N.
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
+    for sig in STOPPING_SIGNALS {
         let _ = signal_hook::flag::register_usize(sig, interrupted.clone(), sig as usize);
     }
     if !created {
@@ -149,10 +164,25 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
             let _ = std::fs::remove_dir_all(&out_dir);
         }
     }
-    let (elapsed, bytes) = result.map_err(|e| e.with_leftovers(&out_dir))?;
-    if cli.remove_checkpoint_dir {
-        std::fs::remove_dir_all(&cli.checkpoint_directory)
+    let (elapsed, bytes) = result.map_err(|e| {
+        let replaced = if cli.force {
+            replaced_files(&out_dir, &names)
+                .iter()
+                .filter_map(|p| p.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        } else {
+            0
+        };
+        e.with_leftovers(&out_dir, replaced)
+    })?;
+    if let Some(removal) = removal {
+        let kept = removal
+            .execute()
             .map_err(|e| MergeError::io("remove", &cli.checkpoint_directory, e))?;
+        for k in kept {
+            eprintln!("{TOOL}: warning: --remove_checkpoint_dir {k}");
+        }
     }
     if !cli.quiet {
         let target = if plan.files.len() == 1 {
@@ -219,7 +249,10 @@ fn write_staged(
         &ckpt.inputs,
         &tick,
         interrupted,
-    )?;
+    )
+    .map_err(merge::input::explain)?;
+    // The bytes copied are the bytes checked only if no input changed since it was opened.
+    merge::input::check_all(&ckpt.inputs)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -237,6 +270,32 @@ fn write_staged(
     commit(out_dir, staging, names, cli.force)?;
     std::fs::remove_dir_all(staging).map_err(|e| MergeError::io("remove", staging, e))?;
     Ok((start.elapsed().as_secs_f64(), plan.tensor_bytes))
+}
+
+/// Plans `--remove_checkpoint_dir`: refused, before anything is written, when the directory holds
+/// anything but the files of the checkpoint this merge reads.
+fn plan_removal(dir: &Path, ckpt: &Checkpoint) -> Result<merge::remove::Plan, MergeError> {
+    let refusal = match merge::remove::plan(dir, &ckpt.files) {
+        Ok(Ok(plan)) => return Ok(plan),
+        Ok(Err(refusal)) => refusal,
+        Err(e) => return Err(MergeError::io("read", dir, e)),
+    };
+    let mut hints = Vec::new();
+    if ckpt.dir != dir {
+        hints.push(format!(
+            "to merge and delete only the checkpoint read, pass its own directory `{}`",
+            ckpt.dir.display()
+        ));
+    }
+    hints.push(
+        "or merge without --remove_checkpoint_dir and delete what is no longer needed yourself"
+            .into(),
+    );
+    Err(MergeError::RemoveRefused {
+        dir: dir.to_path_buf(),
+        others: refusal.others,
+        hints,
+    })
 }
 
 /// The canonical form of a path that may not exist yet: its nearest existing ancestor, canonicalized,
@@ -285,14 +344,12 @@ fn commit(out_dir: &Path, staging: &Path, names: &[String], force: bool) -> Resu
         }
     };
     if force {
-        let rd = std::fs::read_dir(out_dir).map_err(|e| MergeError::io("read", out_dir, e))?;
-        let mut old: Vec<String> = rd
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| is_weight_file(n) || names.contains(n))
+        std::fs::read_dir(out_dir).map_err(|e| MergeError::io("read", out_dir, e))?;
+        let old: Vec<String> = replaced_files(out_dir, names)
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
             .collect();
-        old.sort();
         if !old.is_empty() {
             std::fs::create_dir(&old_dir).map_err(|e| MergeError::io("create", &old_dir, e))?;
         }
@@ -313,6 +370,25 @@ fn commit(out_dir: &Path, staging: &Path, names: &[String], force: bool) -> Resu
         moved_in.push(n);
     }
     Ok(())
+}
+
+/// The files of `out_dir` that `--force` replaces: every weight file, and whatever has a name the
+/// new output takes.
+fn replaced_files(out_dir: &Path, names: &[String]) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(out_dir) else {
+        return Vec::new();
+    };
+    let mut old: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            is_weight_file(&n) || names.contains(&n)
+        })
+        .map(|e| e.path())
+        .collect();
+    old.sort();
+    old
 }
 
 fn hf_files(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {

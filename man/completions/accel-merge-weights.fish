@@ -9,10 +9,10 @@ complete -c accel-merge-weights -l strip_prefix -l strip-prefix -d 'Remove PREFI
 complete -c accel-merge-weights -l hf_reference -l hf-reference -d 'Copy config, generation config and tokenizer files from this Hugging Face model directory next to the output, so the result loads with `from_pretrained`' -r -F
 complete -c accel-merge-weights -l tag -d 'DeepSpeed: the tag (subdirectory) to read, instead of the one named in `latest`' -r -f
 complete -c accel-merge-weights -l unsafe_serialization -l unsafe-serialization -d 'Write `pytorch_model.bin` (torch.save format, loadable by `torch.load`) instead of safetensors'
-complete -c accel-merge-weights -l remove_checkpoint_dir -l remove-checkpoint-dir -d 'Delete the checkpoint directory after the merged weights were written and read back'
+complete -c accel-merge-weights -l remove_checkpoint_dir -l remove-checkpoint-dir -d 'Delete the checkpoint directory after the merged weights were written and read back. Only the checkpoint\'s own files are deleted (the DCP `.metadata` and the data files it names; a DeepSpeed tag\'s model and optimizer state files, with `latest` and DeepSpeed\'s recovery scripts when a save directory is given), then the directories they leave empty. A directory that holds anything else (accelerate\'s save_state directory with optimizer and RNG state or a second model, other DeepSpeed tags, your own files) is refused before anything is written, with the list of what else is there: pass the directory the model is read from instead. Optimizer state stored in the checkpoint\'s own files goes with them'
 complete -c accel-merge-weights -l no-verify -l no_verify -d 'Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)'
 complete -c accel-merge-weights -l all_keys -l all-keys -d 'Write every tensor under every top-level key, with full dotted names'
-complete -c accel-merge-weights -s f -l force -d 'Replace existing output files'
+complete -c accel-merge-weights -s f -l force -d 'Replace existing output files. They are kept until the new output is complete, so the disk needs room for both'
 complete -c accel-merge-weights -l inspect -d 'List the checkpoint\'s tensors (name, dtype, shape, chunks, bytes) and totals; write nothing'
 complete -c accel-merge-weights -l json -d 'With --inspect: print JSON'
 complete -c accel-merge-weights -s q -l quiet -d 'No progress bar and no summary line'

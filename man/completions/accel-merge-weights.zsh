@@ -31,14 +31,14 @@ fp16\:""))' \
 '--tag=[DeepSpeed\: the tag (subdirectory) to read, instead of the one named in \`latest\`]:TAG:' \
 '--unsafe_serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
 '--unsafe-serialization[Write \`pytorch_model.bin\` (torch.save format, loadable by \`torch.load\`) instead of safetensors]' \
-'--remove_checkpoint_dir[Delete the checkpoint directory after the merged weights were written and read back]' \
-'--remove-checkpoint-dir[Delete the checkpoint directory after the merged weights were written and read back]' \
+'--remove_checkpoint_dir[Delete the checkpoint directory after the merged weights were written and read back. Only the checkpoint'\''s own files are deleted (the DCP \`.metadata\` and the data files it names; a DeepSpeed tag'\''s model and optimizer state files, with \`latest\` and DeepSpeed'\''s recovery scripts when a save directory is given), then the directories they leave empty. A directory that holds anything else (accelerate'\''s save_state directory with optimizer and RNG state or a second model, other DeepSpeed tags, your own files) is refused before anything is written, with the list of what else is there\: pass the directory the model is read from instead. Optimizer state stored in the checkpoint'\''s own files goes with them]' \
+'--remove-checkpoint-dir[Delete the checkpoint directory after the merged weights were written and read back. Only the checkpoint'\''s own files are deleted (the DCP \`.metadata\` and the data files it names; a DeepSpeed tag'\''s model and optimizer state files, with \`latest\` and DeepSpeed'\''s recovery scripts when a save directory is given), then the directories they leave empty. A directory that holds anything else (accelerate'\''s save_state directory with optimizer and RNG state or a second model, other DeepSpeed tags, your own files) is refused before anything is written, with the list of what else is there\: pass the directory the model is read from instead. Optimizer state stored in the checkpoint'\''s own files goes with them]' \
 '--no-verify[Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)]' \
 '--no_verify[Skip the CRC-32 check of the zip records read from torch.save files (checked by default, as torch.load does)]' \
 '--all_keys[Write every tensor under every top-level key, with full dotted names]' \
 '--all-keys[Write every tensor under every top-level key, with full dotted names]' \
-'-f[Replace existing output files]' \
-'--force[Replace existing output files]' \
+'-f[Replace existing output files. They are kept until the new output is complete, so the disk needs room for both]' \
+'--force[Replace existing output files. They are kept until the new output is complete, so the disk needs room for both]' \
 '--inspect[List the checkpoint'\''s tensors (name, dtype, shape, chunks, bytes) and totals; write nothing]' \
 '--json[With --inspect\: print JSON]' \
 '-q[No progress bar and no summary line]' \

@@ -6,11 +6,16 @@ Usage: make_dcp.py KIND OUT_DIR
   accel   2 gloo ranks, accelerate-style save_state layout: OUT/pytorch_model_fsdp_0 and OUT/optimizer_0
   plain   1 process, no PG: nested dict with mixed dtypes, a transposed view, 0-d, empty and bytes items
   stformat 1 process: FileSystemWriter(serialization_format=SAFETENSORS); writes reference.pt
-  complex 1 process: a complex64 tensor (a dtype safetensors lacks)
+  complex 1 process: a complex64 tensor and a complex32 one (a dtype neither safetensors nor torch.save's
+          typed storages here can hold)
+  titanseed 1 process: torchtitan's seed-checkpoint shape, the model's state dict flattened at the top level
+          with its persistent complex64 `freqs_cis` buffer, plus float8_e8m0fnu MX scales, float8 fnuz and
+          float4_e2m1fn_x2 tensors (every dtype safetensors 0.8 adds)
   titan   1 process: torchtitan's layout, model keys flattened at the top level beside optimizer,
           lr_scheduler, dataloader and train_state
   nans    1 process: f64/f32/f16/bf16 tensors of 1024 elements full of NaNs with assorted signs and payloads
-  big     1 process: a ~N MiB checkpoint for benchmarks (size from env BIG_MIB), 2 files
+  big     2 gloo ranks: a ~N MiB checkpoint for benchmarks (size from env BIG_MIB), 2 files
+  mid     the same as big (the tests make it with BIG_MIB=256)
 """
 import os
 import sys
@@ -182,7 +187,44 @@ def nans(out):
 
 
 def complex_(out):
-    dcp.save({"model": {"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex64)}}, checkpoint_id=out, no_dist=True)
+    z = torch.polar(torch.ones(3), torch.arange(3, dtype=torch.float32))
+    h = torch.ones(2, dtype=torch.complex32)
+    dcp.save({"model": {"ok": torch.ones(2), "z": z, "h": h}}, checkpoint_id=out, no_dist=True)
+
+
+class _TitanLike(nn.Module):
+    # torchtitan/models/llama3/model/model.py: `freqs_cis` is registered with persistent=True, so it is
+    # in the state dict (complex64), next to the weights.
+    def __init__(self, dim=8, heads=2, seq=6, vocab=11):
+        super().__init__()
+        torch.manual_seed(6)
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleDict({"0": nn.ModuleDict({
+            "attention": nn.ModuleDict({n: nn.Linear(dim, dim, bias=False) for n in ("wq", "wk", "wv", "wo")}),
+            "feed_forward": nn.ModuleDict({n: nn.Linear(dim, dim, bias=False) for n in ("w1", "w2", "w3")}),
+            "attention_norm": nn.RMSNorm(dim),
+            "ffn_norm": nn.RMSNorm(dim),
+        })})
+        self.norm = nn.RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        half = dim // heads
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, half, 2)[: half // 2].float() / half))
+        t = torch.arange(seq, dtype=torch.float32)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones(seq, half // 2), torch.outer(t, freqs)), persistent=True)
+
+
+def titanseed(out):
+    sd = dict(_TitanLike().state_dict())
+    assert sd["freqs_cis"].dtype == torch.complex64
+    g = torch.Generator().manual_seed(7)
+    raw = torch.randint(0, 256, (4, 6), dtype=torch.uint8, generator=g)
+    # MX scales (e8m0), fnuz float8 (ROCm's), and packed float4 (MXFP4 weights): every value a bit pattern.
+    sd["mx.scales"] = raw.view(torch.float8_e8m0fnu)
+    sd["fnuz.e4m3"] = (raw + 1).view(torch.float8_e4m3fnuz)
+    sd["fnuz.e5m2"] = (raw + 2).view(torch.float8_e5m2fnuz)
+    sd["fp8.e4m3"] = (raw + 3).view(torch.float8_e4m3fn)
+    sd["fp4.packed"] = (raw + 4).view(torch.float4_e2m1fn_x2)
+    dcp.save(sd, checkpoint_id=out, no_dist=True)
 
 
 def stformat(out):
@@ -209,7 +251,9 @@ def main():
         nans(out)
     elif kind == "complex":
         complex_(out)
-    elif kind == "big":
+    elif kind == "titanseed":
+        titanseed(out)
+    elif kind in ("big", "mid"):
         big(out)
     else:
         port = int(os.environ.get("PORT", "29621"))

@@ -7,7 +7,9 @@ Launches 3 ranks with torchrun once (3, so that partitions are uneven); for each
 a tiny model with a frozen parameter, a buffer and tied weights for 2 steps and saves
 OUT_DIR/global_step2, where OUT_DIR is OUT_ROOT/zero<STAGE>-<DTYPE>. Rank 0 then writes:
   OUT_DIR/reference.pt  deepspeed.utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint(OUT_DIR)
-                        (stages 1-3)
+                        (stages 1-3); at stage 0, which zero_to_fp32 does not read, the same built from the
+                        engine's objects: each trainable param's fp32 master (optimizer.fp32_groups), frozen
+                        params as saved, floating buffers as fp32
   OUT_DIR/module.pt     the module state dict of mp_rank_00_model_states.pt (what ZeRO-1 and stage 0
                         keep of frozen parameters), loaded with DeepSpeed's own classes importable
 """
@@ -99,6 +101,18 @@ def one(stage, dtype, out):
 
             ref = get_fp32_state_dict_from_zero_checkpoint(out)
             torch.save(dict(ref), os.path.join(out, "reference.pt"))
+        elif getattr(engine.optimizer, "fp32_groups", None) is not None:
+            # zero_to_fp32 has no stage 0; what it would give, from the engine's own objects: each
+            # trainable param's fp32 master (paired with its param, tied names included), frozen
+            # params as saved, floating buffers as fp32.
+            opt = engine.optimizer
+            master = {id(lp): hp for lg, hg in zip(opt.fp16_groups, opt.fp32_groups) for lp, hp in zip(lg, hg)}
+            ref = {}
+            for n, p in engine.module.named_parameters(remove_duplicate=False):
+                ref[n] = (master[id(p)] if id(p) in master else p).detach().clone()
+            for n, b in engine.module.named_buffers():
+                ref[n] = b.detach().float() if b.is_floating_point() else b.detach().clone()
+            torch.save(ref, os.path.join(out, "reference.pt"))
         name = "zero_pp_rank_0_mp_rank_00_model_states.pt" if int(stage) == 3 else "mp_rank_00_model_states.pt"
         ms = torch.load(os.path.join(out, "global_step2", name), map_location="cpu", weights_only=False)
         torch.save(dict(ms["module"]), os.path.join(out, "module.pt"))
