@@ -38,6 +38,9 @@ pub struct Model {
     /// Trained tensors the table's model lacks: the untied LM head of the causal LM that is
     /// actually trained, when the table sizes the base model as accelerate does.
     pub head: Vec<Tensor>,
+    /// Names of tensors the table counts that the trained and served model shares with another
+    /// (T5's per-stack `embed_tokens`, which are `shared`): counted once there.
+    pub tied: Vec<String>,
     /// The config, when there is one (quantization, model type).
     pub config_model_type: Option<String>,
     /// The config's `quantization_config`, when the tensors come from the formula (headers already
@@ -50,6 +53,17 @@ pub struct Model {
     pub source: Source,
     /// For a Hub model: requests made and body bytes received.
     pub hub_traffic: Option<(u64, u64)>,
+}
+
+impl Model {
+    /// The tensors of the model that is trained or served: the table's, less those it ties to
+    /// another, plus the untied LM head.
+    pub fn trained_model(&self) -> impl Iterator<Item = &Tensor> {
+        self.tensors
+            .iter()
+            .filter(|t| !self.tied.contains(&t.name))
+            .chain(&self.head)
+    }
 }
 
 /// Resolves `name` to a model.
@@ -93,6 +107,7 @@ fn from_config(config: &Config) -> Result<Model> {
     Ok(Model {
         tensors: built.tensors,
         head,
+        tied: built.tied,
         config_model_type: Some(config.model_type.clone()),
         quantization: config.quantization().cloned(),
         no_dims_reason: None,
@@ -121,6 +136,7 @@ fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config
     Model {
         tensors,
         head: Vec::new(),
+        tied: Vec::new(),
         config_model_type: config.map(|c| c.model_type.clone()),
         quantization: None,
         no_dims_reason,
@@ -302,10 +318,8 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
         return headers_of(&files, config.as_ref());
     }
     match config {
-        Some(c) if from != From::Weights => Err(EstimateError::UnknownArchitecture {
-            model_type: c.model_type,
-        }
-        .into()),
+        // Not a family with a formula (or no family named at all): build's error says which.
+        Some(c) if from != From::Weights => from_config(&c),
         None if dir.join("pytorch_model.bin").is_file() => Err(EstimateError::BinWithoutConfig {
             dir: dir.display().to_string(),
         }
@@ -395,9 +409,9 @@ fn load_hub_model(hub: &Hub, repo: &str, from: From, config: Option<&Config>) ->
             Some(header) => tensors.extend(header.tensors),
             None if files.len() == 1 => {
                 return Err(match config {
-                    Some(c) if from != From::Weights => EstimateError::UnknownArchitecture {
-                        model_type: c.model_type.clone(),
-                    },
+                    Some(c) if from != From::Weights => {
+                        return from_config(c);
+                    }
                     Some(_) => EstimateError::HubNotFound {
                         repo: repo.into(),
                         file: "model.safetensors".into(),

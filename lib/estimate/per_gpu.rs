@@ -3,7 +3,7 @@
 //! DeepSpeed's gradient reduction bucket, activations) or for inference (weights and KV cache),
 //! whether it fits, and the largest batch or context that does. Every formula here is stated in the man page (`FORMULAS` below).
 
-use super::arch::Dims;
+use super::arch::{Attention, Dims};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -105,6 +105,9 @@ pub struct Breakdown {
     pub gather_buffer: f64,
     /// DeepSpeed's gradient reduction bucket (reduce_bucket_size elements in the training dtype).
     pub reduce_bucket: f64,
+    /// torch DDP under bf16/fp16 autocast: the 16-bit copies of the matrix-product weights that
+    /// autocast casts in forward and keeps for the step (saved for backward).
+    pub autocast_cache: f64,
     pub activations: f64,
     pub kv_cache: f64,
     /// Per-GPU share of what `--offload` moves to CPU memory.
@@ -120,6 +123,7 @@ impl Breakdown {
             + self.master_weights
             + self.gather_buffer
             + self.reduce_bucket
+            + self.autocast_cache
             + self.activations
             + self.kv_cache
     }
@@ -136,6 +140,8 @@ const ADAM_STEP_BYTES: f64 = 4.0;
 pub struct Param {
     pub numel: u64,
     pub rows: u64,
+    /// A weight of a matrix product (autocast casts it).
+    pub matmul: bool,
 }
 
 impl Param {
@@ -294,6 +300,19 @@ pub fn training_on_rank(
             weights: 4.0 * p,
             gradients: 4.0 * p,
             optimizer_states: ADAM_BYTES * p + ADAM_STEP_BYTES * tensors,
+            // torch/csrc/autograd: autocast caches the cast of every fp32 leaf parameter an
+            // autocast op (linear, matmul, conv) takes, until the autocast region ends; the
+            // copies are saved for backward. FSDP2's bf16 parameters and DeepSpeed's bf16 module
+            // need no cast.
+            autocast_cache: if t.precision.mixed() {
+                w * params
+                    .iter()
+                    .filter(|x| x.matmul)
+                    .map(|x| x.numel as f64)
+                    .sum::<f64>()
+            } else {
+                0.0
+            },
             ..Breakdown::default()
         },
         Strategy::Fsdp => {
@@ -339,6 +358,9 @@ pub fn training_on_rank(
 struct PerToken {
     /// x hidden size, per layer: norms, attention inputs and outputs, residuals.
     layer_hidden: (f64, f64),
+    /// x attention width (heads x head_dim), per layer, where the family's fit separates it from
+    /// the hidden size (Gemma-2's widths differ; the others' fits hold it in `layer_hidden`).
+    layer_inner: (f64, f64),
     /// x MLP size, per layer: SwiGLU keeps gate, up, act(gate) and their product.
     gated_mlp: (f64, f64),
     /// x MLP size, per layer: GPT-2's up, GELU and its tanh-approximation intermediates.
@@ -351,55 +373,236 @@ struct PerToken {
     /// x hidden size, per layer per routed expert choice: the gathered token copies and weighted
     /// outputs.
     expert_hidden: (f64, f64),
-    /// x heads x sequence, per layer, with attention dropout: SDPA's math kernel keeps the scores,
-    /// probabilities, dropout mask and dropped probabilities.
-    attention_matrix: (f64, f64),
     /// x hidden size, once: embeddings output and final norm.
     hidden: (f64, f64),
     /// x vocabulary, once: logits, their fp32 copy and log-softmax for the loss.
     logits: (f64, f64),
+    /// x vocabulary, once: Gemma-2's final logit soft-capping (tanh).
+    final_softcap: (f64, f64),
 }
 
+/// The Llama-shaped decoders, GPT-2, GPT-NeoX and BERT, with SDPA.
 const PER_TOKEN: PerToken = PerToken {
     layer_hidden: (37.0, 33.0),
+    layer_inner: (0.0, 0.0),
     gated_mlp: (16.0, 8.75),
     plain_mlp: (20.0, 10.5),
     expert_mlp: (16.0, 16.0),
     router: (4.0, 4.25),
     expert_hidden: (10.3, 11.6),
-    attention_matrix: (12.0, 12.0),
     hidden: (11.0, 11.0),
     logits: (12.0, 12.0),
+    final_softcap: (0.0, 0.0),
 };
 
-/// Activation bytes per GPU for micro-batch `b` and sequence `s`.
-pub fn activations(dims: &Dims, b: u64, s: u64, checkpointing: bool, precision: Precision) -> f64 {
+/// Gemma-2 (fitted under the eager attention transformers runs it with): four norms per layer,
+/// the attention width apart from the hidden size, final soft-capping.
+const GEMMA2: PerToken = PerToken {
+    layer_hidden: (40.0, 42.0),
+    layer_inner: (16.0, 8.0),
+    gated_mlp: (16.0, 8.0),
+    hidden: (12.0, 10.5),
+    logits: (12.0, 12.0),
+    final_softcap: (4.0, 2.0),
+    ..PER_TOKEN
+};
+
+/// Per query head, per (query, key) pair, per attention: what the attention implementation keeps
+/// for backward, (fp32, bf16 autocast). Eager keeps the probabilities (in bf16 also their fp32
+/// softmax), the tanh of soft-capped scores, and with dropout its mask and the dropped
+/// probabilities; SDPA on the math kernel (what the CPU runs with dropout) keeps scores,
+/// probabilities, mask and dropped probabilities; without dropout SDPA, flash and flex keep
+/// none.
+struct Scores {
+    eager: (f64, f64),
+    eager_softcap: (f64, f64),
+    eager_dropout: (f64, f64),
+    sdpa_dropout: (f64, f64),
+    /// x attention width per token per layer: eager's extra copies (transposed output) over SDPA.
+    eager_inner: (f64, f64),
+}
+
+const SCORES: Scores = Scores {
+    eager: (4.0, 6.0),
+    eager_softcap: (4.0, 2.0),
+    eager_dropout: (8.0, 4.0),
+    sdpa_dropout: (12.0, 12.0),
+    eager_inner: (3.75, 1.75),
+};
+
+/// T5 (T5ForConditionalGeneration with SDPA), fitted with and without dropout (`dropout_rate`,
+/// which T5 applies after embeddings, attention, MLP and residual branches alike): per token per
+/// encoder and decoder layer x d_model; per token per attention x its width (a decoder layer has
+/// two: self and cross); per token per layer x d_ff for the ReLU and the gated-GELU MLP; once per
+/// token x d_model and x vocabulary; per (query, key) pair per head per encoder and decoder layer;
+/// and per (query, key) pair once, whatever the batch: the relative-position bucket indices
+/// (int64, both stacks), plus per decoder layer and, without dropout, per head.
+struct T5Terms {
+    encoder_hidden: (f64, f64),
+    decoder_hidden: (f64, f64),
+    inner: (f64, f64),
+    relu_mlp: (f64, f64),
+    gated_mlp: (f64, f64),
+    hidden: (f64, f64),
+    logits: (f64, f64),
+    encoder_pairs: f64,
+    decoder_pairs: f64,
+    bias_pairs: f64,
+    bias_pairs_per_decoder_layer: f64,
+    bias_pairs_per_head: f64,
+}
+
+const T5_DROPOUT: T5Terms = T5Terms {
+    encoder_hidden: (32.0, 28.25),
+    decoder_hidden: (48.0, 46.5),
+    inner: (16.0, 15.5),
+    relu_mlp: (12.0, 5.5),
+    gated_mlp: (32.0, 16.0),
+    hidden: (40.0, 33.25),
+    logits: (12.0, 12.0),
+    encoder_pairs: 12.0,
+    decoder_pairs: 24.0,
+    bias_pairs: 16.0,
+    bias_pairs_per_decoder_layer: 1.0,
+    bias_pairs_per_head: 0.0,
+};
+
+const T5_NO_DROPOUT: T5Terms = T5Terms {
+    encoder_hidden: (24.0, 24.25),
+    decoder_hidden: (36.5, 34.25),
+    inner: (16.0, 12.25),
+    relu_mlp: (4.0, 4.0),
+    gated_mlp: (28.0, 15.0),
+    hidden: (23.5, 25.25),
+    logits: (12.0, 12.0),
+    encoder_pairs: 4.0,
+    decoder_pairs: 4.0,
+    bias_pairs: 16.0,
+    bias_pairs_per_decoder_layer: 1.0,
+    bias_pairs_per_head: 4.0,
+};
+
+/// What one forward and backward keep, by what it scales with.
+struct Stored {
+    /// Bytes per token of each encoder-side (or decoder-only) layer, and of each decoder layer of
+    /// an encoder-decoder.
+    layer: f64,
+    decoder_layer: f64,
+    /// Bytes per (query, key) pair of one sequence, per layer.
+    layer_pairs: f64,
+    decoder_layer_pairs: f64,
+    /// Bytes per token once (embeddings, final norm, logits and loss).
+    once: f64,
+    /// Bytes per (query, key) pair once per micro-batch, whatever its size (T5's bias indices).
+    once_pairs: f64,
+}
+
+fn stored(dims: &Dims, precision: Precision) -> Stored {
     let pick = |c: (f64, f64)| if precision.mixed() { c.1 } else { c.0 };
-    let tokens = b as f64 * s as f64;
     let h = dims.hidden_size as f64;
-    let mlp = if dims.gated_mlp {
-        pick(PER_TOKEN.gated_mlp)
+    let heads = dims.num_attention_heads as f64;
+    let inner = heads * dims.head_dim as f64;
+    if dims.model_type == "t5" {
+        let t = if dims.hidden_dropout {
+            &T5_DROPOUT
+        } else {
+            &T5_NO_DROPOUT
+        };
+        let mlp = pick(if dims.gated_mlp {
+            t.gated_mlp
+        } else {
+            t.relu_mlp
+        }) * dims.mlp_size as f64;
+        let pairs = |c: f64| match dims.attn_implementation {
+            Attention::Sdpa | Attention::Eager => c * heads,
+            _ => 0.0,
+        };
+        return Stored {
+            layer: pick(t.encoder_hidden) * h + pick(t.inner) * inner + mlp,
+            decoder_layer: pick(t.decoder_hidden) * h + 2.0 * pick(t.inner) * inner + mlp,
+            layer_pairs: pairs(t.encoder_pairs),
+            decoder_layer_pairs: pairs(t.decoder_pairs),
+            once: pick(t.hidden) * h + pick(t.logits) * dims.vocab_size as f64,
+            once_pairs: t.bias_pairs
+                + t.bias_pairs_per_decoder_layer * dims.decoder_layers as f64
+                + t.bias_pairs_per_head * heads,
+        };
+    }
+    let p = if dims.model_type == "gemma2" {
+        &GEMMA2
     } else {
-        pick(PER_TOKEN.plain_mlp)
+        &PER_TOKEN
     };
-    let mut layer = pick(PER_TOKEN.layer_hidden) * h + mlp * dims.mlp_size as f64;
+    let mlp = if dims.gated_mlp {
+        pick(p.gated_mlp)
+    } else {
+        pick(p.plain_mlp)
+    };
+    let mut layer =
+        pick(p.layer_hidden) * h + pick(p.layer_inner) * inner + mlp * dims.mlp_size as f64;
     if dims.experts > 0 {
-        layer += pick(PER_TOKEN.expert_mlp) * dims.expert_mlp_size as f64
-            + pick(PER_TOKEN.router) * dims.experts as f64
-            + pick(PER_TOKEN.expert_hidden) * h * dims.experts_per_token as f64;
+        layer += pick(p.expert_mlp) * dims.expert_mlp_size as f64
+            + pick(p.router) * dims.experts as f64
+            + pick(p.expert_hidden) * h * dims.experts_per_token as f64;
     }
-    if dims.attention_dropout {
-        layer += pick(PER_TOKEN.attention_matrix) * dims.num_attention_heads as f64 * s as f64;
+    let per_pair = match dims.attn_implementation {
+        Attention::Eager => {
+            // Gemma-2's profile was fitted under eager attention: its extra copies are in it.
+            if dims.model_type != "gemma2" {
+                layer += pick(SCORES.eager_inner) * inner;
+            }
+            pick(SCORES.eager)
+                + if dims.attention_softcap {
+                    pick(SCORES.eager_softcap)
+                } else {
+                    0.0
+                }
+                + if dims.attention_dropout {
+                    pick(SCORES.eager_dropout)
+                } else {
+                    0.0
+                }
+        }
+        Attention::Sdpa if dims.attention_dropout => pick(SCORES.sdpa_dropout),
+        _ => 0.0,
+    };
+    let mut once = pick(p.hidden) * h + pick(p.logits) * dims.vocab_size as f64;
+    if dims.final_softcap {
+        once += pick(p.final_softcap) * dims.vocab_size as f64;
     }
-    let layer = layer * tokens;
-    let l = dims.num_layers as f64;
+    Stored {
+        layer,
+        decoder_layer: layer,
+        layer_pairs: per_pair * heads,
+        decoder_layer_pairs: per_pair * heads,
+        once,
+        once_pairs: 0.0,
+    }
+}
+
+/// Activation bytes per GPU for micro-batch `b` and sequence `s` (for an encoder-decoder, `s`
+/// tokens on each side).
+pub fn activations(dims: &Dims, b: u64, s: u64, checkpointing: bool, precision: Precision) -> f64 {
+    let st = stored(dims, precision);
+    let tokens = b as f64 * s as f64;
+    let pairs = b as f64 * s as f64 * s as f64;
+    let decoders = dims.decoder_layers.min(dims.num_layers) as f64;
+    let encoders = dims.num_layers as f64 - decoders;
+    let full = |layer: f64, layer_pairs: f64| tokens * layer + pairs * layer_pairs;
     let layers = if checkpointing {
         // Each layer's input is kept; one layer at a time is recomputed in full during backward.
-        l * 2.0 * tokens * h * precision.bytes() / 2.0 + layer
+        let h = dims.hidden_size as f64;
+        dims.num_layers as f64 * 2.0 * tokens * h * precision.bytes() / 2.0
+            + full(st.layer, st.layer_pairs).max(if decoders > 0.0 {
+                full(st.decoder_layer, st.decoder_layer_pairs)
+            } else {
+                0.0
+            })
     } else {
-        l * layer
+        encoders * full(st.layer, st.layer_pairs)
+            + decoders * full(st.decoder_layer, st.decoder_layer_pairs)
     };
-    layers + tokens * (pick(PER_TOKEN.hidden) * h + pick(PER_TOKEN.logits) * dims.vocab_size as f64)
+    layers + tokens * st.once + s as f64 * s as f64 * st.once_pairs
 }
 
 /// KV-cache bytes for `context` tokens of `batch` sequences: K and V for every layer and KV head.
@@ -502,6 +705,7 @@ mod tests {
         vec![Param {
             numel: 1000,
             rows: 100,
+            matmul: true,
         }]
     }
 
@@ -532,6 +736,7 @@ mod tests {
         let two = [Param {
             numel: 600,
             rows: 6,
+            matmul: true,
         }; 2];
         let t = Training {
             num_gpus: 2,
@@ -549,6 +754,7 @@ mod tests {
         let big = [Param {
             numel: 100_001,
             rows: 100_001,
+            matmul: true,
         }];
         let b = training(&big, 100, None, &setup(Strategy::Zero3, false));
         assert_eq!(b.weights, 2.0 * 12_501.0);
@@ -556,6 +762,7 @@ mod tests {
         let odd = [Param {
             numel: 1001,
             rows: 1001,
+            matmul: true,
         }];
         let b = training(&odd, 100, None, &setup(Strategy::Zero3, false));
         assert_eq!((b.weights, b.gradients), (2.0 * (126.0 + 1008.0), 252.0));

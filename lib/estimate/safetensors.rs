@@ -132,12 +132,20 @@ pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
         }
         ranges.push((start, end, tensors.len()));
         data_len = data_len.max(end);
+        // Headers give no module types: a weight of two dimensions that no embedding's name
+        // fits is taken for a linear layer's.
+        let matmul = entry.shape.len() == 2
+            && name.ends_with("weight")
+            && !["embed", "wte", "wpe", "shared", "position", "token_type"]
+                .iter()
+                .any(|e| name.contains(e));
         tensors.push(Tensor {
             name: name.into_owned(),
             dtype,
             numel,
             rows: entry.shape.first().copied().unwrap_or(1),
             buffer: false,
+            matmul,
         });
     }
     ranges.sort_unstable();
