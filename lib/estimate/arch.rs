@@ -1149,21 +1149,51 @@ pub fn no_split_for(model_type: Option<&str>, tensors: &[Tensor]) -> NoSplit {
     NoSplit { patterns }
 }
 
-/// Dimensions of an architecture without a formula, from the keys most configs use.
-pub fn generic_dims(c: &Config) -> Option<Dims> {
-    let h = c.uint(&["hidden_size", "n_embd", "d_model"], None).ok()?;
-    let layers = c
-        .uint(&["num_hidden_layers", "n_layer", "num_layers"], None)
-        .ok()?;
-    let heads = c
-        .uint(&["num_attention_heads", "n_head", "num_heads"], None)
-        .ok()?;
-    let kv = c.uint(&["num_key_value_heads"], Some(heads)).ok()?;
-    let hd = c.uint(&["head_dim"], Some(h / heads.max(1))).ok()?;
-    let v = c.uint(&["vocab_size"], Some(0)).ok()?;
+/// Dimensions of an architecture without a formula, from the keys most configs use; else what
+/// the config lacks, for the message.
+pub fn generic_dims(c: &Config) -> Result<Dims, String> {
+    let need = |keys: &[&str], what: &str| -> Result<u64, String> {
+        match c.uint(keys, None) {
+            Ok(n) => Ok(n),
+            Err(EstimateError::BadConfig { reason, .. })
+                if keys.iter().any(|k| c.get(k).is_some()) =>
+            {
+                Err(reason)
+            }
+            Err(_) => Err(format!(
+                "names no {what} ({})",
+                keys.iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    };
+    let h = need(&["hidden_size", "n_embd", "d_model"], "hidden size")?;
+    let layers = need(
+        &["num_hidden_layers", "n_layer", "num_layers"],
+        "layer count",
+    )?;
+    let heads = need(&["num_attention_heads", "n_head", "num_heads"], "attention heads")
+        .map_err(|reason| {
+            // Mamba, RWKV and the like: a recurrent state instead of attention.
+            let ssm = ["state_size", "ssm_state_size", "d_state", "mamba_d_state"]
+                .iter()
+                .any(|k| c.get(k).is_some())
+                || ["mamba", "rwkv"].iter().any(|m| c.model_type.contains(m));
+            if ssm {
+                format!("{reason}: a state-space model keeps no KV cache and no attention scores, and its recurrent state is not modelled")
+            } else {
+                reason
+            }
+        })?;
+    let bad = |e: EstimateError| e.to_string();
+    let kv = c.uint(&["num_key_value_heads"], Some(heads)).map_err(bad)?;
+    let hd = c.uint(&["head_dim"], Some(h / heads.max(1))).map_err(bad)?;
+    let v = c.uint(&["vocab_size"], Some(0)).map_err(bad)?;
     let inter = c
         .uint(&["intermediate_size", "n_inner", "ffn_dim"], Some(4 * h))
-        .ok()?;
+        .map_err(bad)?;
     // Multi-head latent attention (transformers' DeepseekV2/V3 attention) caches the compressed
     // KV latent and the shared rotary key: kv_lora_rank + qk_rope_head_dim values per token.
     let kv_per_token = match (
@@ -1173,7 +1203,7 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
         (Some(rank), Some(rope)) => rank + rope,
         _ => 2 * kv * hd,
     };
-    Some(Dims {
+    Ok(Dims {
         model_type: c.model_type.clone(),
         hidden_size: h,
         num_layers: layers,

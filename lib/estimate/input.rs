@@ -123,15 +123,23 @@ fn from_config(config: &Config) -> Result<Model> {
 fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config>) -> Model {
     let model_type = config.map(|c| c.model_type.as_str());
     let no_split = arch::no_split_for(model_type, &tensors);
-    let dims = config.and_then(dims_of);
-    let no_dims_reason = match (config, &dims) {
-        (_, Some(_)) => None,
-        (None, None) => Some("has no config.json".to_string()),
-        (Some(c), None) => Some(format!(
-            "has a config.json (model_type `{}`) without the hidden size, layer count and attention heads{} that the formula needs",
-            c.model_type,
-            if c.text().is_some() { ", at the top level or under text_config," } else { "" }
-        )),
+    let (dims, no_dims_reason) = match config.map(dims_of) {
+        Some(Ok(dims)) => (Some(dims), None),
+        None => (None, Some("has no config.json".to_string())),
+        Some(Err(reason)) => {
+            let c = config.map(Config::family_name).unwrap_or_default();
+            (
+                None,
+                Some(format!(
+                    "has a config.json (model_type `{c}`) that {reason}{}",
+                    if config.is_some_and(|c| c.text().is_some()) {
+                        " (at the top level or under text_config)"
+                    } else {
+                        ""
+                    }
+                )),
+            )
+        }
     };
     Model {
         tensors,
@@ -147,17 +155,22 @@ fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config
     }
 }
 
-/// Dimensions from the formula when the family is known, else from the usual config keys.
-fn dims_of(config: &Config) -> Option<Dims> {
+/// Dimensions from the formula when the family is known, else from the usual config keys; else
+/// why there are none.
+fn dims_of(config: &Config) -> Result<Dims, String> {
     if let Ok(built) = arch::build(config) {
-        return Some(built.dims);
+        return Ok(built.dims);
     }
     let text = config.text();
     let text = text.as_ref().unwrap_or(config);
-    arch::build(text)
-        .ok()
-        .map(|b| b.dims)
-        .or_else(|| arch::generic_dims(text))
+    match arch::build(text) {
+        Ok(b) => Ok(b.dims),
+        // A family with a formula whose config is wrong: its error says what.
+        Err(EstimateError::BadConfig { reason, .. }) if text.is_known() => {
+            Err(format!("is invalid: {reason}"))
+        }
+        Err(_) => arch::generic_dims(text),
+    }
 }
 
 fn load_file(path: &Path, from: From) -> Result<Model> {

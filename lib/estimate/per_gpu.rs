@@ -430,13 +430,16 @@ const SCORES: Scores = Scores {
     eager_inner: (3.75, 1.75),
 };
 
-/// T5 (T5ForConditionalGeneration with SDPA), fitted with and without dropout (`dropout_rate`,
-/// which T5 applies after embeddings, attention, MLP and residual branches alike): per token per
-/// encoder and decoder layer x d_model; per token per attention x its width (a decoder layer has
-/// two: self and cross); per token per layer x d_ff for the ReLU and the gated-GELU MLP; once per
-/// token x d_model and x vocabulary; per (query, key) pair per head per encoder and decoder layer;
-/// and per (query, key) pair once, whatever the batch: the relative-position bucket indices
-/// (int64, both stacks), plus per decoder layer and, without dropout, per head.
+/// T5 (T5ForConditionalGeneration), fitted with and without dropout (`dropout_rate`, which T5
+/// applies after embeddings, attention, MLP and residual branches alike): per token per encoder
+/// and decoder layer x d_model; per token per attention x its width (a decoder layer has two:
+/// self and cross); per token per layer x d_ff for the ReLU and the gated-GELU MLP; once per
+/// token x d_model and x vocabulary (fitted under SDPA; eager's measured up to a few percent
+/// less in bf16). Per (query, key) pair per head, per encoder and per decoder layer: what the
+/// attention keeps (SDPA adds the position bias as a float mask, so the CPU runs its math
+/// kernel), (fp32, bf16) for eager. And per (query, key) pair once, whatever the batch: the
+/// relative-position bucket indices (int64, both stacks), plus under SDPA a bias mask per decoder
+/// layer and, without dropout, per head.
 struct T5Terms {
     encoder_hidden: (f64, f64),
     decoder_hidden: (f64, f64),
@@ -445,11 +448,13 @@ struct T5Terms {
     gated_mlp: (f64, f64),
     hidden: (f64, f64),
     logits: (f64, f64),
-    encoder_pairs: f64,
-    decoder_pairs: f64,
+    sdpa_encoder_pairs: f64,
+    sdpa_decoder_pairs: f64,
+    eager_encoder_pairs: (f64, f64),
+    eager_decoder_pairs: (f64, f64),
     bias_pairs: f64,
-    bias_pairs_per_decoder_layer: f64,
-    bias_pairs_per_head: f64,
+    sdpa_bias_pairs_per_decoder_layer: f64,
+    sdpa_bias_pairs_per_head: f64,
 }
 
 const T5_DROPOUT: T5Terms = T5Terms {
@@ -460,11 +465,13 @@ const T5_DROPOUT: T5Terms = T5Terms {
     gated_mlp: (32.0, 16.0),
     hidden: (40.0, 33.25),
     logits: (12.0, 12.0),
-    encoder_pairs: 12.0,
-    decoder_pairs: 24.0,
+    sdpa_encoder_pairs: 12.0,
+    sdpa_decoder_pairs: 24.0,
+    eager_encoder_pairs: (12.0, 10.0),
+    eager_decoder_pairs: (24.0, 16.0),
     bias_pairs: 16.0,
-    bias_pairs_per_decoder_layer: 1.0,
-    bias_pairs_per_head: 0.0,
+    sdpa_bias_pairs_per_decoder_layer: 1.0,
+    sdpa_bias_pairs_per_head: 0.0,
 };
 
 const T5_NO_DROPOUT: T5Terms = T5Terms {
@@ -475,11 +482,13 @@ const T5_NO_DROPOUT: T5Terms = T5Terms {
     gated_mlp: (28.0, 15.0),
     hidden: (23.5, 25.25),
     logits: (12.0, 12.0),
-    encoder_pairs: 4.0,
-    decoder_pairs: 4.0,
+    sdpa_encoder_pairs: 4.0,
+    sdpa_decoder_pairs: 4.0,
+    eager_encoder_pairs: (4.0, 6.0),
+    eager_decoder_pairs: (8.0, 8.0),
     bias_pairs: 16.0,
-    bias_pairs_per_decoder_layer: 1.0,
-    bias_pairs_per_head: 4.0,
+    sdpa_bias_pairs_per_decoder_layer: 1.0,
+    sdpa_bias_pairs_per_head: 4.0,
 };
 
 /// What one forward and backward keep, by what it scales with.
@@ -513,19 +522,29 @@ fn stored(dims: &Dims, precision: Precision) -> Stored {
         } else {
             t.relu_mlp
         }) * dims.mlp_size as f64;
-        let pairs = |c: f64| match dims.attn_implementation {
-            Attention::Sdpa | Attention::Eager => c * heads,
-            _ => 0.0,
+        // Flex attention takes the bias as a score modification and keeps no matrix.
+        let (encoder_pairs, decoder_pairs, bias) = match dims.attn_implementation {
+            Attention::Eager => (
+                pick(t.eager_encoder_pairs),
+                pick(t.eager_decoder_pairs),
+                t.bias_pairs,
+            ),
+            Attention::Sdpa => (
+                t.sdpa_encoder_pairs,
+                t.sdpa_decoder_pairs,
+                t.bias_pairs
+                    + t.sdpa_bias_pairs_per_decoder_layer * dims.decoder_layers as f64
+                    + t.sdpa_bias_pairs_per_head * heads,
+            ),
+            _ => (0.0, 0.0, t.bias_pairs),
         };
         return Stored {
             layer: pick(t.encoder_hidden) * h + pick(t.inner) * inner + mlp,
             decoder_layer: pick(t.decoder_hidden) * h + 2.0 * pick(t.inner) * inner + mlp,
-            layer_pairs: pairs(t.encoder_pairs),
-            decoder_layer_pairs: pairs(t.decoder_pairs),
+            layer_pairs: encoder_pairs * heads,
+            decoder_layer_pairs: decoder_pairs * heads,
             once: pick(t.hidden) * h + pick(t.logits) * dims.vocab_size as f64,
-            once_pairs: t.bias_pairs
-                + t.bias_pairs_per_decoder_layer * dims.decoder_layers as f64
-                + t.bias_pairs_per_head * heads,
+            once_pairs: bias,
         };
     }
     let p = if dims.model_type == "gemma2" {
@@ -589,21 +608,27 @@ pub fn activations(dims: &Dims, b: u64, s: u64, checkpointing: bool, precision: 
     let decoders = dims.decoder_layers.min(dims.num_layers) as f64;
     let encoders = dims.num_layers as f64 - decoders;
     let full = |layer: f64, layer_pairs: f64| tokens * layer + pairs * layer_pairs;
-    let layers = if checkpointing {
-        // Each layer's input is kept; one layer at a time is recomputed in full during backward.
-        let h = dims.hidden_size as f64;
-        dims.num_layers as f64 * 2.0 * tokens * h * precision.bytes() / 2.0
-            + full(st.layer, st.layer_pairs).max(if decoders > 0.0 {
-                full(st.decoder_layer, st.decoder_layer_pairs)
-            } else {
-                0.0
-            })
-    } else {
-        encoders * full(st.layer, st.layer_pairs)
-            + decoders * full(st.decoder_layer, st.decoder_layer_pairs)
-    };
-    layers + tokens * st.once + s as f64 * s as f64 * st.once_pairs
+    let once = tokens * st.once + s as f64 * s as f64 * st.once_pairs;
+    if checkpointing {
+        // transformers checkpoints every layer: its input (the residual stream, fp32 under
+        // autocast too) is all a layer keeps. The peak is the larger of the end of forward (those
+        // inputs, the logits and the loss) and the recompute of one layer in backward, once the
+        // logits are gone.
+        let inputs = dims.num_layers as f64 * CHECKPOINT_INPUT * tokens * dims.hidden_size as f64;
+        let layer = full(st.layer, st.layer_pairs).max(if decoders > 0.0 {
+            full(st.decoder_layer, st.decoder_layer_pairs)
+        } else {
+            0.0
+        });
+        return inputs + once.max(layer);
+    }
+    encoders * full(st.layer, st.layer_pairs)
+        + decoders * full(st.decoder_layer, st.decoder_layer_pairs)
+        + once
 }
+
+/// Bytes per hidden unit per token a checkpointed layer keeps: its fp32 input.
+const CHECKPOINT_INPUT: f64 = 4.0;
 
 /// KV-cache bytes for `context` tokens of `batch` sequences: K and V for every layer and KV head.
 pub fn kv_cache(dims: &Dims, context: u64, batch: u64, dtype: StoreDtype) -> f64 {

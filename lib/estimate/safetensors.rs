@@ -256,6 +256,12 @@ pub fn parse_index(text: &str, path: &str) -> Result<Vec<String>, EstimateError>
     let WeightMap(shards) = index
         .weight_map
         .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    // An empty map would size an empty model: a cut-short or hand-edited index, never a model.
+    if shards.is_empty() {
+        return Err(bad(
+            "`weight_map` is empty: it names no tensor and no shard".into(),
+        ));
+    }
     for file in &shards {
         if file.starts_with('/') || file.split('/').any(|part| part == "..") {
             return Err(bad(format!(

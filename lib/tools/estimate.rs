@@ -468,7 +468,10 @@ fn to_json(
     let mut v = json!({
         "model": cli.model_name,
         "source": model.source,
-        "parameters": trained_parameters(model),
+        // `parameters` and `tensors` describe the model `total_size` sizes (accelerate's);
+        // `trained_parameters` the model per-GPU training counts (P in FORMULAS).
+        "parameters": model.tensors.iter().filter(|t| !t.buffer).map(|t| t.numel).sum::<u64>(),
+        "trained_parameters": trained_parameters(model),
         "tensors": model.tensors.len(),
         "total_size": number(sizes.total),
         "largest_layer": number(sizes.largest_layer),
