@@ -36,6 +36,9 @@ pub enum ExitStatus {
     /// accel-launch --slurm_requeue: SLURM's warning signal came, the ranks were stopped, and the job
     /// was put back in the queue.
     Requeued,
+    /// accel-test: no usable torch (none in the environment, another version than its libtorch part
+    /// binds, or its libraries or the part could not be loaded), so no rank can run.
+    NoTorch,
     /// A worker's own exit code or `128+N` for a worker killed by signal N, passed through.
     Worker(u8),
 }
@@ -48,6 +51,7 @@ impl ExitStatus {
             ExitStatus::Usage => 2,
             ExitStatus::Input => 3,
             ExitStatus::Output => 4,
+            ExitStatus::NoTorch => 5,
             ExitStatus::Interrupted => 130,
             ExitStatus::Signal(n) => (128 + n).clamp(129, 255) as u8,
             ExitStatus::LauncherFailed => 125,
@@ -92,6 +96,10 @@ impl ExitStatus {
         } else {
             if codes == Codes::Test {
                 rows.push((
+                    "5".to_string(),
+                    "No usable torch: none is installed in this environment, or another version than 2.13.*, or its libraries (or accel-test's libtorch part) could not be loaded. The message names which, and the torch accel-test needs.",
+                ));
+                rows.push((
                     "125".to_string(),
                     "The world could not be started: a busy --main_process_port, a bad topology, ranks that could not be spawned.",
                 ));
@@ -110,7 +118,7 @@ impl ExitStatus {
 pub enum Codes {
     /// accel-config, accel-estimate-memory, accel-merge-weights.
     Plain,
-    /// accel-test: also 125, a world that could not be started.
+    /// accel-test: also 5, no usable torch, and 125, a world that could not be started.
     Test,
     /// accel-launch and `accel-env -- CMD`: the launcher's statuses and the ranks' own.
     Launcher,

@@ -215,6 +215,13 @@ pub fn doc() -> ToolDoc {
         codes: crate::exit_status::Codes::Test,
         extra_sections: &[
             (
+                "TORCH",
+                &[
+                    "accel-test links no libtorch. Its ranks run its libtorch part (libaccel_test_torch.so, built against torch 2.13), which it loads at run time from the torch of the environment it runs in: it asks ACCEL_PYTHON if set, else python3 and python in the directory of the accel-test binary (a venv's or conda env's bin), then python3 and python on PATH, where torch is (without importing it; the first whose torch is 2.13.* is used), loads torch's own libraries from there, then the part from ../lib/accel/ beside the binary's directory (where pip puts it) or from beside the binary (a cargo build). No run path and no LD_LIBRARY_PATH is involved.",
+                    "Without torch, with another torch than 2.13.*, or when torch's libraries or the part cannot be loaded, accel-test exits 5 naming what it found and which torch it needs. --version names the torch and the part found, or why none. The world is resolved first, so a topology mistake reads the same with or without torch.",
+                ],
+            ),
+            (
                 "PROCESSES",
                 &[
                     "The ranks are run by accel-launch's own supervisor: each rank leads its own process group and session, gets PR_SET_PDEATHSIG, and has a small guard process that takes the rank's whole group down (the rank's own children included) should accel-test itself be SIGKILLed. Nothing outlives accel-test.",
