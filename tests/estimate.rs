@@ -686,9 +686,7 @@ fn activations_fit_and_largest_batch_by_hand() {
     let one_layer = (33.0 * 64.0 + 8.75 * 128.0) * s;
     assert_eq!(
         v["per_gpu"]["bytes"]["activations"].as_f64(),
-        Some(
-            (2.0 * 4.0 * s * 64.0 + one_layer.max((11.0 * 64.0 + 12.0 * 1000.0) * s)).ceil()
-        )
+        Some((2.0 * 4.0 * s * 64.0 + one_layer.max((11.0 * 64.0 + 12.0 * 1000.0) * s)).ceil())
     );
 }
 
