@@ -184,6 +184,8 @@ vars! {
 
     HF_ENDPOINT = "HF_ENDPOINT", Hub, "Hub base URL (default https://huggingface.co).";
     HF_TOKEN = "HF_TOKEN", Hub, "Bearer token for gated or private repositories.";
+    HUGGING_FACE_HUB_TOKEN = "HUGGING_FACE_HUB_TOKEN", Hub, "Older name of HF_TOKEN, used when HF_TOKEN is unset or empty (as huggingface_hub does).";
+    HF_TOKEN_PATH = "HF_TOKEN_PATH", Hub, "The token file `hf auth login` writes, read when neither HF_TOKEN nor HUGGING_FACE_HUB_TOKEN is set (default $HF_HOME/token; ~ and $VARS expanded).";
     HF_HUB_OFFLINE = "HF_HUB_OFFLINE", Hub, "When 1, never contact the Hub.";
     HTTPS_PROXY = "HTTPS_PROXY", Hub, "Proxy for Hub requests (not used for a loopback HF_ENDPOINT).";
     HF_HUB_CACHE = "HF_HUB_CACHE", Hub, "huggingface_hub's download cache (default $HF_HOME/hub, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/hub); a Hub id is read from it when HF_HUB_OFFLINE is set or the Hub cannot be reached.";

@@ -619,7 +619,10 @@ fn activations_fit_and_largest_batch_by_hand() {
     let p = (1000 * 64 + 2 * layer + 64 + 1000 * 64) as f64;
     let s = 128.0;
     let per_sample = hand_activations(1.0, s);
-    let fixed = 16.0 * p + 4.0 * 21.0;
+    // DDP under bf16 autocast also holds 16-bit copies of the linear weights: q, k, v, o and
+    // the MLP's three of each layer, and the LM head.
+    let linear = (2 * (4096 + 2048 + 2048 + 4096 + 3 * 8192) + 1000 * 64) as f64;
+    let fixed = 16.0 * p + 4.0 * 21.0 + 2.0 * linear;
     // Budget for exactly 3 samples and a bit.
     let budget = (fixed + 3.0 * per_sample + 100.0).ceil() as u64;
     let budget_arg = budget.to_string();
@@ -642,6 +645,10 @@ fn activations_fit_and_largest_batch_by_hand() {
         v["per_gpu"]["bytes"]["activations"].as_f64(),
         Some(hand_activations(2.0, s).ceil())
     );
+    assert_eq!(
+        v["per_gpu"]["bytes"]["autocast_cache"].as_f64(),
+        Some(2.0 * linear)
+    );
     assert_eq!(v["per_gpu"]["fits"], true);
     assert_eq!(v["per_gpu"]["largest_batch_size"], 3);
     // Batch 4 does not fit: exit status 1, and the text says so.
@@ -663,7 +670,8 @@ fn activations_fit_and_largest_batch_by_hand() {
         text.contains("Largest micro-batch per GPU that fits: 3"),
         "{text}"
     );
-    // Checkpointing: each layer's input (2·s·b·h in bf16) plus one full layer.
+    // Checkpointing: each layer's fp32 input (4·s·b·h, bf16 too), plus the larger of the end of
+    // forward (embeddings, final norm, logits and loss) and one layer recomputed in full.
     let (v, _) = run_json(&[
         "--json",
         &cfg,
@@ -678,7 +686,7 @@ fn activations_fit_and_largest_batch_by_hand() {
     let one_layer = (33.0 * 64.0 + 8.75 * 128.0) * s;
     assert_eq!(
         v["per_gpu"]["bytes"]["activations"].as_f64(),
-        Some((2.0 * 2.0 * s * 64.0 + one_layer + (11.0 * 64.0 + 12.0 * 1000.0) * s).ceil())
+        Some((2.0 * 4.0 * s * 64.0 + one_layer.max((11.0 * 64.0 + 12.0 * 1000.0) * s)).ceil())
     );
 }
 
@@ -1159,13 +1167,27 @@ mod hub {
 /// Runs scripts/bench/estimate-vs-measured: real training steps on CPU ranks started by the built
 /// accel-launch, against accel-estimate-memory's per-rank figures.
 fn measured(configs: &[&Path], strategies: &[&str], precisions: &str) -> (Vec<Value>, Option<i32>) {
+    measured_at(configs, strategies, precisions, "1x32", &[])
+}
+
+const MEASURED_WAIT: std::time::Duration = std::time::Duration::from_secs(420);
+
+/// As `measured`, at the (batch x sequence) `points` given ("1x64,2x256"), with `extra` flags.
+fn measured_at(
+    configs: &[&Path],
+    strategies: &[&str],
+    precisions: &str,
+    points: &str,
+    extra: &[&str],
+) -> (Vec<Value>, Option<i32>) {
     let bin_dir = Path::new(BIN).parent().expect("bin dir");
     let mut cmd = Command::new(PYTHON);
     cmd.arg(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/scripts/bench/estimate-vs-measured"
     ))
-    .args(["--json", "--check", "--ranks", "2", "--points", "1x32"])
+    .args(["--json", "--check", "--ranks", "2", "--points", points])
+    .args(extra)
     .args(["--precision", precisions])
     .env("ACCEL_BIN", bin_dir)
     .env("PYTHON", PYTHON)
@@ -1175,7 +1197,9 @@ fn measured(configs: &[&Path], strategies: &[&str], precisions: &str) -> (Vec<Va
         cmd.args(["--strategy", s]);
     }
     cmd.args(configs);
-    let out = cmd.output_within(WAIT);
+    // Every strategy x precision is its own launch of real ranks: on a loaded 2-core machine a
+    // grid of six takes minutes (its nextest bound is 8: .config/nextest.toml).
+    let out = cmd.output_within(MEASURED_WAIT);
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
             "estimate-vs-measured: {}\n{}",
@@ -1907,4 +1931,598 @@ fn deepspeed_zero1_zero2_and_zero3_bytes_equal_a_real_training_step() {
     // partitions alone (its gradients).
     let z3 = row("zero3", "bf16", "llama.json", 0);
     assert!(bytes(z3, "weights") > bytes(z3, "gradients"));
+}
+
+/// The error of an estimate against a measurement, as a fraction of the measurement.
+fn rel_error(r: &Value, k: &str) -> f64 {
+    let (e, m) = (
+        r[k]["estimate"].as_f64().unwrap_or(0.0),
+        r[k]["measured"].as_f64().unwrap_or(0.0),
+    );
+    (e - m) / m
+}
+
+/// Issue 25 item 6: T5ForConditionalGeneration ties both stacks' `embed_tokens` and its LM head
+/// to `shared`, so the model trained (and served) holds the embedding once, while accelerate's
+/// table keeps sizing its untied empty model.
+#[test]
+fn t5_trains_and_serves_its_shared_embedding_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "t5-base",
+            json!({"model_type":"t5","vocab_size":32128,"d_model":768,"d_kv":64,"d_ff":3072,"num_layers":12,"num_heads":12,"feed_forward_proj":"relu"}),
+        ),
+        (
+            // T5 v1.1's `tie_word_embeddings: false` no longer unties the head in transformers 5.
+            "flan-t5-small",
+            json!({"model_type":"t5","vocab_size":32128,"d_model":512,"d_kv":64,"d_ff":1024,"num_layers":8,"num_decoder_layers":8,"num_heads":6,"feed_forward_proj":"gated-gelu","tie_word_embeddings":false}),
+        ),
+    ];
+    let mut jobs = Vec::new();
+    let mut trained_jobs = Vec::new();
+    for (name, config) in &cases {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+        jobs.push(json!({"dir": dir, "names": [dir.join("config.json")]}));
+        trained_jobs
+            .push(json!({"config": dir, "class": "AutoModelForSeq2SeqLM", "dtype": "float16"}));
+    }
+    let tables = reference(tmp.path(), &Value::Array(jobs));
+    let trained = trained_reference(tmp.path(), &Value::Array(trained_jobs));
+    for (((name, _), table), model) in cases.iter().zip(&tables).zip(&trained) {
+        let config = tmp.path().join(name).join("config.json");
+        let config = config.display().to_string();
+        assert_eq!(model["class"], "T5ForConditionalGeneration");
+        // The table stays accelerate's: its empty model counts `shared` and both copies.
+        assert_eq!(
+            stdout(&run(&[&config])),
+            table["tables"][0].as_str().unwrap_or(""),
+            "{name}: table"
+        );
+        let (v, code) = run_json(&["--json", &config, "--strategy", "ddp"]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(v["total_size"], table["total"], "{name}");
+        assert_eq!(
+            v["per_gpu"]["setup"]["parameters"], model["parameters"],
+            "{name}: trained parameters"
+        );
+        assert_eq!(v["trained_parameters"], model["parameters"], "{name}");
+        // DDP holds fp32 weights: 4 bytes per trained parameter.
+        assert_eq!(
+            v["per_gpu"]["bytes"]["weights"].as_f64(),
+            model["parameters"].as_f64().map(|p| 4.0 * p),
+            "{name}"
+        );
+        let (v, code) = run_json(&["--json", &config, "--context", "1"]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(
+            v["per_gpu"]["bytes"]["weights"].as_f64(),
+            model["weight_bytes"].as_f64(),
+            "{name}: float16 weights served"
+        );
+    }
+    assert_eq!(trained[0]["parameters"], 222_903_552u64);
+}
+
+/// Tiny T5 (SDPA, dropout 0.1 as t5-small), Gemma-2 (eager; attention width 96 beside hidden
+/// 64) and Llama run with `attn_implementation: eager` from its config.
+fn attention_configs(dir: &Path) -> [PathBuf; 3] {
+    let t5 = dir.join("t5.json");
+    std::fs::write(&t5, json!({"model_type":"t5","vocab_size":1000,"d_model":64,"d_kv":16,"d_ff":128,"num_layers":2,"num_heads":4,"feed_forward_proj":"relu","decoder_start_token_id":0}).to_string()).expect("write");
+    let gemma2 = dir.join("gemma2.json");
+    std::fs::write(&gemma2, json!({"model_type":"gemma2","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":24}).to_string()).expect("write");
+    let llama = dir.join("llama_eager.json");
+    std::fs::write(&llama, json!({"model_type":"llama","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"attn_implementation":"eager"}).to_string()).expect("write");
+    [t5, gemma2, llama]
+}
+
+/// Issue 25 items 6 and 7: activations of T5 (its S x S relative position bias and
+/// cross-attention) and of eager attention (Gemma-2, which transformers never runs with SDPA;
+/// Llama when its config asks), against a real training step, up to sequences where the S x S
+/// terms weigh most; the exact components of T5 are those of its tied model.
+#[test]
+fn t5_and_eager_attention_activations_follow_a_real_training_step() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let [t5, gemma2, llama] = attention_configs(tmp.path());
+    let (rows, code) = measured_at(
+        &[&t5, &gemma2, &llama],
+        &["single"],
+        "fp32,bf16",
+        "1x64,2x256",
+        &[],
+    );
+    // 3 configs x 2 precisions x 2 points.
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    for r in &rows {
+        for k in ["weights", "gradients", "optimizer_states"] {
+            assert_eq!(
+                r[k]["estimate"].as_f64(),
+                r[k]["measured"].as_f64(),
+                "{k}: {r}"
+            );
+        }
+        let config = r["config"].as_str().unwrap_or("");
+        let expected = if config.ends_with("t5.json") {
+            "sdpa"
+        } else {
+            "eager"
+        };
+        assert_eq!(r["attn_implementation"], expected, "{r}");
+        let e = rel_error(r, "activations");
+        assert!(e.abs() <= 0.06, "activations off by {:.1}%: {r}", 100.0 * e);
+    }
+    assert_eq!(code, Some(0));
+}
+
+/// Issue 25 item 7: the verdict and the largest micro-batch follow the activations. With a GPU
+/// budget that a real Gemma-2 training step (eager attention, fp32, 256 tokens) fills at six
+/// samples, the estimate's largest micro-batch is six, give or take one.
+#[test]
+fn gemma2_largest_micro_batch_matches_what_is_measured() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let [_, gemma2, _] = attention_configs(tmp.path());
+    let (rows, code) = measured_at(&[&gemma2], &["single"], "fp32", "1x256,2x256", &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let m = |r: &Value, k: &str| r[k]["measured"].as_f64().unwrap_or(0.0);
+    let fixed = m(&rows[0], "weights") + m(&rows[0], "gradients") + m(&rows[0], "optimizer_states");
+    let (a1, a2) = (m(&rows[0], "activations"), m(&rows[1], "activations"));
+    // Measured: fixed + a1 + (b - 1)(a2 - a1); the budget fits b = 6 with half a sample to spare.
+    let budget = fixed + a1 + 5.5 * (a2 - a1);
+    let (v, code) = run_json(&[
+        "--json",
+        &gemma2.display().to_string(),
+        "--strategy",
+        "ddp",
+        "--num-gpus",
+        "1",
+        "--precision",
+        "fp32",
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "256",
+        "--gpu-memory",
+        &format!("{}", budget as u64),
+    ]);
+    assert_eq!(code, Some(0));
+    let largest = v["per_gpu"]["largest_batch_size"].as_u64().unwrap_or(0);
+    assert!(
+        (5..=7).contains(&largest),
+        "largest micro-batch {largest}: {v}"
+    );
+    // And the verdict at that batch and one past it.
+    let at = |b: u64| {
+        run(&[
+            &gemma2.display().to_string(),
+            "--strategy",
+            "ddp",
+            "--num-gpus",
+            "1",
+            "--precision",
+            "fp32",
+            "--batch-size",
+            &b.to_string(),
+            "--seq-len",
+            "256",
+            "--gpu-memory",
+            &format!("{}", budget as u64),
+        ])
+        .status
+        .code()
+    };
+    assert_eq!(at(largest), Some(0));
+    assert_eq!(at(largest + 1), Some(1));
+}
+
+/// Issue 25 item 7: the attention implementation comes from config.json or the flag, and one the
+/// family does not support is refused as transformers refuses it.
+#[test]
+fn attention_implementation_from_config_or_flag() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let [t5, gemma2, llama] = attention_configs(tmp.path());
+    let act = |config: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "--json".to_string(),
+            config.display().to_string(),
+            "--batch-size".into(),
+            "1".into(),
+            "--seq-len".into(),
+            "1024".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (v, code) = run_json(&args);
+        assert_eq!(code, Some(0), "{v}");
+        (
+            v["per_gpu"]["bytes"]["activations"].as_f64().unwrap_or(0.0),
+            v["per_gpu"]["setup"]["attn_implementation"].clone(),
+        )
+    };
+    // Gemma-2 runs eager; flash attention keeps no S x S probabilities, so less.
+    let (eager, name) = act(&gemma2, &[]);
+    assert_eq!(name, "eager");
+    let (flash, name) = act(&gemma2, &["--attn-implementation", "flash_attention_2"]);
+    assert_eq!(name, "flash_attention_2");
+    assert!(flash < eager, "{flash} {eager}");
+    // Llama's config asks for eager; the flag overrides it.
+    let (eager, name) = act(&llama, &[]);
+    assert_eq!(name, "eager");
+    let (sdpa, name) = act(&llama, &["--attn-implementation", "sdpa"]);
+    assert_eq!(name, "sdpa");
+    assert!(sdpa < eager);
+    // Unsupported: Gemma-2 has no SDPA, T5 no flash attention.
+    let out = run(&[
+        &gemma2.display().to_string(),
+        "--seq-len",
+        "8",
+        "--attn-implementation",
+        "sdpa",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--attn-implementation: gemma2 does not support `sdpa`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&[
+        &t5.display().to_string(),
+        "--seq-len",
+        "8",
+        "--attn-implementation",
+        "flash_attention_2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let bad = tmp.path().join("gemma2-sdpa.json");
+    std::fs::write(&bad, json!({"model_type":"gemma2","vocab_size":1000,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"attn_implementation":"sdpa"}).to_string()).expect("write");
+    let out = run(&[&bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("gemma2-sdpa.json")
+            && stderr(&out).contains("`attn_implementation`: gemma2 does not support `sdpa`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Issue 25 item 8: what transformers refuses (its config classes' `validate_architecture`, or
+/// its modelling code dividing by zero) is refused, naming the key; what it builds is sized as
+/// it builds it.
+#[test]
+fn configs_transformers_rejects_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let llama = json!({"model_type":"llama","vocab_size":1000,"hidden_size":4096,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":32,"num_key_value_heads":8});
+    let with = |base: &Value, changes: Value| {
+        let mut v = base.clone();
+        for (k, x) in changes.as_object().expect("object") {
+            v[k] = x.clone();
+        }
+        v
+    };
+    let refused = [
+        (
+            "llama-heads0",
+            with(&llama, json!({"num_attention_heads":0})),
+            "`num_attention_heads` is 0",
+        ),
+        (
+            "llama-heads31",
+            with(
+                &llama,
+                json!({"num_attention_heads":31,"num_key_value_heads":31}),
+            ),
+            "`hidden_size` (4096) is not a multiple of `num_attention_heads` (31)",
+        ),
+        (
+            "llama-kv0",
+            with(&llama, json!({"num_key_value_heads":0})),
+            "`num_key_value_heads` is 0",
+        ),
+        (
+            "gemma2-heads31",
+            with(
+                &llama,
+                json!({"model_type":"gemma2","num_attention_heads":31,"num_key_value_heads":31}),
+            ),
+            "`hidden_size` (4096) is not a multiple of `num_attention_heads` (31)",
+        ),
+        (
+            "gemma2-layer-types",
+            with(
+                &llama,
+                json!({"model_type":"gemma2","layer_types":["full_attention","sliding_attention"]}),
+            ),
+            "`layer_types` has 2 entries but `num_hidden_layers` is 1",
+        ),
+        (
+            "mixtral-heads0",
+            with(
+                &llama,
+                json!({"model_type":"mixtral","num_attention_heads":0}),
+            ),
+            "`num_attention_heads` is 0",
+        ),
+        (
+            "gpt2-heads",
+            json!({"model_type":"gpt2","vocab_size":1000,"n_embd":4096,"n_layer":1,"n_head":31}),
+            "`n_embd` (4096) is not a multiple of `n_head` (31)",
+        ),
+        (
+            "gpt-neox-heads",
+            json!({"model_type":"gpt_neox","vocab_size":1000,"hidden_size":4096,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":31}),
+            "`hidden_size` (4096) is not a multiple of `num_attention_heads` (31)",
+        ),
+        (
+            "bert-heads",
+            json!({"model_type":"bert","vocab_size":1000,"hidden_size":4096,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":31}),
+            "`hidden_size` (4096) is not a multiple of `num_attention_heads` (31)",
+        ),
+        (
+            "t5-proj",
+            json!({"model_type":"t5","vocab_size":1000,"d_model":64,"d_ff":128,"num_layers":1,"num_heads":4,"feed_forward_proj":"gated-gelu-new"}),
+            "`feed_forward_proj` is `gated-gelu-new`",
+        ),
+    ];
+    // Built by transformers: a width that is not whole heads where head_dim is derived by floor
+    // division (Mistral, Qwen2), grouped-query attention with whole groups.
+    let accepted = [
+        (
+            "mistral-heads31",
+            with(
+                &llama,
+                json!({"model_type":"mistral","num_attention_heads":31,"num_key_value_heads":31}),
+            ),
+        ),
+        (
+            "qwen2-heads31",
+            with(
+                &llama,
+                json!({"model_type":"qwen2","num_attention_heads":31,"num_key_value_heads":31}),
+            ),
+        ),
+        ("llama-kv4", with(&llama, json!({"num_key_value_heads":4}))),
+    ];
+    let mut jobs = Vec::new();
+    for (name, config) in refused
+        .iter()
+        .map(|(n, c, _)| (n, c))
+        .chain(accepted.iter().map(|(n, c)| (n, c)))
+    {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+        jobs.push(json!({"config": dir, "class": "AutoModel", "dtype": "float32", "catch": true}));
+    }
+    let transformers = trained_reference(tmp.path(), &Value::Array(jobs));
+    for ((name, _, key), t) in refused.iter().zip(&transformers) {
+        assert!(
+            t.get("error").is_some(),
+            "{name}: transformers built it: {t}"
+        );
+        let config = tmp.path().join(name).join("config.json");
+        let out = run(&[&config.display().to_string()]);
+        assert_eq!(out.status.code(), Some(3), "{name}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(key) && err.contains("config.json"),
+            "{name}: {err}\n(transformers: {t})"
+        );
+    }
+    for ((name, _), t) in accepted.iter().zip(&transformers[refused.len()..]) {
+        assert!(t.get("error").is_none(), "{name}: {t}");
+        let config = tmp.path().join(name).join("config.json");
+        let (v, code) = run_json(&["--json", &config.display().to_string()]);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(v["parameters"], t["parameters"], "{name}");
+    }
+    // Grouped-query attention with a remainder builds in transformers but cannot run: refused.
+    let dir = tmp.path().join("llama-kv3");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("config.json"),
+        with(&llama, json!({"num_key_value_heads":3})).to_string(),
+    )
+    .expect("write");
+    let out = run(&[&dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out)
+            .contains("`num_attention_heads` (32) is not a multiple of `num_key_value_heads` (3)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Issue 25 item 8: a config.json without `model_type` takes its family from `architectures`,
+/// for every model class transformers maps to one of the families with a formula.
+#[test]
+fn the_family_comes_from_architectures_without_model_type() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let families: Vec<&str> = vec![
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi3",
+        "gpt2",
+        "gpt_neox",
+        "bert",
+        "t5",
+        "gemma3",
+        "llava",
+        "qwen2_vl",
+        "qwen2_5_vl",
+    ];
+    let classes = trained_reference(
+        tmp.path(),
+        &json!([{"classes": true, "families": families}]),
+    );
+    let classes = classes[0]["classes"].as_object().expect("classes");
+    assert!(classes.len() > 80, "{classes:?}");
+    for (class, family) in classes {
+        let family = family.as_str().unwrap_or("");
+        let path = tmp.path().join(format!("{class}.json"));
+        // Dimensions every family reads; the multimodal ones take their parts' defaults.
+        std::fs::write(&path, json!({"architectures":[class],"vocab_size":100,"hidden_size":32,"n_embd":32,"d_model":32,"intermediate_size":64,"num_hidden_layers":1,"n_layer":1,"num_layers":1,"num_attention_heads":4,"n_head":4,"num_heads":4,"num_key_value_heads":2}).to_string()).expect("write");
+        let (v, code) = run_json(&["--json", &path.display().to_string()]);
+        assert_eq!(code, Some(0), "{class}");
+        assert_eq!(v["source"]["model_type"], family, "{class}");
+    }
+    // A class with no formula is named; so is a config that names no family at all.
+    let path = tmp.path().join("mamba.json");
+    std::fs::write(
+        &path,
+        json!({"architectures":["MambaForCausalLM"],"hidden_size":8}).to_string(),
+    )
+    .expect("write");
+    let out = run(&[&path.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("unknown architecture `MambaForCausalLM`"),
+        "{}",
+        stderr(&out)
+    );
+    let path = tmp.path().join("none.json");
+    std::fs::write(&path, json!({"hidden_size":8}).to_string()).expect("write");
+    let out = run(&[&path.display().to_string()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("names neither `model_type` nor `architectures`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Issue 25 item 9: an index whose weight_map is empty is an error, not an empty model.
+#[test]
+fn an_index_with_an_empty_weight_map_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("empty");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        json!({"metadata":{"total_size":0},"weight_map":{}}).to_string(),
+    )
+    .expect("write");
+    for target in [dir.clone(), dir.join("model.safetensors.index.json")] {
+        let out = run(&[&target.display().to_string()]);
+        assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+        assert!(
+            stderr(&out).contains("model.safetensors.index.json")
+                && stderr(&out).contains("`weight_map` is empty"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// Issue 25 item 9: HF_TOKEN_PATH names the token file, as huggingface_hub reads it (`~` and
+/// variables expanded); HUGGING_FACE_HUB_TOKEN stands in for HF_TOKEN.
+#[test]
+fn hf_token_path_and_the_older_token_variable_are_honoured() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("hub");
+    let repo = root.join("org/gated-model");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    std::fs::write(repo.join("config.json"), json!({"model_type":"gpt2","n_embd":8,"n_layer":1,"n_head":2,"vocab_size":10,"n_positions":4}).to_string()).expect("config");
+    let server = hub::serve(root);
+    let secrets = tmp.path().join("secrets");
+    std::fs::create_dir_all(&secrets).expect("mkdir");
+    std::fs::write(secrets.join("hf-token"), "sesame\r\n").expect("token");
+    // HF_HOME holds a wrong token: HF_TOKEN_PATH takes precedence over it.
+    let hf_home = tmp.path().join("hf");
+    std::fs::create_dir_all(&hf_home).expect("mkdir");
+    std::fs::write(hf_home.join("token"), "wrong\n").expect("token");
+    let home = hf_home.display().to_string();
+    let dir = tmp.path().display().to_string();
+    for path in [
+        "$SECRETS/hf-token",
+        "${SECRETS}/hf-token",
+        "~/secrets/hf-token",
+    ] {
+        let out = run_in(
+            tmp.path(),
+            &["org/gated-model"],
+            &[
+                ("HF_ENDPOINT", &server.url),
+                ("HF_HOME", &home),
+                ("HOME", &dir),
+                ("SECRETS", &secrets.display().to_string()),
+                ("HF_TOKEN_PATH", path),
+            ],
+        );
+        assert!(stdout(&out).contains("`org/gated-model`"), "{path}");
+    }
+    let out = run_in(
+        tmp.path(),
+        &["org/gated-model"],
+        &[
+            ("HF_ENDPOINT", &server.url),
+            ("HF_HOME", &home),
+            ("HUGGING_FACE_HUB_TOKEN", "sesame"),
+        ],
+    );
+    assert!(stdout(&out).contains("`org/gated-model`"));
+}
+
+/// Issue 25 item 9: the top-level JSON names what it counts: `parameters` the tensors of
+/// `total_size` (accelerate's model), `trained_parameters` the model trained.
+#[test]
+fn json_parameters_agree_with_total_size_and_trained_parameters_are_named() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (name, config) = configs()
+        .into_iter()
+        .find(|c| c.0 == "llama-3.1-8b")
+        .expect("case");
+    let path = tmp.path().join("config.json");
+    std::fs::write(&path, config.to_string()).expect("write");
+    let (v, code) = run_json(&["--json", &path.display().to_string()]);
+    assert_eq!(code, Some(0), "{name}");
+    // LlamaModel of Llama-3.1-8B: 7 504 924 672 fp32 parameters, plus 64 rotary frequencies (two
+    // float32 buffers of 64) in total_size.
+    assert_eq!(v["parameters"], 7_504_924_672u64);
+    assert_eq!(
+        v["total_size"].as_f64(),
+        Some(4.0 * 7_504_924_672.0 + 2.0 * 64.0 * 4.0)
+    );
+    assert_eq!(v["trained_parameters"], 8_030_261_248u64);
+}
+
+/// Issue 25 item 9: a config.json that is there but describes no attention (Mamba) is named for
+/// what it lacks, without the hint to add a config.json.
+#[test]
+fn a_state_space_model_is_told_it_has_no_kv_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("mamba");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("config.json"), json!({"model_type":"mamba","hidden_size":768,"num_hidden_layers":24,"vocab_size":50280,"state_size":16}).to_string()).expect("write");
+    write_safetensors(&dir.join("model.safetensors"), &[("w", "F32", vec![4])]);
+    let out = run(&[&dir.display().to_string(), "--context", "100"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(!err.contains("put the model's config.json"), "{err}");
+    assert!(!err.contains("hidden size"), "{err}");
+    assert!(
+        err.contains("names no attention heads")
+            && err.contains("state-space model keeps no KV cache"),
+        "{err}"
+    );
+    // Without a config.json the hint to add one stays.
+    let lone = tmp.path().join("lone");
+    std::fs::create_dir_all(&lone).expect("mkdir");
+    write_safetensors(&lone.join("model.safetensors"), &[("w", "F32", vec![4])]);
+    let out = run(&[&lone.display().to_string(), "--context", "100"]);
+    assert!(
+        stderr(&out).contains("put the model's config.json"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -8,9 +8,16 @@ fbgemm_fp8: the modules are swapped before weights load), and reports:
   weight_bytes: parameters at their own element size, plus floating-point buffers at `dtype`'s
   (accel-estimate-memory's convention; integer buffers at their own size).
 
+With "catch": true a job that transformers refuses (its config class or its modelling code
+raising) reports {"error": "ExceptionType: message"} instead.
+A job {"classes": true} reports {"classes": {CLASS: MODEL_TYPE}}: every model class of
+transformers' auto mappings that one of `families` defines, with that model_type.
+
 usage: estimate_trained_reference.py JOBS.json
-JOBS.json: [{"config": PATH, "class": NAME?, "dtype": NAME?}, ...]
-prints: one JSON list of {"class": str, "parameters": int, "weight_bytes": int}
+JOBS.json: [{"config": PATH, "class": NAME?, "dtype": NAME?, "catch": BOOL?}
+            | {"classes": true, "families": [MODEL_TYPE, ...]}, ...]
+prints: one JSON list of {"class": str, "parameters": int, "weight_bytes": int} | {"error": str}
+        | {"classes": {...}}
 """
 import json
 import sys
@@ -50,6 +57,42 @@ def run(job):
     }
 
 
+def classes(job):
+    import transformers.models.auto.modeling_auto as auto
+
+    types = {}
+    for name in dir(auto):
+        mapping = getattr(auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(mapping, dict):
+            for model_type, cls in mapping.items():
+                for c in cls if isinstance(cls, (list, tuple)) else [cls]:
+                    types.setdefault(c, set()).add(model_type)
+    wanted = set(job["families"])
+    # A class shared with families without a formula (LlamaForCausalLM also serves exaone's
+    # mapping) belongs to the family here whose package (that of its config class) defines it.
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    package = {f: CONFIG_MAPPING[f].__module__.rsplit(".", 1)[0] for f in wanted}
+    out = {}
+    for c, t in sorted(types.items()):
+        cls = getattr(transformers, c, None)
+        for family in t & wanted:
+            if cls is not None and cls.__module__.rsplit(".", 1)[0] == package[family]:
+                out[c] = family
+    return {"classes": out}
+
+
+def one(job):
+    if job.get("classes"):
+        return classes(job)
+    if not job.get("catch"):
+        return run(job)
+    try:
+        return run(job)
+    except Exception as e:  # transformers' refusal, whatever its type
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 with open(sys.argv[1]) as f:
     jobs = json.load(f)
-print(json.dumps([run(job) for job in jobs]))
+print(json.dumps([one(job) for job in jobs]))

@@ -4,6 +4,7 @@ use clap::Parser;
 
 use super::ToolDoc;
 use crate::env_vars::Group;
+use crate::estimate::arch::Attention;
 use crate::estimate::input::From;
 use crate::estimate::per_gpu::{Precision, StoreDtype, Strategy, FORMULAS};
 use crate::estimate::table::TableDtype;
@@ -88,6 +89,17 @@ pub struct EstimateCli {
     /// Activation (gradient) checkpointing: keep only each layer's input.
     #[arg(long = "grad_checkpointing", visible_alias = "grad-checkpointing")]
     pub grad_checkpointing: bool,
+
+    /// Attention implementation the model is trained with, as transformers names it (default:
+    /// config.json's attn_implementation, else what transformers picks: sdpa, or eager for a
+    /// family without SDPA such as gemma2).
+    #[arg(
+        long = "attn_implementation",
+        visible_alias = "attn-implementation",
+        value_enum,
+        value_name = "IMPL"
+    )]
+    pub attn_implementation: Option<Attention>,
 
     /// Inference: KV cache for this many tokens per sequence.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]

@@ -64,14 +64,163 @@ pub struct Dims {
     /// Values cached per token per layer: 2 x kv heads x head dim, or for multi-head latent attention
     /// (DeepSeek-V2/V3) the compressed latent, kv_lora_rank + qk_rope_head_dim.
     pub kv_per_token: u64,
+    /// The attention transformers runs: config.json's `attn_implementation`, else SDPA where the
+    /// family supports it, else eager (what `PreTrainedModel._check_and_adjust_attn_implementation`
+    /// picks). Eager attention stores the S x S probabilities for backward; SDPA and flash kernels
+    /// do not.
+    pub attn_implementation: Attention,
+    /// Gemma-2's `attn_logit_softcapping`: eager attention also keeps the tanh of the scores.
+    pub attention_softcap: bool,
+    /// Gemma-2's `final_logit_softcapping`: the logits pass through a tanh too.
+    pub final_softcap: bool,
+    /// Gemma-2 and Gemma 3 norm both sides of the attention and the MLP (four norms per layer).
+    pub sandwich_norms: bool,
+    /// An encoder-decoder (T5): how many of `num_layers` are decoder layers, each with a
+    /// cross-attention over the encoder's output.
+    pub decoder_layers: u64,
+    /// T5's `dropout_rate` > 0: dropout after the embeddings, attention, MLP and residual branches.
+    pub hidden_dropout: bool,
+}
+
+/// An attention implementation as transformers names it (`attn_implementation`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum Attention {
+    /// transformers' own `eager_attention_forward`: matmul, softmax, dropout, matmul.
+    #[value(name = "eager")]
+    #[serde(rename = "eager")]
+    Eager,
+    /// torch's scaled_dot_product_attention.
+    #[default]
+    #[value(name = "sdpa")]
+    #[serde(rename = "sdpa")]
+    Sdpa,
+    /// The flash-attn 2 package's kernels.
+    #[value(name = "flash_attention_2")]
+    #[serde(rename = "flash_attention_2")]
+    FlashAttention2,
+    /// The flash-attn 3 package's kernels (Hopper).
+    #[value(name = "flash_attention_3")]
+    #[serde(rename = "flash_attention_3")]
+    FlashAttention3,
+    /// torch's flex_attention.
+    #[value(name = "flex_attention")]
+    #[serde(rename = "flex_attention")]
+    FlexAttention,
+}
+
+impl Attention {
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Eager => "eager",
+            Attention::Sdpa => "sdpa",
+            Attention::FlashAttention2 => "flash_attention_2",
+            Attention::FlashAttention3 => "flash_attention_3",
+            Attention::FlexAttention => "flex_attention",
+        }
+    }
+
+    /// The implementation a config.json names; `paged|` (transformers' paged cache) changes no kernel.
+    fn parse(name: &str) -> Option<Attention> {
+        let name = name.strip_prefix("paged|").unwrap_or(name);
+        [
+            Attention::Eager,
+            Attention::Sdpa,
+            Attention::FlashAttention2,
+            Attention::FlashAttention3,
+            Attention::FlexAttention,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name)
+    }
+
+    /// Whether transformers 5's modelling code of `model_type` runs it (its `_supports_sdpa`,
+    /// `_supports_flash_attn`, `_supports_flex_attn`); requesting one it does not support is an
+    /// error there.
+    pub fn supported_by(self, model_type: &str) -> bool {
+        match self {
+            Attention::Eager => true,
+            Attention::Sdpa => model_type != "gemma2",
+            // Gemma3ForConditionalGeneration: flash attention drops the bidirectional image mask.
+            Attention::FlashAttention2 | Attention::FlashAttention3 => {
+                !matches!(model_type, "t5" | "gemma3")
+            }
+            Attention::FlexAttention => !matches!(model_type, "gpt2" | "qwen2_vl" | "qwen2_5_vl"),
+        }
+    }
+
+    /// What transformers picks when nothing is requested: SDPA, else eager.
+    pub fn default_for(model_type: &str) -> Attention {
+        if Attention::Sdpa.supported_by(model_type) {
+            Attention::Sdpa
+        } else {
+            Attention::Eager
+        }
+    }
 }
 
 /// A config.json, read.
 pub struct Config {
     map: Map<String, Value>,
+    /// `model_type`, or the family of the class `architectures` names when it is absent.
     pub model_type: String,
+    /// The first class `architectures` names, when the config has no `model_type`.
+    pub architecture: Option<String>,
     /// The file it came from, for messages.
     pub source: String,
+}
+
+/// transformers' class-name prefixes of the families with formulas, longest first so that
+/// `Qwen2Moe` wins over `Qwen2`; a class is the prefix followed by its head (`ForCausalLM`,
+/// `Model`, `LMHeadModel`, `ForConditionalGeneration`...). From the auto mappings of transformers
+/// 5 (`models/auto/modeling_auto.py`), where each such class maps to the family's model_type.
+const CLASS_PREFIXES: &[(&str, &str)] = &[
+    ("Qwen2_5_VL", "qwen2_5_vl"),
+    ("Gemma3Text", "gemma3_text"),
+    ("Qwen2Moe", "qwen2_moe"),
+    ("Qwen3Moe", "qwen3_moe"),
+    ("GPTNeoX", "gpt_neox"),
+    ("Mistral", "mistral"),
+    ("Mixtral", "mixtral"),
+    ("Qwen2VL", "qwen2_vl"),
+    ("Gemma2", "gemma2"),
+    ("Gemma3", "gemma3"),
+    ("Llama", "llama"),
+    ("Llava", "llava"),
+    ("Gemma", "gemma"),
+    ("Qwen2", "qwen2"),
+    ("Qwen3", "qwen3"),
+    ("Phi3", "phi3"),
+    ("GPT2", "gpt2"),
+    ("Bert", "bert"),
+    ("T5", "t5"),
+];
+
+/// The family of a transformers model class (`LlamaForCausalLM` → `llama`), for a config.json that
+/// names `architectures` but no `model_type`.
+pub fn family_of_class(class: &str) -> Option<&'static str> {
+    // The text-only Gemma 3 causal LM is the one class of `gemma3_text` without `Text` in its name.
+    if class == "Gemma3ForCausalLM" {
+        return Some("gemma3_text");
+    }
+    CLASS_PREFIXES.iter().find_map(|(prefix, family)| {
+        let head = class.strip_prefix(prefix)?;
+        (head.starts_with("For")
+            || matches!(
+                head,
+                "Model" | "LMHeadModel" | "EncoderModel" | "PreTrainedModel"
+            ))
+        .then_some(*family)
+    })
 }
 
 impl Config {
@@ -86,16 +235,103 @@ impl Config {
                 reason: "not a JSON object".into(),
             });
         };
-        let model_type = map
+        let mut model_type = map
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        let mut architecture = None;
+        if model_type.is_empty() {
+            let classes: Vec<&str> = map
+                .get("architectures")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            architecture = classes.first().map(|c| c.to_string());
+            if let Some(family) = classes.iter().find_map(|c| family_of_class(c)) {
+                model_type = family.to_string();
+            }
+        }
         Ok(Config {
             map,
             model_type,
+            architecture,
             source: source.to_string(),
         })
+    }
+
+    /// How messages name the family: `model_type`, else the class `architectures` names.
+    pub fn family_name(&self) -> String {
+        match (&self.architecture, self.model_type.is_empty()) {
+            (Some(class), true) => class.clone(),
+            _ => self.model_type.clone(),
+        }
+    }
+
+    /// An error about this config.
+    fn refuse(&self, reason: String) -> EstimateError {
+        EstimateError::BadConfig {
+            path: self.source.clone(),
+            reason,
+        }
+    }
+
+    /// What transformers refuses about a width and its attention heads, naming the keys: no
+    /// width, no heads (its modelling code divides by them: ZeroDivisionError), and where the
+    /// family requires it a width that is not a whole number of heads (`validate_architecture`:
+    /// "The hidden size (…) is not a multiple of the number of attention heads (…)").
+    fn check_attention(
+        &self,
+        (width_key, width): (&str, u64),
+        (heads_key, heads): (&str, u64),
+        whole_heads: bool,
+    ) -> Result<(), EstimateError> {
+        if width == 0 {
+            return Err(self.refuse(format!("`{width_key}` is 0: the model has no width")));
+        }
+        if heads == 0 {
+            return Err(self.refuse(format!(
+                "`{heads_key}` is 0: attention needs at least one head (transformers divides by it)"
+            )));
+        }
+        if whole_heads && width % heads != 0 {
+            return Err(self.refuse(format!(
+                "`{width_key}` ({width}) is not a multiple of `{heads_key}` ({heads}), as transformers requires for {}",
+                self.model_type
+            )));
+        }
+        Ok(())
+    }
+
+    /// Grouped-query attention: every key/value head serves a whole group of query heads
+    /// (transformers' `num_key_value_groups = heads // kv_heads`: 0 divides by zero, and a
+    /// remainder leaves query heads without keys at the first forward).
+    fn check_kv_heads(&self, heads: u64, kv: u64) -> Result<(), EstimateError> {
+        if kv == 0 {
+            return Err(self.refuse(
+                "`num_key_value_heads` is 0: attention needs at least one key/value head (transformers divides by it)".into(),
+            ));
+        }
+        if heads % kv != 0 {
+            return Err(self.refuse(format!(
+                "`num_attention_heads` ({heads}) is not a multiple of `num_key_value_heads` ({kv}): each key/value head must serve a whole group of query heads"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `layer_types`, where given, names one attention type per layer (transformers'
+    /// `validate_layer_type`).
+    fn check_layer_types(&self, layers: u64) -> Result<(), EstimateError> {
+        if let Some(list) = self.get("layer_types").and_then(Value::as_array) {
+            if list.len() as u64 != layers {
+                return Err(self.refuse(format!(
+                    "`layer_types` has {} entries but `num_hidden_layers` is {layers}: one per layer",
+                    list.len()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The language model's config: the top level, or `text_config` where a multimodal config
@@ -115,6 +351,7 @@ impl Config {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
+            architecture: None,
             map: map.clone(),
             source: format!("{} ({key})", self.source),
         })
@@ -125,6 +362,7 @@ impl Config {
         Config {
             map,
             model_type: model_type.to_string(),
+            architecture: None,
             source,
         }
     }
@@ -185,6 +423,14 @@ impl Config {
         })
     }
 
+    /// A soft-capping value (Gemma-2's): on unless the key is present and null, or 0.
+    fn softcap(&self, key: &str) -> bool {
+        match self.map.get(key) {
+            None => true,
+            Some(v) => v.as_f64().is_some_and(|x| x != 0.0),
+        }
+    }
+
     pub fn flag(&self, key: &str, default: bool) -> bool {
         self.get(key).and_then(Value::as_bool).unwrap_or(default)
     }
@@ -226,6 +472,10 @@ pub struct Built {
     /// The causal-LM head when it is a weight of its own (untied): what
     /// `AutoModelForCausalLM` adds to the base model, and what training updates.
     pub head: Vec<Tensor>,
+    /// Tensors of `tensors` that the trained model ties to another one (T5's per-stack
+    /// `embed_tokens` are `shared`): one parameter there, though accelerate's untied empty model
+    /// counts each.
+    pub tied: Vec<String>,
 }
 
 struct Out(Vec<Tensor>);
@@ -234,8 +484,12 @@ impl Out {
     fn w(&mut self, name: String, shape: &[u64]) {
         self.0.push(Tensor::new(name, shape));
     }
+    /// A weight of a matrix product (autocast casts it).
+    fn mm(&mut self, name: String, shape: &[u64]) {
+        self.0.push(Tensor::matmul(name, shape));
+    }
     fn linear(&mut self, prefix: &str, inp: u64, out: u64, bias: bool) {
-        self.w(format!("{prefix}.weight"), &[out, inp]);
+        self.mm(format!("{prefix}.weight"), &[out, inp]);
         if bias {
             self.w(format!("{prefix}.bias"), &[out]);
         }
@@ -243,7 +497,7 @@ impl Out {
     /// GPT-2's Conv1D (transformers/pytorch_utils.py): the weight is stored (in, out), the
     /// transpose of nn.Linear's; FSDP2 shards it on `in`.
     fn conv1d(&mut self, prefix: &str, inp: u64, out: u64) {
-        self.w(format!("{prefix}.weight"), &[inp, out]);
+        self.mm(format!("{prefix}.weight"), &[inp, out]);
         self.w(format!("{prefix}.bias"), &[out]);
     }
     fn norm(&mut self, prefix: &str, h: u64, bias: bool) {
@@ -283,6 +537,23 @@ impl Out {
 /// that accelerate then builds instead.
 pub fn build(config: &Config) -> Result<Built, EstimateError> {
     let mut built = build_base(config)?;
+    built.dims.attn_implementation = attention_of(config)?;
+    // A tied LM head is the input embedding used as a linear layer: autocast casts it for that.
+    if built.head.is_empty() && config.model_type != "bert" {
+        let embedding = built.tensors.iter_mut().find(|t| {
+            [
+                "embed_tokens.weight",
+                "wte.weight",
+                "shared.weight",
+                "embed_in.weight",
+            ]
+            .iter()
+            .any(|n| t.name == *n || t.name.ends_with(&format!(".{n}")))
+        });
+        if let Some(e) = embedding {
+            e.matmul = true;
+        }
+    }
     let tensor_elements = built
         .tensors
         .iter()
@@ -303,12 +574,56 @@ pub fn build(config: &Config) -> Result<Built, EstimateError> {
     Ok(built)
 }
 
+/// The attention transformers runs for `config`: its `attn_implementation` (a name, or a dict
+/// per sub-config whose `""` or `text_config` entry applies to the language model), else the
+/// family's default. A name the family does not support is refused, as transformers refuses it.
+pub fn attention_of(config: &Config) -> Result<Attention, EstimateError> {
+    let requested = match config.get("attn_implementation") {
+        None => None,
+        Some(Value::String(name)) => Some(name.as_str()),
+        Some(Value::Object(per)) => ["", "text_config"]
+            .iter()
+            .find_map(|k| per.get(*k).and_then(Value::as_str)),
+        Some(other) => {
+            return Err(config.refuse(format!("`attn_implementation` is not a string: {other}")))
+        }
+    };
+    let Some(name) = requested else {
+        return Ok(Attention::default_for(&config.model_type));
+    };
+    let attention = Attention::parse(name).ok_or_else(|| {
+        config.refuse(format!(
+            "`attn_implementation` is `{name}`; the ones sized here are eager, sdpa, flash_attention_2, flash_attention_3 and flex_attention"
+        ))
+    })?;
+    check_supported(attention, &config.model_type)
+        .map_err(|reason| config.refuse(format!("`attn_implementation`: {reason}")))?;
+    Ok(attention)
+}
+
+/// Whether the family runs `attention`; the reason when it does not.
+pub fn check_supported(attention: Attention, model_type: &str) -> Result<(), String> {
+    if attention.supported_by(model_type) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{model_type} does not support `{}` in transformers (its modelling code sets it off); use {}",
+            attention.name(),
+            if Attention::Sdpa.supported_by(model_type) {
+                "sdpa or eager"
+            } else {
+                "eager"
+            }
+        ))
+    }
+}
+
 /// The untied LM head: `lm_head.weight` [vocab, hidden], no bias.
 fn lm_head(c: &Config, tied_default: bool, v: u64, h: u64) -> Vec<Tensor> {
     if c.tied_embeddings(tied_default) {
         Vec::new()
     } else {
-        vec![Tensor::new("lm_head.weight", &[v, h])]
+        vec![Tensor::matmul("lm_head.weight", &[v, h])]
     }
 }
 
@@ -321,8 +636,12 @@ fn build_base(config: &Config) -> Result<Built, EstimateError> {
         "gpt_neox" => gpt_neox(config),
         "bert" => bert(config),
         "t5" => t5(config),
-        other => Err(EstimateError::UnknownArchitecture {
-            model_type: other.to_string(),
+        "" if config.architecture.is_none() => Err(config.refuse(
+            "it names neither `model_type` nor `architectures`, so the model family is unknown"
+                .into(),
+        )),
+        _ => Err(EstimateError::UnknownArchitecture {
+            model_type: config.family_name(),
         }),
     }
 }
@@ -378,6 +697,16 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
     };
     let sparse_step = c.uint(&["decoder_sparse_step"], Some(1))?.max(1);
     let mlp_only = c.uint_list("mlp_only_layers");
+    // LlamaConfig, Gemma2Config and Gemma3TextConfig check the width (`validate_architecture`);
+    // the others derive head_dim by floor division and build.
+    let whole_heads = matches!(t, "llama" | "gemma2" | "gemma3_text");
+    c.check_attention(
+        ("hidden_size", h),
+        ("num_attention_heads", heads),
+        whole_heads,
+    )?;
+    c.check_kv_heads(heads, kv)?;
+    c.check_layer_types(layers)?;
 
     let mut o = Out(Vec::new());
     o.w("embed_tokens.weight".into(), &[v, h]);
@@ -404,7 +733,7 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
         let sparse = experts > 0
             && (t == "mixtral" || (!mlp_only.contains(&i) && (i + 1) % sparse_step == 0));
         if sparse {
-            o.w(format!("{m}.gate.weight"), &[experts, h]);
+            o.mm(format!("{m}.gate.weight"), &[experts, h]);
             o.w(
                 format!("{m}.experts.gate_up_proj"),
                 &[experts, 2 * moe_inter, h],
@@ -473,8 +802,14 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
             experts,
             attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
             kv_per_token: 2 * kv * hd,
+            // Gemma2Config's defaults: 50.0 and 30.0; null turns each off.
+            attention_softcap: t == "gemma2" && c.softcap("attn_logit_softcapping"),
+            final_softcap: t == "gemma2" && c.softcap("final_logit_softcapping"),
+            sandwich_norms: matches!(t, "gemma2" | "gemma3_text"),
+            ..Dims::default()
         },
         head: lm_head(c, matches!(t, "gemma" | "gemma2" | "gemma3_text"), v, h),
+        tied: Vec::new(),
     })
 }
 
@@ -515,6 +850,18 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
     let heads = c.uint(&["n_head", "num_attention_heads"], Some(12))?;
     let positions = c.uint(&["n_positions", "max_position_embeddings"], Some(1024))?;
     let inner = c.uint(&["n_inner"], Some(4 * h))?;
+    // GPT2Attention: "`embed_dim` must be divisible by num_heads".
+    let width_key = if c.get("n_embd").is_some() {
+        "n_embd"
+    } else {
+        "hidden_size"
+    };
+    let heads_key = if c.get("n_head").is_some() {
+        "n_head"
+    } else {
+        "num_attention_heads"
+    };
+    c.check_attention((width_key, h), (heads_key, heads), true)?;
     let mut o = Out(Vec::new());
     o.w("wte.weight".into(), &[v, h]);
     o.w("wpe.weight".into(), &[positions, h]);
@@ -548,8 +895,10 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
             experts: 0,
             attention_dropout: c.float("attn_pdrop").unwrap_or(0.1) > 0.0,
             kv_per_token: 2 * h,
+            ..Dims::default()
         },
         head: lm_head(c, true, v, h),
+        tied: Vec::new(),
     })
 }
 
@@ -560,6 +909,7 @@ fn gpt_neox(c: &Config) -> Result<Built, EstimateError> {
     let heads = c.uint(&["num_attention_heads"], None)?;
     let inter = c.uint(&["intermediate_size"], None)?;
     let bias = c.flag("attention_bias", true);
+    c.check_attention(("hidden_size", h), ("num_attention_heads", heads), true)?;
     let hd = h / heads.max(1);
     let mut o = Out(Vec::new());
     o.w("embed_in.weight".into(), &[v, h]);
@@ -594,12 +944,14 @@ fn gpt_neox(c: &Config) -> Result<Built, EstimateError> {
             experts: 0,
             attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
             kv_per_token: 2 * h,
+            ..Dims::default()
         },
         head: if c.tied_embeddings(false) {
             Vec::new()
         } else {
-            vec![Tensor::new("embed_out.weight", &[v, h])]
+            vec![Tensor::matmul("embed_out.weight", &[v, h])]
         },
+        tied: Vec::new(),
     })
 }
 
@@ -611,6 +963,13 @@ fn bert(c: &Config) -> Result<Built, EstimateError> {
     let inter = c.uint(&["intermediate_size"], Some(3072))?;
     let positions = c.uint(&["max_position_embeddings"], Some(512))?;
     let types = c.uint(&["type_vocab_size"], Some(2))?;
+    // BertSelfAttention refuses a width that is not whole heads unless the config sets
+    // `embedding_size`.
+    c.check_attention(
+        ("hidden_size", h),
+        ("num_attention_heads", heads),
+        c.get("embedding_size").is_none(),
+    )?;
     let mut o = Out(Vec::new());
     o.w("embeddings.word_embeddings.weight".into(), &[v, h]);
     o.w(
@@ -664,8 +1023,10 @@ fn bert(c: &Config) -> Result<Built, EstimateError> {
             experts: 0,
             attention_dropout: c.float("attention_probs_dropout_prob").unwrap_or(0.1) > 0.0,
             kv_per_token: 2 * h,
+            ..Dims::default()
         },
         head: Vec::new(),
+        tied: Vec::new(),
     })
 }
 
@@ -678,10 +1039,22 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
     let dec_layers = c.uint(&["num_decoder_layers"], Some(enc_layers))?;
     let heads = c.uint(&["num_heads"], Some(8))?;
     let buckets = c.uint(&["relative_attention_num_buckets"], Some(32))?;
-    let gated = c
-        .get("feed_forward_proj")
-        .and_then(Value::as_str)
-        .is_some_and(|s| s.starts_with("gated-"));
+    let proj = match c.get("feed_forward_proj") {
+        None => "relu",
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| c.refuse(format!("`feed_forward_proj` is not a string: {v}")))?,
+    };
+    // T5Config.validate_architecture: `gated-{ACT_FN}` or `{ACT_FN}`.
+    let parts: Vec<&str> = proj.split('-').collect();
+    if (parts.len() > 1 && parts[0] != "gated") || parts.len() > 2 {
+        return Err(c.refuse(format!(
+            "`feed_forward_proj` is `{proj}`: not a valid activation; use `gated-{{ACT_FN}}` or `{{ACT_FN}}`, e.g. `gated-gelu` or `relu`"
+        )));
+    }
+    let gated = parts.len() == 2;
+    // T5Attention reshapes by `num_heads`; with none there is no attention to run.
+    c.check_attention(("d_model", d), ("num_heads", heads), false)?;
     let inner = heads * dkv;
     let mut o = Out(Vec::new());
     // Under `init_empty_weights` transformers 5 leaves the embeddings untied, so accelerate counts
@@ -745,8 +1118,18 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
             experts: 0,
             attention_dropout: c.float("dropout_rate").unwrap_or(0.1) > 0.0,
             kv_per_token: 2 * inner,
+            decoder_layers: dec_layers,
+            hidden_dropout: c.float("dropout_rate").unwrap_or(0.1) > 0.0,
+            ..Dims::default()
         },
+        // T5ForConditionalGeneration ties both stacks' embed_tokens and, in transformers 5,
+        // always the LM head to `shared` (T5Config forces tie_word_embeddings; a `false` in the
+        // config only turns off the decoder output scaling).
         head: Vec::new(),
+        tied: vec![
+            "encoder.embed_tokens.weight".into(),
+            "decoder.embed_tokens.weight".into(),
+        ],
     })
 }
 
@@ -766,21 +1149,51 @@ pub fn no_split_for(model_type: Option<&str>, tensors: &[Tensor]) -> NoSplit {
     NoSplit { patterns }
 }
 
-/// Dimensions of an architecture without a formula, from the keys most configs use.
-pub fn generic_dims(c: &Config) -> Option<Dims> {
-    let h = c.uint(&["hidden_size", "n_embd", "d_model"], None).ok()?;
-    let layers = c
-        .uint(&["num_hidden_layers", "n_layer", "num_layers"], None)
-        .ok()?;
-    let heads = c
-        .uint(&["num_attention_heads", "n_head", "num_heads"], None)
-        .ok()?;
-    let kv = c.uint(&["num_key_value_heads"], Some(heads)).ok()?;
-    let hd = c.uint(&["head_dim"], Some(h / heads.max(1))).ok()?;
-    let v = c.uint(&["vocab_size"], Some(0)).ok()?;
+/// Dimensions of an architecture without a formula, from the keys most configs use; else what
+/// the config lacks, for the message.
+pub fn generic_dims(c: &Config) -> Result<Dims, String> {
+    let need = |keys: &[&str], what: &str| -> Result<u64, String> {
+        match c.uint(keys, None) {
+            Ok(n) => Ok(n),
+            Err(EstimateError::BadConfig { reason, .. })
+                if keys.iter().any(|k| c.get(k).is_some()) =>
+            {
+                Err(reason)
+            }
+            Err(_) => Err(format!(
+                "names no {what} ({})",
+                keys.iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    };
+    let h = need(&["hidden_size", "n_embd", "d_model"], "hidden size")?;
+    let layers = need(
+        &["num_hidden_layers", "n_layer", "num_layers"],
+        "layer count",
+    )?;
+    let heads = need(&["num_attention_heads", "n_head", "num_heads"], "attention heads")
+        .map_err(|reason| {
+            // Mamba, RWKV and the like: a recurrent state instead of attention.
+            let ssm = ["state_size", "ssm_state_size", "d_state", "mamba_d_state"]
+                .iter()
+                .any(|k| c.get(k).is_some())
+                || ["mamba", "rwkv"].iter().any(|m| c.model_type.contains(m));
+            if ssm {
+                format!("{reason}: a state-space model keeps no KV cache and no attention scores, and its recurrent state is not modelled")
+            } else {
+                reason
+            }
+        })?;
+    let bad = |e: EstimateError| e.to_string();
+    let kv = c.uint(&["num_key_value_heads"], Some(heads)).map_err(bad)?;
+    let hd = c.uint(&["head_dim"], Some(h / heads.max(1))).map_err(bad)?;
+    let v = c.uint(&["vocab_size"], Some(0)).map_err(bad)?;
     let inter = c
         .uint(&["intermediate_size", "n_inner", "ffn_dim"], Some(4 * h))
-        .ok()?;
+        .map_err(bad)?;
     // Multi-head latent attention (transformers' DeepseekV2/V3 attention) caches the compressed
     // KV latent and the shared rotary key: kv_lora_rank + qk_rope_head_dim values per token.
     let kv_per_token = match (
@@ -790,7 +1203,7 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
         (Some(rank), Some(rope)) => rank + rope,
         _ => 2 * kv * hd,
     };
-    Some(Dims {
+    Ok(Dims {
         model_type: c.model_type.clone(),
         hidden_size: h,
         num_layers: layers,
@@ -805,6 +1218,7 @@ pub fn generic_dims(c: &Config) -> Option<Dims> {
         experts: 0,
         attention_dropout: false,
         kv_per_token,
+        ..Dims::default()
     })
 }
 
@@ -933,7 +1347,7 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
             patterns.extend(["embeddings", "head"]);
             let p = "multi_modal_projector";
             if t == "gemma3" {
-                o.w(format!("{p}.mm_input_projection_weight"), &[vh, th]);
+                o.mm(format!("{p}.mm_input_projection_weight"), &[vh, th]);
                 o.norm(&format!("{p}.mm_soft_emb_norm"), vh, false);
             } else {
                 let layers = match c.get("vision_feature_layer") {
@@ -968,8 +1382,9 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
         head: if tied {
             Vec::new()
         } else {
-            vec![Tensor::new("lm_head.weight", &[v, th])]
+            vec![Tensor::matmul("lm_head.weight", &[v, th])]
         },
+        tied: Vec::new(),
     })
 }
 
@@ -994,7 +1409,7 @@ fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
     if !siglip {
         o.w(format!("{p}.embeddings.class_embedding"), &[h]);
     }
-    o.w(
+    o.mm(
         format!("{p}.embeddings.patch_embedding.weight"),
         &[h, channels, patch, patch],
     );
@@ -1028,7 +1443,7 @@ fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
         // SiglipMultiheadAttentionPoolingHead: a probe token and torch's MultiheadAttention.
         let hp = format!("{p}.head");
         o.w(format!("{hp}.probe"), &[1, 1, h]);
-        o.w(format!("{hp}.attention.in_proj_weight"), &[3 * h, h]);
+        o.mm(format!("{hp}.attention.in_proj_weight"), &[3 * h, h]);
         o.w(format!("{hp}.attention.in_proj_bias"), &[3 * h]);
         o.linear(&format!("{hp}.attention.out_proj"), h, h, true);
         o.layer_norm(&format!("{hp}.layernorm"), h);
@@ -1059,7 +1474,7 @@ fn qwen2_vl_vision(o: &mut Out, c: &Config, v2_5: bool) -> Result<(), EstimateEr
         (e, out, (e as f64 * ratio) as u64)
     };
     let p = "visual";
-    o.w(
+    o.mm(
         format!("{p}.patch_embed.proj.weight"),
         &[e, channels, temporal, patch, patch],
     );

@@ -100,7 +100,8 @@ impl Diagnostic for EstimateError {
             EstimateError::NoInput { .. } => vec![
                 "give a path to a .safetensors file, a model directory or a config.json, or a Hub id like `org/name`".into(),
             ],
-            EstimateError::NeedsConfig { .. } => vec![
+            // Only a missing config.json is mended by adding one.
+            EstimateError::NeedsConfig { reason, .. } if reason == "has no config.json" => vec![
                 "put the model's config.json next to the weights, or pass the config.json".into(),
             ],
             EstimateError::HubOffline { .. } | EstimateError::HubUnreachable { .. } => vec![

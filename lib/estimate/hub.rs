@@ -1,7 +1,7 @@
 //! The Hub, touched as lightly as possible: `config.json`, the shard index, and of each safetensors
 //! file only its header, fetched with two HTTP range requests (the 8-byte length, then exactly the
 //! header) — a 140 GB checkpoint costs a few hundred kilobytes. Shards are fetched concurrently so the
-//! second round trip costs no wall time. `HF_ENDPOINT` and `HF_TOKEN` are honoured; `HF_HUB_OFFLINE`
+//! second round trip costs no wall time. `HF_ENDPOINT`, `HF_TOKEN` and `HF_TOKEN_PATH` are honoured; `HF_HUB_OFFLINE`
 //! refuses before any request.
 
 use std::io::Read;
@@ -271,24 +271,67 @@ impl Hub {
 fn hf_home(env: &Environment) -> Option<std::path::PathBuf> {
     use std::path::PathBuf;
     if let Some(h) = env.non_empty(env_vars::HF_HOME) {
-        Some(PathBuf::from(h))
+        Some(expand(h, env))
     } else if let Some(x) = env.non_empty(env_vars::XDG_CACHE_HOME) {
-        Some(PathBuf::from(x).join("huggingface"))
+        Some(expand(x, env).join("huggingface"))
     } else {
         Some(PathBuf::from(env.non_empty(env_vars::HOME)?).join(".cache/huggingface"))
     }
 }
 
-/// The Hub token as huggingface_hub's `get_token` finds it: `HF_TOKEN`, else the file `hf auth
-/// login` writes, `$HF_HOME/token` (huggingface_hub/utils/_auth.py).
-pub fn token(env: &Environment) -> Option<String> {
-    if let Some(t) = env.non_empty(env_vars::HF_TOKEN) {
-        return Some(t.to_string());
+/// constants.py's `os.path.expandvars(os.path.expanduser(value))`: `~` from `$HOME`, then
+/// `$NAME` and `${NAME}` from the environment (an unset name stays as written).
+fn expand(value: &str, env: &Environment) -> std::path::PathBuf {
+    let home = crate::config::expand_user(value, env.get(env_vars::HOME));
+    let text = home.to_string_lossy();
+    let mut out = String::new();
+    let mut rest: &str = &text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        // posixpath.expandvars: `\$(\w+|\{[^}]*\})`.
+        let (name, len) = match after.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(j) => (&braced[..j], j + 2),
+                None => ("", 0),
+            },
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        match env.get(name).filter(|_| !name.is_empty()) {
+            Some(v) => out.push_str(v),
+            None => out.push_str(&rest[i..=i + len]),
+        }
+        rest = &after[len..];
     }
-    let file = hf_home(env)?.join("token");
-    let text = std::fs::read_to_string(file).ok()?;
-    let t = text.trim();
-    (!t.is_empty()).then(|| t.to_string())
+    out.push_str(rest);
+    std::path::PathBuf::from(out)
+}
+
+/// The Hub token as huggingface_hub's `get_token` finds it (huggingface_hub/utils/_auth.py):
+/// `HF_TOKEN`, else the older `HUGGING_FACE_HUB_TOKEN`, else the file `hf auth login` writes,
+/// `HF_TOKEN_PATH` (default `$HF_HOME/token`); line breaks anywhere and surrounding spaces are
+/// removed, and an empty token is none.
+pub fn token(env: &Environment) -> Option<String> {
+    let clean = |t: &str| {
+        let t = t.replace(['\r', '\n'], "");
+        let t = t.trim();
+        (!t.is_empty()).then(|| t.to_string())
+    };
+    for var in [env_vars::HF_TOKEN, env_vars::HUGGING_FACE_HUB_TOKEN] {
+        if let Some(t) = env.non_empty(var).and_then(clean) {
+            return Some(t);
+        }
+    }
+    let file = match env.non_empty(env_vars::HF_TOKEN_PATH) {
+        Some(path) => expand(path, env),
+        None => hf_home(env)?.join("token"),
+    };
+    clean(&std::fs::read_to_string(file).ok()?)
 }
 
 pub fn cached_snapshot(

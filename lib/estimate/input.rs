@@ -38,6 +38,9 @@ pub struct Model {
     /// Trained tensors the table's model lacks: the untied LM head of the causal LM that is
     /// actually trained, when the table sizes the base model as accelerate does.
     pub head: Vec<Tensor>,
+    /// Names of tensors the table counts that the trained and served model shares with another
+    /// (T5's per-stack `embed_tokens`, which are `shared`): counted once there.
+    pub tied: Vec<String>,
     /// The config, when there is one (quantization, model type).
     pub config_model_type: Option<String>,
     /// The config's `quantization_config`, when the tensors come from the formula (headers already
@@ -50,6 +53,17 @@ pub struct Model {
     pub source: Source,
     /// For a Hub model: requests made and body bytes received.
     pub hub_traffic: Option<(u64, u64)>,
+}
+
+impl Model {
+    /// The tensors of the model that is trained or served: the table's, less those it ties to
+    /// another, plus the untied LM head.
+    pub fn trained_model(&self) -> impl Iterator<Item = &Tensor> {
+        self.tensors
+            .iter()
+            .filter(|t| !self.tied.contains(&t.name))
+            .chain(&self.head)
+    }
 }
 
 /// Resolves `name` to a model.
@@ -93,6 +107,7 @@ fn from_config(config: &Config) -> Result<Model> {
     Ok(Model {
         tensors: built.tensors,
         head,
+        tied: built.tied,
         config_model_type: Some(config.model_type.clone()),
         quantization: config.quantization().cloned(),
         no_dims_reason: None,
@@ -108,19 +123,28 @@ fn from_config(config: &Config) -> Result<Model> {
 fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config>) -> Model {
     let model_type = config.map(|c| c.model_type.as_str());
     let no_split = arch::no_split_for(model_type, &tensors);
-    let dims = config.and_then(dims_of);
-    let no_dims_reason = match (config, &dims) {
-        (_, Some(_)) => None,
-        (None, None) => Some("has no config.json".to_string()),
-        (Some(c), None) => Some(format!(
-            "has a config.json (model_type `{}`) without the hidden size, layer count and attention heads{} that the formula needs",
-            c.model_type,
-            if c.text().is_some() { ", at the top level or under text_config," } else { "" }
-        )),
+    let (dims, no_dims_reason) = match config.map(dims_of) {
+        Some(Ok(dims)) => (Some(dims), None),
+        None => (None, Some("has no config.json".to_string())),
+        Some(Err(reason)) => {
+            let c = config.map(Config::family_name).unwrap_or_default();
+            (
+                None,
+                Some(format!(
+                    "has a config.json (model_type `{c}`) that {reason}{}",
+                    if config.is_some_and(|c| c.text().is_some()) {
+                        " (at the top level or under text_config)"
+                    } else {
+                        ""
+                    }
+                )),
+            )
+        }
     };
     Model {
         tensors,
         head: Vec::new(),
+        tied: Vec::new(),
         config_model_type: config.map(|c| c.model_type.clone()),
         quantization: None,
         no_dims_reason,
@@ -131,17 +155,22 @@ fn from_headers(tensors: Vec<Tensor>, files: Vec<String>, config: Option<&Config
     }
 }
 
-/// Dimensions from the formula when the family is known, else from the usual config keys.
-fn dims_of(config: &Config) -> Option<Dims> {
+/// Dimensions from the formula when the family is known, else from the usual config keys; else
+/// why there are none.
+fn dims_of(config: &Config) -> Result<Dims, String> {
     if let Ok(built) = arch::build(config) {
-        return Some(built.dims);
+        return Ok(built.dims);
     }
     let text = config.text();
     let text = text.as_ref().unwrap_or(config);
-    arch::build(text)
-        .ok()
-        .map(|b| b.dims)
-        .or_else(|| arch::generic_dims(text))
+    match arch::build(text) {
+        Ok(b) => Ok(b.dims),
+        // A family with a formula whose config is wrong: its error says what.
+        Err(EstimateError::BadConfig { reason, .. }) if text.is_known() => {
+            Err(format!("is invalid: {reason}"))
+        }
+        Err(_) => arch::generic_dims(text),
+    }
 }
 
 fn load_file(path: &Path, from: From) -> Result<Model> {
@@ -302,10 +331,8 @@ fn load_dir(dir: &Path, from: From) -> Result<Model> {
         return headers_of(&files, config.as_ref());
     }
     match config {
-        Some(c) if from != From::Weights => Err(EstimateError::UnknownArchitecture {
-            model_type: c.model_type,
-        }
-        .into()),
+        // Not a family with a formula (or no family named at all): build's error says which.
+        Some(c) if from != From::Weights => from_config(&c),
         None if dir.join("pytorch_model.bin").is_file() => Err(EstimateError::BinWithoutConfig {
             dir: dir.display().to_string(),
         }
@@ -395,9 +422,9 @@ fn load_hub_model(hub: &Hub, repo: &str, from: From, config: Option<&Config>) ->
             Some(header) => tensors.extend(header.tensors),
             None if files.len() == 1 => {
                 return Err(match config {
-                    Some(c) if from != From::Weights => EstimateError::UnknownArchitecture {
-                        model_type: c.model_type.clone(),
-                    },
+                    Some(c) if from != From::Weights => {
+                        return from_config(c);
+                    }
                     Some(_) => EstimateError::HubNotFound {
                         repo: repo.into(),
                         file: "model.safetensors".into(),

@@ -132,12 +132,20 @@ pub fn parse_header(json: &[u8], path: &str) -> Result<Header, EstimateError> {
         }
         ranges.push((start, end, tensors.len()));
         data_len = data_len.max(end);
+        // Headers give no module types: a weight of two dimensions that no embedding's name
+        // fits is taken for a linear layer's.
+        let matmul = entry.shape.len() == 2
+            && name.ends_with("weight")
+            && !["embed", "wte", "wpe", "shared", "position", "token_type"]
+                .iter()
+                .any(|e| name.contains(e));
         tensors.push(Tensor {
             name: name.into_owned(),
             dtype,
             numel,
             rows: entry.shape.first().copied().unwrap_or(1),
             buffer: false,
+            matmul,
         });
     }
     ranges.sort_unstable();
@@ -248,6 +256,12 @@ pub fn parse_index(text: &str, path: &str) -> Result<Vec<String>, EstimateError>
     let WeightMap(shards) = index
         .weight_map
         .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    // An empty map would size an empty model: a cut-short or hand-edited index, never a model.
+    if shards.is_empty() {
+        return Err(bad(
+            "`weight_map` is empty: it names no tensor and no shard".into(),
+        ));
+    }
     for file in &shards {
         if file.starts_with('/') || file.split('/').any(|part| part == "..") {
             return Err(bad(format!(

@@ -120,6 +120,10 @@ pub struct Tensor {
     /// A buffer (not trained): rotary frequencies, position ids. Safetensors files do not say, so
     /// tensors read from them are all parameters.
     pub buffer: bool,
+    /// A weight that enters a matrix product or convolution (nn.Linear, GPT-2's Conv1D, a tied
+    /// LM head's embedding, a patch convolution): what torch's autocast casts to 16 bits, and
+    /// keeps cast for the step.
+    pub matmul: bool,
 }
 
 impl Tensor {
@@ -138,6 +142,14 @@ impl Tensor {
             numel: shape.iter().fold(1u64, |n, &d| n.saturating_mul(d)),
             rows: shape.first().copied().unwrap_or(1),
             buffer,
+            matmul: false,
+        }
+    }
+    /// A float32 weight of a matrix product.
+    pub fn matmul(name: impl Into<String>, shape: &[u64]) -> Tensor {
+        Tensor {
+            matmul: true,
+            ..Tensor::new(name, shape)
         }
     }
     fn bits(&self) -> u128 {
@@ -349,6 +361,7 @@ mod tests {
                 numel: 10,
                 rows: 10,
                 buffer: false,
+                matmul: false,
             },
         ];
         let sizes = maximum_sizes(&tensors, &NoSplit::default());

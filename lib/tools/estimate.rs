@@ -7,7 +7,7 @@ use crate::cli::estimate::EstimateCli;
 use crate::devices;
 use crate::env_vars::Environment;
 use crate::error::Result;
-use crate::estimate::arch::Dims;
+use crate::estimate::arch::{self, Dims};
 use crate::estimate::error::EstimateError;
 use crate::estimate::input::{self, Model};
 use crate::estimate::per_gpu::{self, Breakdown, Training};
@@ -59,11 +59,12 @@ impl Plan {
         let training = cli.strategy.is_some()
             || cli.offload
             || cli.seq_len.is_some()
-            || cli.grad_checkpointing;
+            || cli.grad_checkpointing
+            || cli.attn_implementation.is_some();
         if cli.context.is_some() {
             if training {
                 return Err(EstimateError::Usage(
-                    "--context estimates inference; --strategy, --offload, --seq-len and --grad-checkpointing are for training: give one or the other".into(),
+                    "--context estimates inference; --strategy, --offload, --seq-len, --grad-checkpointing and --attn-implementation are for training: give one or the other".into(),
                 ));
             }
             return Ok(Plan::Inference);
@@ -172,6 +173,12 @@ fn per_gpu_estimate(
         }
         _ => {
             let strategy = cli.strategy.unwrap_or(per_gpu::Strategy::Ddp);
+            if cli.attn_implementation.is_some() && cli.seq_len.is_none() {
+                return Err(EstimateError::Usage(
+                    "--attn-implementation changes activation memory, which needs --seq-len (and --batch-size)".into(),
+                )
+                .into());
+            }
             let dims = if cli.seq_len.is_some() || cli.batch_size.is_some() {
                 if cli.seq_len.is_none() {
                     return Err(EstimateError::Usage(
@@ -179,10 +186,18 @@ fn per_gpu_estimate(
                     )
                     .into());
                 }
-                Some(dims_or_error(model, cli, "activation memory (--seq-len)")?)
+                let mut dims = dims_or_error(model, cli, "activation memory (--seq-len)")?.clone();
+                if let Some(attention) = cli.attn_implementation {
+                    arch::check_supported(attention, &dims.model_type).map_err(|reason| {
+                        EstimateError::Usage(format!("--attn-implementation: {reason}"))
+                    })?;
+                    dims.attn_implementation = attention;
+                }
+                Some(dims)
             } else {
                 None
             };
+            let dims = dims.as_ref();
             let training = Training {
                 strategy,
                 num_gpus,
@@ -215,9 +230,12 @@ fn per_gpu_estimate(
             };
             let largest = match (gpu_memory, dims, training.seq_len) {
                 (Some(m), Some(d), Some(s)) => {
-                    let per_sample =
-                        per_gpu::activations(d, 1, s, cli.grad_checkpointing, cli.precision);
-                    let fixed = breakdown.gpu_total() - breakdown.activations;
+                    // Activations are c + b.u: a part per sample and one per micro-batch (T5's
+                    // position-bias indices, one layer recomputed under checkpointing).
+                    let act =
+                        |b| per_gpu::activations(d, b, s, cli.grad_checkpointing, cli.precision);
+                    let per_sample = act(2) - act(1);
+                    let fixed = breakdown.gpu_total() - breakdown.activations + act(1) - per_sample;
                     Some((
                         "batch_size",
                         per_gpu::largest_fitting(m as f64, fixed, per_sample),
@@ -236,6 +254,9 @@ fn per_gpu_estimate(
             }
             if let (Some(b), Some(s)) = (training.batch_size, training.seq_len) {
                 title.push_str(&format!(", {b} x {s} tokens"));
+                if let Some(d) = dims {
+                    title.push_str(&format!(", {} attention", d.attn_implementation.name()));
+                }
                 if cli.grad_checkpointing {
                     title.push_str(", checkpointing");
                 }
@@ -247,6 +268,7 @@ fn per_gpu_estimate(
                 setup: json!({
                     "strategy": strategy, "num_gpus": num_gpus, "offload": cli.offload,
                     "precision": cli.precision, "batch_size": training.batch_size,
+                    "attn_implementation": dims.map(|d| d.attn_implementation),
                     "seq_len": training.seq_len, "grad_checkpointing": cli.grad_checkpointing,
                     "parameters": params, "parameter_tensors": trained.len(),
                     "largest_layer_parameters": largest_params,
@@ -270,9 +292,7 @@ fn per_gpu_estimate(
 fn inference_weights(model: &Model, dtype: per_gpu::StoreDtype) -> f64 {
     let scheme = model.quantization.as_ref().and_then(quant::Scheme::of);
     model
-        .tensors
-        .iter()
-        .chain(&model.head)
+        .trained_model()
         .map(|t| {
             if let Some(s) = &scheme {
                 if let Some(bytes) = s.bytes(t) {
@@ -307,13 +327,12 @@ fn name<T: serde::Serialize>(v: &T) -> String {
 /// that is trained — the causal LM, so with its LM head when untied.
 fn trained_tensors(model: &Model) -> Vec<per_gpu::Param> {
     model
-        .tensors
-        .iter()
-        .chain(&model.head)
+        .trained_model()
         .filter(|t| !t.buffer && t.dtype.is_float())
         .map(|t| per_gpu::Param {
             numel: t.numel,
             rows: t.rows,
+            matmul: t.matmul,
         })
         .collect()
 }
@@ -339,6 +358,7 @@ impl PerGpu {
             ("Master weights (fp32)", b.master_weights),
             ("All-gather buffer", b.gather_buffer),
             ("Reduce bucket (DeepSpeed)", b.reduce_bucket),
+            ("Autocast weight copies", b.autocast_cache),
             ("Activations", b.activations),
             ("KV cache", b.kv_cache),
         ];
@@ -395,6 +415,7 @@ impl PerGpu {
                 "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
                 "optimizer_states": b.optimizer_states.ceil(), "master_weights": b.master_weights.ceil(),
                 "gather_buffer": b.gather_buffer.ceil(), "reduce_bucket": b.reduce_bucket.ceil(),
+                "autocast_cache": b.autocast_cache.ceil(),
                 "activations": b.activations.ceil(),
                 "kv_cache": b.kv_cache.ceil(), "gpu_total": b.gpu_total().ceil(),
                 "cpu_offloaded": b.cpu_offloaded.ceil(),
@@ -447,7 +468,10 @@ fn to_json(
     let mut v = json!({
         "model": cli.model_name,
         "source": model.source,
-        "parameters": trained_parameters(model),
+        // `parameters` and `tensors` describe the model `total_size` sizes (accelerate's);
+        // `trained_parameters` the model per-GPU training counts (P in FORMULAS).
+        "parameters": model.tensors.iter().filter(|t| !t.buffer).map(|t| t.numel).sum::<u64>(),
+        "trained_parameters": trained_parameters(model),
         "tensors": model.tensors.len(),
         "total_size": number(sizes.total),
         "largest_layer": number(sizes.largest_layer),

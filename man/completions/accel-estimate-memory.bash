@@ -23,7 +23,7 @@ _accel__estimate__memory() {
 
     case "${cmd}" in
         accel__estimate__memory)
-            opts="-h -V --library-name --library_name --dtypes --trust-remote-code --trust_remote_code --json --from --revision --strategy --num-gpus --num_gpus --offload --precision --batch-size --batch_size --seq-len --seq_len --grad-checkpointing --grad_checkpointing --context --dtype --kv-dtype --kv_dtype --gpu-memory --gpu_memory --help --version"
+            opts="-h -V --library-name --library_name --dtypes --trust-remote-code --trust_remote_code --json --from --revision --strategy --num-gpus --num_gpus --offload --precision --batch-size --batch_size --seq-len --seq_len --grad-checkpointing --grad_checkpointing --attn-implementation --attn_implementation --context --dtype --kv-dtype --kv_dtype --gpu-memory --gpu_memory --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,6 +100,14 @@ _accel__estimate__memory() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --attn_implementation)
+                    COMPREPLY=($(compgen -W "eager sdpa flash_attention_2 flash_attention_3 flex_attention" -- "${cur}"))
+                    return 0
+                    ;;
+                --attn-implementation)
+                    COMPREPLY=($(compgen -W "eager sdpa flash_attention_2 flash_attention_3 flex_attention" -- "${cur}"))
                     return 0
                     ;;
                 --context)

@@ -19,6 +19,11 @@ bf16\t'bf16 mixed precision: 2-byte weights and gradients, fp32 master weights'
 fp16\t'fp16 mixed precision: as bf16'"
 complete -c accel-estimate-memory -l batch_size -l batch-size -d 'Micro-batch size per GPU (training), or sequences served at once (inference)' -r -f
 complete -c accel-estimate-memory -l seq_len -l seq-len -d 'Training sequence length, for activation memory' -r -f
+complete -c accel-estimate-memory -l attn_implementation -l attn-implementation -d 'Attention implementation the model is trained with, as transformers names it (default: config.json\'s attn_implementation, else what transformers picks: sdpa, or eager for a family without SDPA such as gemma2)' -r -f -a "eager\t'transformers\' own `eager_attention_forward`: matmul, softmax, dropout, matmul'
+sdpa\t'torch\'s scaled_dot_product_attention'
+flash_attention_2\t'The flash-attn 2 package\'s kernels'
+flash_attention_3\t'The flash-attn 3 package\'s kernels (Hopper)'
+flex_attention\t'torch\'s flex_attention'"
 complete -c accel-estimate-memory -l context -d 'Inference: KV cache for this many tokens per sequence' -r -f
 complete -c accel-estimate-memory -l dtype -d 'Inference: dtype of the weights' -r -f -a "float32\t''
 float16\t''

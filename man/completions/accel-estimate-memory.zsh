@@ -36,6 +36,16 @@ fp16\:"fp16 mixed precision\: as bf16"))' \
 '--batch-size=[Micro-batch size per GPU (training), or sequences served at once (inference)]:B:' \
 '--seq_len=[Training sequence length, for activation memory]:S:' \
 '--seq-len=[Training sequence length, for activation memory]:S:' \
+'--attn_implementation=[Attention implementation the model is trained with, as transformers names it (default\: config.json'\''s attn_implementation, else what transformers picks\: sdpa, or eager for a family without SDPA such as gemma2)]:IMPL:((eager\:"transformers'\'' own \`eager_attention_forward\`\: matmul, softmax, dropout, matmul"
+sdpa\:"torch'\''s scaled_dot_product_attention"
+flash_attention_2\:"The flash-attn 2 package'\''s kernels"
+flash_attention_3\:"The flash-attn 3 package'\''s kernels (Hopper)"
+flex_attention\:"torch'\''s flex_attention"))' \
+'--attn-implementation=[Attention implementation the model is trained with, as transformers names it (default\: config.json'\''s attn_implementation, else what transformers picks\: sdpa, or eager for a family without SDPA such as gemma2)]:IMPL:((eager\:"transformers'\'' own \`eager_attention_forward\`\: matmul, softmax, dropout, matmul"
+sdpa\:"torch'\''s scaled_dot_product_attention"
+flash_attention_2\:"The flash-attn 2 package'\''s kernels"
+flash_attention_3\:"The flash-attn 3 package'\''s kernels (Hopper)"
+flex_attention\:"torch'\''s flex_attention"))' \
 '--context=[Inference\: KV cache for this many tokens per sequence]:TOKENS:' \
 '--dtype=[Inference\: dtype of the weights]:DTYPE:(float32 float16 bfloat16 fp8 int8 int4)' \
 '--kv_dtype=[Inference\: dtype of the KV cache]:KV_DTYPE:(float32 float16 bfloat16 fp8 int8 int4)' \

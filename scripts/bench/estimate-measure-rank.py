@@ -13,8 +13,13 @@ add on top of them. bf16 is torch.autocast, as accelerate's mixed precision runs
 FSDP2's MixedPrecisionPolicy(param_dtype=bfloat16) under fsdp.
 
 Usage (under accel-launch, which sets RANK/WORLD_SIZE/MASTER_*):
-  estimate-measure-rank.py CONFIG[,CONFIG...] STRATEGY PRECISION BxS[,BxS...] OUT_DIR [cpu|cuda]
+  estimate-measure-rank.py CONFIG[,CONFIG...] STRATEGY PRECISION BxS[,BxS...] OUT_DIR [cpu|cuda [checkpointing]]
 Each config is built once per run; each (batch, seq) point gets its own warm-up step and peak.
+The model is the causal LM, or for an encoder-decoder config (T5) the seq2seq LM trained with
+labels = input ids (encoder and decoder sequences of S tokens each), with the attention
+implementation transformers picks for the family (SDPA, eager where the family does not support
+SDPA, as Gemma-2) unless config.json names one (`attn_implementation`). `checkpointing` turns on
+transformers' gradient checkpointing (every layer).
 STRATEGY: single, ddp, fsdp (FSDP2 fully_shard per decoder layer, then the root), zero1, zero2,
 zero3 (DeepSpeed with its defaults; bf16 is DeepSpeed's bf16 mode, the module in bfloat16).
 PRECISION: fp32 or bf16.
@@ -107,15 +112,22 @@ class CudaPeak:
         return False
 
 
-def measure(config_path, strategy, precision, points, dev, rank):
-    from transformers import AutoConfig, AutoModelForCausalLM
+def measure(config_path, strategy, precision, points, dev, rank, checkpointing=False):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     with open(config_path) as f:
         raw = json.load(f)
     config = AutoConfig.for_model(**raw)
     bf16 = precision == "bf16"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    # The model a user trains: the causal LM, or for an encoder-decoder (T5) the seq2seq LM, with
+    # the attention transformers picks for the family (SDPA, or eager where the family does not
+    # support it, as Gemma-2) unless config.json names one.
+    auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    model = auto.from_config(config)
+    if checkpointing:
+        # transformers' default: torch.utils.checkpoint per decoder layer, use_reentrant=False.
+        model.gradient_checkpointing_enable()
     model.to(dev)
     model.train()
     autocast = bf16
@@ -229,6 +241,7 @@ def measure(config_path, strategy, precision, points, dev, rank):
         "master": master_bytes,
         "reduce_bucket": bucket_bytes,
         "numel": sum(p.numel() for p in params),
+        "attn_implementation": (engine.module if engine is not None else getattr(model, "module", model)).config._attn_implementation,
         "points": peaks,
     }
 
@@ -236,6 +249,7 @@ def measure(config_path, strategy, precision, points, dev, rank):
 def main():
     configs, strategy, precision, points, out_dir = sys.argv[1:6]
     device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+    checkpointing = len(sys.argv) > 7 and sys.argv[7] == "checkpointing"
     points = [tuple(int(x) for x in p.split("x")) for p in points.split(",")]
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -259,7 +273,7 @@ def main():
             deepspeed.init_distributed("nccl" if device == "cuda" else "gloo")
         else:
             dist.init_process_group("nccl" if device == "cuda" else "gloo")
-    results = [measure(c, strategy, precision, points, dev, rank) for c in configs.split(",")]
+    results = [measure(c, strategy, precision, points, dev, rank, checkpointing) for c in configs.split(",")]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "world_size": world, "results": results}, f)
