@@ -10,6 +10,7 @@
 pub mod coordinator;
 pub mod network;
 pub mod plan;
+pub mod probe;
 pub mod python;
 pub mod report;
 pub mod world;
