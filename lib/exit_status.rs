@@ -36,6 +36,8 @@ pub enum ExitStatus {
     /// accel-launch --slurm_requeue: SLURM's warning signal came, the ranks were stopped, and the job
     /// was put back in the queue.
     Requeued,
+    /// accel-test --probe: the checks passed and the probe named a slow node, link or rank.
+    Straggler,
     /// A worker's own exit code or `128+N` for a worker killed by signal N, passed through.
     Worker(u8),
 }
@@ -48,6 +50,7 @@ impl ExitStatus {
             ExitStatus::Usage => 2,
             ExitStatus::Input => 3,
             ExitStatus::Output => 4,
+            ExitStatus::Straggler => 5,
             ExitStatus::Interrupted => 130,
             ExitStatus::Signal(n) => (128 + n).clamp(129, 255) as u8,
             ExitStatus::LauncherFailed => 125,
@@ -91,6 +94,10 @@ impl ExitStatus {
             ]);
         } else {
             if codes == Codes::Test {
+                rows.push((
+                    "5".to_string(),
+                    "--probe: every check passed and the probe named a straggler, a node, link or rank slower than the median by more than --probe_threshold (see PROBE).",
+                ));
                 rows.push((
                     "125".to_string(),
                     "The world could not be started: a busy --main_process_port, a bad topology, ranks that could not be spawned.",

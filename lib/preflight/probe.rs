@@ -269,6 +269,8 @@ pub struct Measured {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeData {
     pub parts: Parts,
+    /// `cpu` (gloo) or `cuda` (NCCL).
+    pub device: String,
     pub ranks: Vec<RankInfo>,
     pub links: Vec<Link>,
     pub latency: Vec<Latency>,
@@ -285,12 +287,14 @@ pub struct ProbeData {
 impl ProbeData {
     pub fn gather(
         parts: Parts,
+        device: Device,
         measured: Vec<Measured>,
         workload: String,
         seconds: f64,
     ) -> ProbeData {
         let mut d = ProbeData {
             parts,
+            device: device.name().into(),
             ranks: Vec::new(),
             links: Vec::new(),
             latency: Vec::new(),
@@ -342,6 +346,11 @@ impl ProbeData {
 
     fn rank_label(&self, rank: usize) -> String {
         format!("rank {rank} on {}", self.node_label(self.node_of(rank)))
+    }
+
+    /// Whether links within nodes are judged: between GPUs (NVLink, PCIe), not between CPU ranks.
+    pub fn judges_local_links(&self) -> bool {
+        self.device == Device::Cuda.name()
     }
 
     fn between_nodes(&self, l: &Link) -> bool {
@@ -629,11 +638,12 @@ pub fn analyze(d: &ProbeData, threshold: f64) -> Verdict {
     }
 
     // Within nodes: members are ranks, edges only between ranks of one node; the medians are the
-    // whole world's (the nodes of a job are alike).
+    // whole world's (the nodes of a job are alike). Only between GPUs: between CPU ranks the "link"
+    // is the loopback device, as fast as the cores the ranks share, so its spread is scheduling.
     let local_edges: Vec<Edge> = d
         .links
         .iter()
-        .filter(|l| !d.between_nodes(l))
+        .filter(|l| !d.between_nodes(l) && d.judges_local_links())
         .map(|l| Edge {
             from: l.from,
             to: l.to,
@@ -846,8 +856,13 @@ pub fn render(d: &ProbeData, v: &Verdict) -> String {
         }
     }
     if d.parts.links && per_node >= 2 {
+        let judged = if d.judges_local_links() {
+            ""
+        } else {
+            "; shown, not judged: between CPU ranks it is the loopback of the cores they share"
+        };
         out += &format!(
-            "probe: links within nodes, Gbit/s (every pair of local ranks, {} round(s), every node at once)\n",
+            "probe: links within nodes, Gbit/s (every pair of local ranks, {} round(s), every node at once{judged})\n",
             d.local_rounds
         );
         for &n in nodes.keys() {
@@ -1108,7 +1123,7 @@ mod tests {
             }
             measured.push(m);
         }
-        ProbeData::gather(Parts::ALL, measured, "w".into(), 1.0)
+        ProbeData::gather(Parts::ALL, Device::Cuda, measured, "w".into(), 1.0)
     }
 
     fn kinds(v: &Verdict) -> Vec<(Kind, usize, Option<usize>)> {
@@ -1240,6 +1255,12 @@ mod tests {
             v.stragglers[1].text,
             "rank 5 on n1 (h1): compute 0.53× the median (10.0 vs 19.0 GFLOP/s)"
         );
+        // Between CPU ranks a node's links are its loopback: shown, not judged.
+        let mut cpu = d.clone();
+        cpu.device = "cpu".into();
+        let v = analyze(&cpu, 0.25);
+        assert_eq!(kinds(&v), vec![(Kind::Compute, 1, Some(5))], "{v:#?}");
+        assert!(render(&cpu, &v).contains("shown, not judged"));
         // Two local ranks: the slow local link is named as a link.
         let d = world(
             2,

@@ -106,10 +106,16 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
     if cli.python {
         args.push("--python".into());
     }
+    if let Some(parts) = cli.probe {
+        args.push(format!("--probe={}", parts.arg()));
+    }
     let mut out = |s: &str| crate::tools::print(s);
     coordinator::supervise(
         &world,
-        &WorkerArgs { args },
+        &WorkerArgs {
+            args,
+            probe_threshold: cli.probe.map(|_| cli.probe_threshold),
+        },
         env,
         timeout,
         cli.json,
