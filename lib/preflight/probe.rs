@@ -24,9 +24,10 @@ use super::world::Device;
 pub const MAX_MESSAGE: u64 = 64 << 20;
 /// The smallest measured message, however slow the link.
 pub const MIN_MESSAGE: u64 = 256 << 10;
-/// How long one direction of a link is measured for, at most about: a fast link sends
-/// `MAX_MESSAGE` up to [`MAX_REPS`] times in less; a slow one gets a smaller message.
-pub const TARGET: Duration = Duration::from_millis(300);
+/// How long one measurement of one direction of a link takes, about (two or more are made: see
+/// [`Measurements`]): a fast link sends `MAX_MESSAGE` up to [`MAX_REPS`] times in less; a slow one
+/// gets a smaller message.
+pub const TARGET: Duration = Duration::from_millis(250);
 /// Repeats of the measured message, at most.
 pub const MAX_REPS: u32 = 8;
 /// The growing first transfers that estimate a link's rate (each acknowledged): the first one that
@@ -142,6 +143,56 @@ pub fn transfer_plan(bytes_per_s: f64) -> (u64, u32) {
     let size = ((want as u64).clamp(MIN_MESSAGE, MAX_MESSAGE) >> 16) << 16;
     let reps = (want / size as f64).floor().clamp(1.0, f64::from(MAX_REPS)) as u32;
     (size, reps)
+}
+
+/// The measurements of one direction of a link: each sized by [`transfer_plan`] from the best rate
+/// seen so far (the estimate first), until [`FULL_RUNS`] of them were full size (at least half of
+/// [`TARGET`], or the largest plan there is) or [`MAX_RUNS`] were made. The best full one counts
+/// (the best of all when none was full).
+#[derive(Debug, Clone)]
+pub struct Measurements {
+    best_rate: f64,
+    runs: Vec<(u64, f64, bool)>,
+}
+
+pub const FULL_RUNS: usize = 2;
+pub const MAX_RUNS: usize = 4;
+
+impl Measurements {
+    /// From the estimate: `bytes` in `seconds`.
+    pub fn new(bytes: u64, seconds: f64) -> Measurements {
+        Measurements {
+            best_rate: bytes as f64 / seconds.max(1e-9),
+            runs: Vec::new(),
+        }
+    }
+
+    /// The next transfer to make, or None when done.
+    pub fn next_plan(&self) -> Option<(u64, u32)> {
+        let full = self.runs.iter().filter(|r| r.2).count();
+        (full < FULL_RUNS && self.runs.len() < MAX_RUNS).then(|| transfer_plan(self.best_rate))
+    }
+
+    pub fn add(&mut self, size: u64, reps: u32, seconds: f64) {
+        let bytes = size * u64::from(reps);
+        let full = seconds >= TARGET.as_secs_f64() / 2.0 || (size, reps) == (MAX_MESSAGE, MAX_REPS);
+        self.best_rate = self.best_rate.max(bytes as f64 / seconds.max(1e-9));
+        self.runs.push((bytes, seconds, full));
+    }
+
+    /// (bytes, seconds) of the measurement that counts.
+    pub fn best(&self) -> (u64, f64) {
+        let rate = |r: &&(u64, f64, bool)| r.0 as f64 / r.1.max(1e-9);
+        let pick = |full: bool| {
+            self.runs
+                .iter()
+                .filter(|r| r.2 || !full)
+                .max_by(|a, b| rate(a).total_cmp(&rate(b)))
+        };
+        pick(true)
+            .or_else(|| pick(false))
+            .map_or((0, 0.0), |r| (r.0, r.1))
+    }
 }
 
 /// A transfer header from the sending rank: `(0, 0)` ends the exchange (None); anything else must be
@@ -1027,12 +1078,12 @@ mod tests {
 
     #[test]
     fn transfers_are_sized_to_the_link() {
-        // 2 Gbit/s: one 64 MiB message (about 0.27 s).
-        assert_eq!(transfer_plan(250e6), (MAX_MESSAGE, 1));
-        // 200 Mbit/s: 7.5 MB, once.
+        // 2.4 Gbit/s: one 64 MiB message (about 0.22 s).
+        assert_eq!(transfer_plan(300e6), (MAX_MESSAGE, 1));
+        // 200 Mbit/s: 6.25 MB, once.
         let (s, r) = transfer_plan(25e6);
         assert_eq!(r, 1);
-        assert_eq!(s, (7_500_000 >> 16) << 16);
+        assert_eq!(s, (6_250_000 >> 16) << 16);
         // Fast: 64 MiB up to 8 times; slow: never below 256 KiB.
         assert_eq!(transfer_plan(100e9), (MAX_MESSAGE, MAX_REPS));
         assert_eq!(transfer_plan(1e3), (MIN_MESSAGE, 1));
@@ -1043,6 +1094,39 @@ mod tests {
         for (s, r) in [(-1, 1), (1, 0), (MAX_MESSAGE as i64 + 1, 1), (1, 9), (0, 1)] {
             assert!(check_header(s, r).is_err(), "{s} {r}");
         }
+    }
+
+    #[test]
+    fn a_stall_or_a_bad_estimate_does_not_make_a_slow_link() {
+        // A 2 Gbit/s link (250 MB/s) whose estimate hit a 30 ms stall at 64 KiB: the first plan is
+        // small and quick, the next ones are sized from it, and two full runs count.
+        let link = |size: u64, reps: u32| (size * u64::from(reps)) as f64 / 250e6;
+        let mut m = Measurements::new(64 << 10, 0.030);
+        let mut plans = Vec::new();
+        while let Some((size, reps)) = m.next_plan() {
+            plans.push((size, reps));
+            // The second full-size run stalls for 0.2 s (a retransmission timeout).
+            let stall = if plans.len() == 3 { 0.2 } else { 0.0 };
+            m.add(size, reps, link(size, reps) + stall);
+        }
+        assert_eq!(plans[0], (512 << 10, 1));
+        assert!(plans.len() <= MAX_RUNS, "{plans:?}");
+        assert!(
+            plans.iter().skip(1).all(|&(s, _)| s >= 32 << 20),
+            "{plans:?}"
+        );
+        let (bytes, secs) = m.best();
+        let gbps = bytes as f64 * 8.0 / secs / 1e9;
+        assert!((gbps - 2.0).abs() < 0.01, "{gbps} from {plans:?}");
+        // A fast link is done after two runs of the largest plan.
+        let mut m = Measurements::new(64 << 20, 0.001);
+        let mut n = 0;
+        while let Some((size, reps)) = m.next_plan() {
+            assert_eq!((size, reps), (MAX_MESSAGE, MAX_REPS));
+            m.add(size, reps, 0.01);
+            n += 1;
+        }
+        assert_eq!(n, FULL_RUNS);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod fabric;
 pub mod proc;
 pub mod suite;
 

@@ -304,7 +304,10 @@ fn transfer(ctx: &mut Ctx, peer: usize, size: u64, reps: u32) -> Result<Duration
     Ok(t.elapsed())
 }
 
-/// This rank's direction of the link to `peer`: estimate with growing messages, then measure.
+/// This rank's direction of the link to `peer`: estimate with growing messages, then measure,
+/// each measurement sized from the best rate so far, until two were full size (see
+/// [`plan::Measurements`]); the best full one counts, so that one stall (a lost packet's
+/// retransmission timeout, a rank descheduled on a busy machine) is not taken for a slow link.
 fn send_side(ctx: &mut Ctx, peer: usize) -> Result<Link, String> {
     let mut estimate = (0u64, Duration::ZERO);
     for size in plan::ESTIMATE_SIZES {
@@ -314,16 +317,19 @@ fn send_side(ctx: &mut Ctx, peer: usize) -> Result<Link, String> {
             break;
         }
     }
-    let rate = estimate.0 as f64 / estimate.1.as_secs_f64().max(1e-9);
-    let (size, reps) = plan::transfer_plan(rate);
-    let dt = transfer(ctx, peer, size, reps)?;
+    let mut runs = plan::Measurements::new(estimate.0, estimate.1.as_secs_f64());
+    while let Some((size, reps)) = runs.next_plan() {
+        let dt = transfer(ctx, peer, size, reps)?;
+        runs.add(size, reps, dt.as_secs_f64());
+    }
     let mut end = ctx.ints(&[0, 0]);
     ctx.pg.send(&mut end, peer, TAG).map_err(torch)?;
+    let (bytes, seconds) = runs.best();
     Ok(Link {
         from: ctx.c.rank,
         to: peer,
-        bytes: size * u64::from(reps),
-        seconds: dt.as_secs_f64(),
+        bytes,
+        seconds,
     })
 }
 
