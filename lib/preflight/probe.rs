@@ -41,7 +41,7 @@ pub const LATENCY_WARMUP: u32 = 5;
 /// Round trips timed per pair; half the median is the latency.
 pub const LATENCY_ITERS: u32 = 30;
 /// Times the compute workload runs per rank; the best counts.
-pub const COMPUTE_TRIALS: u32 = 3;
+pub const COMPUTE_TRIALS: u32 = 5;
 /// The default of --probe_threshold, in percent.
 pub const DEFAULT_THRESHOLD_PCT: f64 = 25.0;
 
