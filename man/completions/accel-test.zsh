@@ -32,6 +32,9 @@ _accel-test() {
 '--timeout=[Seconds any single wait may take (rendezvous, a collective, a rank'\''s answer)]:SECONDS:_default' \
 '--max_size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
 '--max-size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:_default' \
+'--probe=[After the checks, measure bandwidth and latency between nodes (node pairs in rounds) and within them, and compute on every rank; name what is slower than the median (see PROBE). \`--probe=links\` or \`--probe=compute\` measures one part only]::PARTS:_default' \
+'--probe_threshold=[--probe names a node, link or rank slower than the median by more than PCT percent]:PCT:_default' \
+'--probe-threshold=[--probe names a node, link or rank slower than the median by more than PCT percent]:PCT:_default' \
 '*--check=[Run only the checks whose name starts with PREFIX (repeatable), e.g. \`all_reduce.sum\`]:PREFIX:_default' \
 '--device=[Internal\: the device workers use (\`cpu\` or \`cuda\`)]:DEVICE:_default' \
 '--cpu[Run on CPU (gloo) even when GPUs are present]' \
