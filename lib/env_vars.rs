@@ -58,7 +58,7 @@ vars! {
     ACCEL_LOG = "ACCEL_LOG", Accel,
         "Debug logging to stderr: `debug`, `trace`, or env_logger filters such as `accel::launch=trace`.";
     ACCEL_PYTHON = "ACCEL_PYTHON", Accel,
-        "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH).";
+        "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH); accel-test asks it alone for torch (default: the Python beside accel-test, then PATH's).";
     ACCEL_TEST_TIMEOUT = "ACCEL_TEST_TIMEOUT", Accel,
         "Set by accel-test --python for its embedded torch.distributed check: the timeout in seconds.";
     ACCEL_TEST_DEVICE = "ACCEL_TEST_DEVICE", Accel,
@@ -128,6 +128,7 @@ vars! {
     SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE", Slurm, "GPUs allocated on this node.";
     SLURM_STEP_NUM_TASKS = "SLURM_STEP_NUM_TASKS", Slurm, "Number of tasks in this step.";
     SLURM_STEP_ID = "SLURM_STEP_ID", Slurm, "Set inside an srun step: tells a step's tasks from the batch script itself.";
+    SLURM_CONF = "SLURM_CONF", Slurm, "SLURM's configuration file (default /etc/slurm/slurm.conf): a multi-node run under SLURM reaches munged at its `AuthInfo=socket=PATH` to authenticate the control plane with MUNGE.";
     SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT", Slurm, "How many times the job was requeued (set by SLURM from the first requeue on); passed to the ranks, so a script can tell a resumed job from a fresh one.";
     SLURM_STEP_TASKS_PER_NODE = "SLURM_STEP_TASKS_PER_NODE", Slurm, "Tasks of this srun step on each node (`2(x3),1`); accel-launch and accel-test refuse more than one on a node.";
     PET_NNODES = "PET_NNODES", Slurm, "Kubeflow Trainer v2 (torchrun's --nnodes): the number of nodes; read with PET_NODE_RANK when no --num_machines is given. An elastic MIN:MAX range is refused.";
@@ -173,7 +174,7 @@ vars! {
     ACCEL_LAUNCH_SLURM_REQUEUE = "ACCEL_LAUNCH_SLURM_REQUEUE", Accel, "Set to 1 (or true/yes): accel-launch --slurm_requeue (0, false, no or unset: off). accelerate refuses unknown keys in its config files, so this has no config key.";
     ACCEL_LAUNCH_REQUEUE_SIGNAL = "ACCEL_LAUNCH_REQUEUE_SIGNAL", Accel, "Default for accel-launch --requeue_signal (the warning signal SLURM sends before the time limit; USR1 when unset).";
     ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
-    ACCEL_LAUNCH_SECRET = "ACCEL_LAUNCH_SECRET", Accel, "Multi-node runs: a secret (16 bytes or more) every node's accel-launch is given; the launchers prove it to each other (HMAC-SHA256 challenge-response) and authenticate every control-plane message with it. Without it the control plane is open to anyone who reaches it and listens only on the rendezvous address.";
+    ACCEL_LAUNCH_SECRET = "ACCEL_LAUNCH_SECRET", Accel, "Multi-node runs: a secret (16 bytes or more) every node's accel-launch is given; the launchers prove it to each other (HMAC-SHA256 challenge-response) and authenticate every control-plane message with it. Under SLURM without it, MUNGE authenticates the launchers instead (same uid); without either, the control plane is open to anyone who reaches it and listens only on the rendezvous address.";
     ACCEL_LAUNCH_SECRET_FILE = "ACCEL_LAUNCH_SECRET_FILE", Accel, "A file holding the ACCEL_LAUNCH_SECRET (a trailing newline is ignored); it must not be readable by group or others.";
     DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
     TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";

@@ -1,6 +1,6 @@
 //! accel: the command-line half of Hugging Face Accelerate, as six small Unix tools over this one library.
 //!
-//! The binaries in `bin/` are one line each (accel-test also compiles its libtorch binding in): [`tools::main`] with the tool's clap type from [`cli`] and
+//! The binaries in `bin/` are one line each (accel-test loads its libtorch part, a shared object, at run time): [`tools::main`] with the tool's clap type from [`cli`] and
 //! its `run` from [`tools`]. Everything shared — the config core, the environment registry, errors and
 //! exit statuses, man pages — lives here.
 
@@ -17,6 +17,7 @@ pub mod exit_status;
 pub mod launch;
 pub mod merge;
 pub mod preflight;
+pub mod provenance;
 pub mod python;
 pub mod questionnaire;
 pub mod slurm;

@@ -276,10 +276,8 @@ fn a_rank_failing_on_node_1_stops_every_node() {
         .unwrap();
     assert_eq!(c1, 7, "node 1: {e1}");
     assert_eq!(c0, 7, "node 0: {e0}");
-    let first = e0
-        .lines()
-        .find(|l| l.starts_with("accel-launch:"))
-        .unwrap_or_default();
+    // Node 0's notes of its control plane (the authentication in force) come before.
+    let first = first_word(&e0);
     assert!(
         first.contains("rank 3 (local rank 1) on node 1") && first.contains("exited with status 7"),
         "node 0's first word must say what happened: {e0}"
@@ -466,8 +464,8 @@ fn kill9(pid: u32) {
         .status_within(WAIT);
 }
 
-/// The first line the launcher printed of its own (not a rank's, nor node 0's note of a refused
-/// connection).
+/// The first line the launcher printed of its own (not a rank's, nor node 0's notes of its control
+/// plane: the authentication in force, a refused connection).
 fn first_word(stderr: &str) -> &str {
     stderr
         .lines()
@@ -1002,4 +1000,151 @@ fn without_a_secret_node_0_says_so_and_listens_on_the_rendezvous_address_only() 
         "{e0}"
     );
     assert!(!e1.contains("is not authenticated"), "{e1}");
+}
+
+/// A node's rank script for drills without torch (`--no_python sh`): records its pid; rank 3 (node
+/// 1's second) writes 16 KiB to stderr and exits 7 two seconds in; every other rank sleeps.
+const SH_RANK: &str = r#"echo $$ > "$1/pid.$RANK"
+if [ "$RANK" = 3 ]; then
+  sleep 2
+  yes "rank 3's stderr, a long tail line of the failing rank" | head -c 16384 >&2
+  echo "the last line of rank 3" >&2
+  date +%s.%N > "$1/fail.time"
+  exit 7
+fi
+exec sleep 300
+"#;
+
+/// One launcher of a 3-node run of 2 `SH_RANK` ranks per node.
+fn sh_launcher(dir: &Path, port: u16, node: u32) -> Command {
+    let script = dir.join("rank.sh");
+    std::fs::write(&script, SH_RANK).unwrap();
+    let mut c = Command::new(BIN);
+    c.env_clear()
+        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("ACCEL_LAUNCH_SECRET", SECRET)
+        .args(["--cpu", "--num_processes", "6", "--num_machines", "3"])
+        .args(["--main_process_ip", "127.0.0.1"])
+        .args(["--main_process_port", &port.to_string()])
+        .args(["--machine_rank", &node.to_string()])
+        .args([
+            "--grace_period",
+            &GRACE.to_string(),
+            "--rdzv_timeout",
+            "120",
+        ])
+        .args(["--no_python", "sh"])
+        .arg(&script)
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A node of the run played by the test with the library's own protocol ([`Peer`]): it connects
+/// with a receive buffer of the kernel's minimum, proves the secret, joins as `node` with 2 ranks
+/// and reads until the world starts. What it does then is the drill's.
+fn raw_member(
+    port: u16,
+    node: u32,
+    nodes: u32,
+) -> (std::net::TcpStream, accel::launch::control::peer::Peer) {
+    use accel::launch::control::peer::{Event, Peer};
+    use accel::launch::control::{Credentials, Join, Secret, PROTOCOL};
+    use std::io::{Read as _, Write as _};
+    let mut s = Stranger::connect(port + 1).w;
+    // The smallest receive buffer: what node 0 sends it stays in node 0's kernel unread.
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket we own, with an int option.
+    unsafe {
+        use std::os::fd::AsRawFd as _;
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    let join = Join {
+        protocol: PROTOCOL,
+        run_id: format!("port:{}", port + 1),
+        node,
+        nodes,
+        local_ranks: 2,
+        host: "raw-peer".into(),
+        max_restarts: 0,
+        hang_timeout_ms: None,
+    };
+    let creds = Credentials {
+        secret: Some(Secret::new(SECRET.as_bytes())),
+        munge: None,
+    };
+    let (mut peer, hello) = Peer::new(join, creds).unwrap();
+    s.write_all(&hello).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "node 0 closed the raw member's connection");
+        let (back, events) = peer.feed(&buf[..n]);
+        s.write_all(&back).unwrap();
+        for e in events {
+            match e {
+                Event::Started(_) => return (s, peer),
+                Event::Refused(why) => panic!("the raw member was refused: {why}"),
+                Event::Msg(_) => {}
+            }
+        }
+    }
+}
+
+/// Three nodes; node 2 is a member that joins, heartbeats, and then never reads nor ends (its
+/// receive buffer is the kernel's smallest). Rank 3 on node 1 fails with a 16 KiB stderr tail: the
+/// stop with that tail stays unread in node 0's queue for node 2, which is lost alone after the loss
+/// window; node 1 hears node 0's heartbeats all along, and both real nodes exit with the rank's 7
+/// (not 122, and not a wait for node 2's `ended` that never comes).
+#[test]
+fn a_member_that_never_reads_is_lost_alone_and_the_ranks_code_stands() {
+    use accel::launch::control::Msg;
+    use std::io::Write as _;
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let n0 = Watched::spawn(sh_launcher(d.path(), port, 0));
+    let n1 = sh_launcher(d.path(), port, 1).spawn().unwrap();
+    let (mut s, mut peer) = raw_member(port, 2, 3);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beats = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if s.write_all(&peer.line(&Msg::Hb)).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = n0.finish();
+    let ended = now();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beats.join().unwrap();
+    assert_eq!((c0, c1), (7, 7), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert!(
+        e0.contains("rank 3 (local rank 1) on node 1") && e0.contains("the last line of rank 3"),
+        "{e0}"
+    );
+    assert!(!e1.contains("was lost"), "node 1 lost node 0:\n{e1}");
+    let failed: f64 = std::fs::read_to_string(d.path().join("fail.time"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let took = ended - failed;
+    assert!(
+        took < 5.0 + (GRACE + 5) as f64,
+        "node 0 ended {took:.1} s after the failure:\n{e0}"
+    );
 }

@@ -7,8 +7,6 @@ mod util;
 
 #[cfg(feature = "torch")]
 mod accel_test;
-#[cfg(not(feature = "torch"))]
-mod accel_test_without_torch;
 mod config;
 mod control;
 mod deepspeed_launch;
@@ -35,3 +33,4 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod wheel;

@@ -44,7 +44,7 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 /// A checkpoint of `kind` made once per suite run by make_dcp.py, shared by the test processes
 /// (`suite::fixture`).
-fn fixture(kind: &'static str) -> PathBuf {
+pub(crate) fn fixture(kind: &'static str) -> PathBuf {
     const KINDS: &[&str] = &[
         "fsdp2", "fsdp1", "accel", "plain", "complex", "stformat", "nans", "titan", "big",
     ];
@@ -95,7 +95,7 @@ fn ok(out: &Output) -> String {
     err
 }
 
-fn check(ckpt: &Path, out: &Path, extra: &[&str]) {
+pub(crate) fn check(ckpt: &Path, out: &Path, extra: &[&str]) {
     let mut args = vec![
         format!("{HERE}/check.py"),
         ckpt.display().to_string(),

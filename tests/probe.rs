@@ -212,7 +212,7 @@ fn links_of(doc: &serde_json::Value, node: i64) -> Vec<(i64, i64, f64)> {
 }
 
 /// Four nodes, node 2's link at 200 Mbit/s and the others at 2 Gbit/s: node 2 is named, and every
-/// one of its links, each way, is measured within ±15% of 200 Mbit/s; exit 5 on every node.
+/// one of its links, each way, is measured within ±15% of 200 Mbit/s; exit 6 on every node.
 #[test]
 fn a_throttled_node_is_named_and_measured_at_its_tc_rate() {
     let Some(f) = fabric(4, "a_throttled_node_is_named_and_measured_at_its_tc_rate") else {
@@ -240,7 +240,7 @@ fn a_throttled_node_is_named_and_measured_at_its_tc_rate() {
             ],
         );
         let doc = same_everywhere(&outs);
-        assert_eq!(outs[0].code, Some(5), "run {run}: {}", outs[0].text());
+        assert_eq!(outs[0].code, Some(6), "run {run}: {}", outs[0].text());
         assert_eq!(doc["verdict"], "STRAGGLER");
         assert_eq!(
             stragglers(&doc),
@@ -337,7 +337,7 @@ fn busy_on_cpu1(group: Option<&CpuGroup>) -> (Child, Reaper) {
 
 /// Three nodes of one rank (one thread each), the rank of node 1 pinned to CPU 1 and the others to
 /// CPU 0 (`taskset`): with a busy process sharing CPU 1 the rank of node 1 is named as the compute
-/// straggler (exit 5); without it nothing is named.
+/// straggler (exit 6); without it nothing is named.
 #[test]
 fn a_rank_sharing_its_core_with_a_busy_process_is_a_compute_straggler() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -371,7 +371,7 @@ fn a_rank_sharing_its_core_with_a_busy_process_is_a_compute_straggler() {
         kill_tree(busy.id() as i32);
         let _ = busy.wait();
         let doc = same_everywhere(&outs);
-        assert_eq!(outs[0].code, Some(5), "run {run}: {}", outs[0].text());
+        assert_eq!(outs[0].code, Some(6), "run {run}: {}", outs[0].text());
         assert_eq!(
             stragglers(&doc),
             vec![("compute".to_string(), 1, Some(1))],
@@ -429,7 +429,7 @@ fn two_ranks_per_node_the_report_names_the_slow_node() {
     );
     for (i, o) in outs.iter().enumerate() {
         let t = o.text();
-        assert_eq!(o.code, Some(5), "node {i}: {t}");
+        assert_eq!(o.code, Some(6), "node {i}: {t}");
         for want in [
             "PASS  probe.links",
             "PASS  probe.compute",

@@ -26,7 +26,7 @@ use crate::env_vars::Group;
 ///
 /// With --probe it then names what would slow the job down: it measures the links between nodes and
 /// within them, and the same matmul on every rank, prints the matrix, and names any node, link or
-/// rank slower than the median by more than --probe_threshold (exit status 5; see PROBE).
+/// rank slower than the median by more than --probe_threshold (exit status 6; see PROBE).
 #[derive(Debug, Parser)]
 #[command(name = "accel-test", version, about, long_about, max_term_width = 100)]
 pub struct TestCli {
@@ -259,11 +259,18 @@ pub fn doc() -> ToolDoc {
             ("accel-test --bench --max_size 64M --json", "Also measure all_reduce/all_gather bandwidth; JSON report."),
             ("accel-test --num_machines 2 --machine_rank 1 --main_process_ip node0 --timeout 10", "The second node of a two-node job; fails in 10 s if node0 is unreachable."),
             ("accel-test --python", "Also run a torch.distributed check with the python on PATH."),
-            ("srun --ntasks-per-node=1 accel-test --probe --timeout 30", "In an allocation, one accel-test per node: check the world, then name a slow node, link or rank (exit 5) before the job is started."),
+            ("srun --ntasks-per-node=1 accel-test --probe --timeout 30", "In an allocation, one accel-test per node: check the world, then name a slow node, link or rank (exit 6) before the job is started."),
             ("accel-test --probe=links --probe_threshold 40 --json", "Measure only the links; name only what is more than 40% below the median; JSON report."),
         ],
         codes: crate::exit_status::Codes::Test,
         extra_sections: &[
+            (
+                "TORCH",
+                &[
+                    "accel-test links no libtorch. Its ranks run its libtorch part (libaccel_test_torch.so, built against torch 2.13), which it loads at run time from the torch of the environment it runs in: it asks ACCEL_PYTHON if set, else python3 and python in the directory of the accel-test binary (a venv's or conda env's bin), then python3 and python on PATH, where torch is (without importing it; the first whose torch is 2.13.* is used), loads torch's own libraries from there, then the part from ../lib/accel/ beside the binary's directory (where pip puts it) or from beside the binary (a cargo build). No run path and no LD_LIBRARY_PATH is involved.",
+                    "Without torch, with another torch than 2.13.*, or when torch's libraries or the part cannot be loaded, accel-test exits 5 naming what it found and which torch it needs. --version names the torch and the part found, or why none. The world is resolved first, so a topology mistake reads the same with or without torch.",
+                ],
+            ),
             (
                 "PROCESSES",
                 &[
@@ -289,7 +296,7 @@ pub fn doc() -> ToolDoc {
                     "Compute: the same matmul on every rank, five times, the best time counting (a rank that is slow every time is slow; one that was interrupted once is not): float32 1024x1024 on CPU, with the ranks taking turns over the whole world, trial by trial (ranks sharing a machine's cores would otherwise measure each other); bfloat16 8192x8192 four times on CUDA, every rank at once on its own GPU. Reported in GFLOP/s (2n^3 per product).",
                     "The verdict compares like with like, against the median. A node whose best link to any other node (sending, or receiving) is below (1 - threshold) times the median node's best link has every link slow: it is named as \"node n3 (host): link to every other node 0.31× the median (1.9 vs 6.2 Gbit/s)\", with \"when sending\" or \"when receiving\" if only one way is slow. Then a link between two nodes not named is named by itself when it is below (1 - threshold) times the median of those links (\"link n0 (a) ↔ n1 (b)\", ↔ when both ways are slow). Nodes are judged only among three nodes or more: with two, a slow link cannot be pinned on either end. Ranks within nodes (on GPUs) are judged the same way against the whole world's links within nodes, and compute as \"rank 5 on n2 (host): compute 0.52× the median\". --probe_threshold sets the threshold (default 25%). When most nodes are slow the slow rate is the median, and nothing is named.",
                     "Reading the report: the first table is the bandwidth between nodes in Gbit/s (10^9 bits per second), a row sends to a column, with each node's slowest link at the end of its row; the second the one-way latency in microseconds. Then one line per node for the links within it (range, median, the slowest, the latency), the compute table (nodes by local rank), one `probe: STRAGGLER` line per thing named (or `probe: no straggler`), and the probe's own time. --json has all of it under `probe` (every link with its bytes and seconds, the stragglers with their ratio, value and median).",
-                    "Exit status: 5 when the checks passed and the probe named a straggler (the verdict line starts `verdict: STRAGGLER`, the JSON verdict is STRAGGLER), so that an sbatch prolog or an init container can refuse the allocation; 0 when it named none; 1 when a check, the probe included, failed. Every node of a multi-node run prints the same probe report and exits the same way.",
+                    "Exit status: 6 when the checks passed and the probe named a straggler (the verdict line starts `verdict: STRAGGLER`, the JSON verdict is STRAGGLER), so that an sbatch prolog or an init container can refuse the allocation; 0 when it named none; 1 when a check, the probe included, failed. Every node of a multi-node run prints the same probe report and exits the same way.",
                 ],
             ),
         ],

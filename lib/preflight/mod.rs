@@ -3,11 +3,13 @@
 //! c10d stack, with every wait bounded so a broken world is named in seconds, not after a 30-minute
 //! NCCL timeout.
 //!
-//! The parts that need libtorch (bin/accel-test/torch: the c10d binding and the rank itself) are compiled into the
-//! accel-test binary only, behind the `torch` feature, so no other tool links libtorch; the world, the
-//! plan of checks, the network probes, the report and the coordinator are plain Rust, always built.
+//! The parts that need libtorch (bin/accel-test/torch: the c10d binding and the rank itself) are a shared
+//! object of their own that accel-test loads at run time from the environment's torch ([`libtorch`]), so
+//! no tool links libtorch; the world, the plan of checks, the network probes, the report and the
+//! coordinator are plain Rust, always built.
 
 pub mod coordinator;
+pub mod libtorch;
 pub mod network;
 pub mod plan;
 pub mod probe;
@@ -24,16 +26,11 @@ pub enum PreflightError {
     Contract(String),
     #[error("cannot locate the accel-test executable")]
     Exe(#[source] std::io::Error),
-    #[error("accel-test was built without libtorch support")]
-    NoTorch,
 }
 
 impl Diagnostic for PreflightError {
     fn hints(&self) -> Vec<String> {
         match self {
-            PreflightError::NoTorch => vec![
-                "rebuild with `LIBTORCH_USE_PYTORCH=1 cargo build --release --features torch` and torch 2.13 importable by `python` (see README)".into(),
-            ],
             PreflightError::Contract(_) => vec![
                 "--worker is internal: it expects the torchrun rank contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)".into(),
             ],
@@ -43,7 +40,7 @@ impl Diagnostic for PreflightError {
     fn exit_status(&self) -> ExitStatus {
         match self {
             PreflightError::Exe(_) => ExitStatus::LauncherFailed,
-            PreflightError::Contract(_) | PreflightError::NoTorch => ExitStatus::Failure,
+            PreflightError::Contract(_) => ExitStatus::Failure,
         }
     }
 }

@@ -262,10 +262,27 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 env.non_empty(env_vars::ACCEL_LAUNCH_SECRET),
                 env.non_empty(env_vars::ACCEL_LAUNCH_SECRET_FILE),
             )?;
+            // Under SLURM, MUNGE proves the run's launchers to each other with no configuration;
+            // a secret, when set, takes precedence.
+            let munge = match (&secret, env.non_empty(env_vars::SLURM_JOB_ID)) {
+                (None, Some(_)) => {
+                    match control::Munge::for_slurm(env.non_empty(env_vars::SLURM_CONF)) {
+                        Ok(m) => Some(m),
+                        Err(why) => {
+                            if t.node_rank == 0 && !cli.quiet {
+                                eprintln!("{TOOL}: note: control plane: MUNGE cannot authenticate it: {why}");
+                            }
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
             let (link, place) = control::Link::join(&control::Settings {
                 addr: cp.addr.clone(),
                 port: cp.port,
                 secret,
+                munge,
                 quiet: cli.quiet,
                 join: control::Join {
                     protocol: control::PROTOCOL,

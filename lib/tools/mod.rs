@@ -20,19 +20,25 @@ pub fn main<C: clap::Parser>(
     tool: &'static str,
     run: fn(C, &Environment) -> Result<ExitStatus>,
 ) -> ExitCode {
-    main_with::<C>(tool, |c| c, run)
+    main_with::<C>(tool, |_| String::new(), run)
 }
 
-/// [`main`], with the command adjusted at run time by the binary (accel-test's `--version` says what its
-/// libtorch build can check, which only the binary knows).
+/// [`main`], with more lines for `--version` from the binary (accel-test: the torch it found and what
+/// its libtorch part can check), computed only when `--version` is asked.
 pub fn main_with<C: clap::Parser>(
     tool: &'static str,
-    adjust: impl FnOnce(clap::Command) -> clap::Command,
+    version_lines: impl FnOnce(&Environment) -> String,
     run: fn(C, &Environment) -> Result<ExitStatus>,
 ) -> ExitCode {
     let env = Environment::capture();
     init_logging(tool, &env);
-    let parsed = adjust(C::command())
+    let mut command = C::command();
+    if std::env::args_os().any(|a| a == "--version") {
+        // Once per process, and only for --version.
+        let text = crate::provenance::long_version(version_lines(&env));
+        command = command.long_version(&*Box::leak(text.into_boxed_str()));
+    }
+    let parsed = command
         .try_get_matches()
         .and_then(|m| C::from_arg_matches(&m));
     let cli = match parsed {
@@ -54,7 +60,7 @@ pub fn main_with<C: clap::Parser>(
 
 /// Debug logging to stderr, off unless `ACCEL_LOG` asks for it (`debug`, `trace`, or env_logger filters
 /// such as `accel::launch=trace`).
-fn init_logging(tool: &'static str, env: &Environment) {
+pub fn init_logging(tool: &'static str, env: &Environment) {
     let Some(filter) = env.non_empty(crate::env_vars::ACCEL_LOG) else {
         return;
     };

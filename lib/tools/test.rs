@@ -1,10 +1,10 @@
 //! Runs `accel-test`: the coordinator by default, one rank with the internal `--worker`.
 //!
-//! The rank itself needs libtorch, which only the accel-test binary links (bin/accel-test/torch, compiled into the
-//! binary so that no other tool links libtorch even in a `--features torch` build): the binary passes
-//! it in as a [`Ranks`]. Without it — a build without the `torch` feature — accel-test says so.
-
-use std::time::Duration;
+//! The rank itself needs libtorch, which no binary links: accel-test loads its libtorch part
+//! (bin/accel-test/torch) from the environment's torch when it needs the ranks
+//! ([`crate::preflight::libtorch`]), after the world is resolved, so a topology mistake reads the same
+//! with or without torch. Without a usable torch it says what it found and which torch it needs
+//! (exit 5).
 
 use crate::cli::test::TestCli;
 use crate::contract::Paradigm;
@@ -13,16 +13,8 @@ use crate::error::Result;
 use crate::exit_status::ExitStatus;
 use crate::launch::{self, RunInput, Scope};
 use crate::preflight::coordinator::{self, WorkerArgs};
+use crate::preflight::libtorch::Libtorch;
 use crate::preflight::world::{Device, World};
-use crate::preflight::PreflightError;
-
-/// What the libtorch side provides.
-pub struct Ranks {
-    /// Runs one rank (`--worker`).
-    pub worker: fn(&TestCli, Duration, &Environment) -> ExitStatus,
-    /// Whether the binary can make NCCL process groups.
-    pub nccl: bool,
-}
 
 /// This machine's share of the world, resolved exactly as accel-launch resolves its run (the same
 /// [`launch::resolve`]: config file choice, merge, embedded default, SLURM/MPI placement, visible GPUs).
@@ -51,12 +43,25 @@ fn resolve_world(cli: &TestCli, env: &Environment) -> Result<(World, u32)> {
     Ok((World::of(&run), run.visible_gpus))
 }
 
-/// The entry of a build without libtorch.
-pub fn run(cli: TestCli, env: &Environment) -> Result<ExitStatus> {
-    run_with(cli, env, None)
+/// `accel-test --version`'s own lines: the torch found and what the libtorch part can check, or why
+/// there is none.
+pub fn version_lines(env: &Environment) -> String {
+    match Libtorch::load(env) {
+        Ok(t) => t.describe(),
+        Err(e) => crate::preflight::libtorch::describe_unavailable(&e),
+    }
 }
 
-pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Result<ExitStatus> {
+pub fn run(cli: TestCli, env: &Environment) -> Result<ExitStatus> {
+    run_with(cli, env, Libtorch::load)
+}
+
+/// [`run`], with the libtorch part loaded by `load` (a test's stand-in).
+fn run_with(
+    cli: TestCli,
+    env: &Environment,
+    load: impl FnOnce(&Environment) -> Result<Libtorch, crate::preflight::libtorch::LibtorchError>,
+) -> Result<ExitStatus> {
     let timeout = cli.timeout;
     // The world is resolved before libtorch is needed, so a topology mistake reads the same in every build.
     let world = if cli.worker {
@@ -67,20 +72,19 @@ pub fn run_with(cli: TestCli, env: &Environment, ranks: Option<&Ranks>) -> Resul
     if let Some((w, _)) = &world {
         unknown_check(&cli.checks, w.num_machines * w.nproc_per_node)?;
     }
-    let Some(ranks) = ranks else {
-        return Err(PreflightError::NoTorch.into());
-    };
+    let torch = load(env)?;
     let Some((mut world, visible_gpus)) = world else {
-        return Ok((ranks.worker)(&cli, timeout, env));
+        return Ok(torch.worker());
     };
-    if ranks.nccl && visible_gpus == 0 && !cli.cpu && world.unmet_devices.is_none() {
+    let nccl = torch.has_nccl();
+    if nccl && visible_gpus == 0 && !cli.cpu && world.unmet_devices.is_none() {
         crate::error::warn(
             "accel-test",
             "CUDA is not available here (no GPU visible): checking the world on CPU with gloo; NCCL is built in for GPU machines",
             env,
         );
     }
-    if world.device == Device::Cuda && !ranks.nccl {
+    if world.device == Device::Cuda && !nccl {
         crate::error::warn(
             "accel-test",
             "this accel-test was built without NCCL support: checking the world on CPU (gloo)",
@@ -162,9 +166,6 @@ mod tests {
         TestCli::parse_from(std::iter::once("accel-test").chain(args.iter().copied()))
     }
 
-    /// What a build without the `torch` feature runs (`bin/accel-test/main.rs` passes no ranks): the
-    /// world resolves, then it says what it lacks (exit 1) — checked here in every build, so the suite
-    /// need not build the tools a second time without libtorch.
     #[test]
     fn a_check_filter_that_selects_nothing_is_a_usage_error() {
         assert!(unknown_check(&["all_reduce.sum".into(), "barrier".into()], 2).is_ok());
@@ -177,17 +178,32 @@ mod tests {
         );
     }
 
+    /// An environment whose Python has no torch: the world resolves, then accel-test says which torch it
+    /// needs (exit 5), before anything is loaded. The suite checks the same from a wheel installed
+    /// into a venv without torch (tests/wheel.rs).
     #[test]
-    fn without_libtorch_it_says_so() {
-        let env = Environment::from_pairs([("HF_HOME", "/nonexistent")]);
+    fn without_torch_it_says_which_it_needs() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let python = d.path().join("python3");
+        std::fs::write(&python, "#!/bin/sh\necho '[\"\"]'\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let env = Environment::from_pairs([
+            ("HF_HOME", "/nonexistent".to_string()),
+            ("ACCEL_PYTHON", python.display().to_string()),
+        ]);
         let err = run(cli(&["--cpu"]), &env).unwrap_err();
-        assert_eq!(err.exit_status(), ExitStatus::Failure);
+        assert_eq!(err.exit_status(), ExitStatus::NoTorch);
+        assert_eq!(err.exit_status().code(), 5);
         let text = crate::error::format_error("accel-test", &err, false);
         assert!(
-            text.contains("accel-test: error: accel-test was built without libtorch support"),
+            text.contains("accel-test: error: torch is not installed in this environment: accel-test needs torch==2.13.*"),
             "{text}"
         );
-        assert!(text.contains("--features torch"), "{text}");
+        assert!(text.contains("hint: pip install 'torch==2.13.*'"), "{text}");
+        // A topology mistake still reads as one, torch or not.
+        let err = run(cli(&["--num_machines", "2"]), &env).unwrap_err();
+        assert_eq!(err.exit_status(), ExitStatus::LauncherFailed);
     }
 
     #[test]

@@ -192,7 +192,7 @@ for slow_node in (n - 1, None):
             wall, rc, doc = probe(fab)
             times.append(doc["probe"]["seconds"])
             want = [f"node:n{slow_node}"] if slow_node is not None else []
-            good += named(doc) == want and rc == (5 if want else 0)
+            good += named(doc) == want and rc == (6 if want else 0)
             if slow_node is not None:
                 slow_rates += [l["gbps"] for l in doc["probe"]["links"]
                                if l["from_node"] == slow_node or l["to_node"] == slow_node]

@@ -142,7 +142,8 @@ pub fn has_nccl() -> bool {
     unsafe { accel_has_nccl() != 0 }
 }
 
-/// `accel-test --version`: what this build can check, and whether CUDA is usable on this machine.
+/// `accel-test --version` (after the version the binary prints): what this build can check, and whether
+/// CUDA is usable on this machine.
 pub fn describe() -> &'static str {
     let cuda = if tch::Cuda::is_available() {
         format!("{} CUDA device(s) visible", tch::Cuda::device_count())
@@ -150,8 +151,7 @@ pub fn describe() -> &'static str {
         "CUDA not available on this machine: worlds are checked on CPU with gloo".into()
     };
     let text = format!(
-        "{}\ncollectives: gloo{}\n{cuda}",
-        env!("CARGO_PKG_VERSION"),
+        "collectives: gloo{}\n{cuda}",
         if has_nccl() {
             ", NCCL"
         } else {

@@ -16,7 +16,16 @@
 //!    an HMAC of its direction, its sequence number and its text: a line forged, replayed, reordered
 //!    or taken from another connection is refused, and the connection is closed.
 //!
-//! Without a secret the run still works (a drop-in for `accelerate launch --num_machines N`), with
+//! Under SLURM without a secret, MUNGE ([`super::munge`]) takes the secret's place with no
+//! configuration at all: the challenge's proof is a MUNGE credential whose payload binds the side
+//! (node 0 or the node), the run id, the node rank, both nonces and a random 32-byte share of the
+//! session key; the node decodes it with its munged (same uid, fresh, not replayed, payload exactly
+//! this handshake's) and answers with its own credential, which node 0 checks the same way. The
+//! credentials are restricted to our uid, so the shares stay between the run's own launchers, and
+//! the session key is derived from both shares and the handshake. A secret, when set, takes
+//! precedence over MUNGE (an explicit choice wins; the man page says so).
+//!
+//! Without either the run still works (a drop-in for `accelerate launch --num_machines N`), with
 //! `auth: none` in the challenge, and node 0 says once that its control plane is open.
 
 use std::io::{BufRead, Read, Write};
@@ -25,6 +34,7 @@ use std::net::TcpStream;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::munge::Munge;
 use super::ControlError;
 
 /// The longest line either side accepts (a stderr tail is at most 16 KiB; a hang's stacks are
@@ -118,6 +128,11 @@ fn encode(label: &str, fields: &[&[u8]]) -> Vec<u8> {
 
 /// 32 random bytes, hex.
 pub(super) fn nonce() -> Result<String, ControlError> {
+    Ok(hex(&random32()?))
+}
+
+/// 32 random bytes.
+pub(super) fn random32() -> Result<[u8; 32], ControlError> {
     let mut b = [0u8; 32];
     SystemRandom::new()
         .fill(&mut b)
@@ -125,11 +140,17 @@ pub(super) fn nonce() -> Result<String, ControlError> {
             var: "the system's random source".into(),
             why: "getrandom failed".into(),
         })?;
-    Ok(hex(&b))
+    Ok(b)
 }
 
 pub(super) fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(DIGITS[usize::from(x >> 4)] as char);
+        s.push(DIGITS[usize::from(x & 15)] as char);
+    }
+    s
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -177,17 +198,38 @@ impl Handshake<'_> {
 
     /// Node 0's proof, checked by the node.
     pub fn server_proof(&self, s: &Secret) -> String {
-        self.sign(s, "accel-launch control server")
+        self.sign(s, SERVER)
     }
     pub fn server_proof_ok(&self, s: &Secret, proof: &str) -> bool {
-        self.check(s, "accel-launch control server", proof)
+        self.check(s, SERVER, proof)
     }
     /// The node's proof, checked by node 0.
     pub fn client_proof(&self, s: &Secret) -> String {
-        self.sign(s, "accel-launch control client")
+        self.sign(s, CLIENT)
     }
     pub fn client_proof_ok(&self, s: &Secret, proof: &str) -> bool {
-        self.check(s, "accel-launch control client", proof)
+        self.check(s, CLIENT, proof)
+    }
+
+    /// What a MUNGE credential of this handshake carries: the side that made it, the run id, the
+    /// node, both nonces and that side's share of the session key.
+    pub fn munge_payload(&self, side: &str, share: &[u8; 32]) -> Vec<u8> {
+        let f = self.fields();
+        let mut refs: Vec<&[u8]> = f.iter().map(Vec::as_slice).collect();
+        refs.push(share);
+        encode(side, &refs)
+    }
+
+    /// The share in a decoded payload, when the payload is exactly this handshake's for `side`.
+    pub fn munge_share(&self, side: &str, payload: &[u8]) -> Option<[u8; 32]> {
+        let n = payload.len().checked_sub(32)?;
+        let share: [u8; 32] = payload.get(n..)?.try_into().ok()?;
+        (self.munge_payload(side, &share) == payload).then_some(share)
+    }
+
+    /// The session key of a MUNGE handshake: from both shares, bound to the handshake.
+    pub fn munge_session(&self, server: &[u8; 32], client: &[u8; 32]) -> hmac::Key {
+        self.session(&Secret::new(&[&server[..], &client[..]].concat()))
     }
 
     /// The key every later line of this connection is sealed with.
@@ -198,6 +240,181 @@ impl Handshake<'_> {
             hmac::HMAC_SHA256,
             s.tag("accel-launch control session", &refs).as_ref(),
         )
+    }
+}
+
+/// The labels of node 0's and the node's proofs.
+pub(super) const SERVER: &str = "accel-launch control server";
+pub(super) const CLIENT: &str = "accel-launch control client";
+
+/// How a launcher proves itself and checks node 0: the run's secret (which takes precedence), or
+/// MUNGE under SLURM, or neither.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    pub secret: Option<Secret>,
+    pub munge: Option<Munge>,
+}
+
+impl Credentials {
+    /// The authentication node 0 asks for in its challenge: `hmac`, `munge` or `none`.
+    pub fn kind(&self) -> &'static str {
+        match (&self.secret, &self.munge) {
+            (Some(_), _) => "hmac",
+            (None, Some(_)) => "munge",
+            (None, None) => "none",
+        }
+    }
+}
+
+/// The node's answer to node 0's challenge.
+pub(super) enum Answer {
+    /// Node 0 runs unauthenticated, and so may this node.
+    Open,
+    /// The node's proof, and the session key every later line is sealed with.
+    Prove { proof: String, session: hmac::Key },
+}
+
+/// The node's side of a challenge: node 0's proof checked for `auth` (its kind), this node's proof
+/// made. `Err` is why the node refuses to go on. A node never follows node 0 down to less than it
+/// can do itself: with a secret it needs `hmac`, with MUNGE at least `munge`.
+pub(super) fn answer(
+    creds: &Credentials,
+    hs: &Handshake,
+    auth: &str,
+    proof: Option<&str>,
+) -> Result<Answer, String> {
+    let var = crate::env_vars::ACCEL_LAUNCH_SECRET;
+    match (auth, &creds.secret, &creds.munge) {
+        ("none", None, None) => Ok(Answer::Open),
+        ("none" | "munge", Some(_), _) => Err(format!(
+            "node 0 runs without a secret while this node has one: set the same {var} on every node"
+        )),
+        ("none", None, Some(_)) => Err(format!(
+            "node 0 does not authenticate its nodes while this node can prove itself with MUNGE (SLURM's): node 0 said why in its note; set the same {var} on every node to go on"
+        )),
+        ("hmac", None, _) => Err(format!(
+            "node 0 requires the run's secret: set {var} (or {var}_FILE) on this node too"
+        )),
+        ("hmac", Some(k), _) => {
+            if !proof.is_some_and(|p| hs.server_proof_ok(k, p)) {
+                return Err(format!(
+                    "node 0 could not prove it holds this run's secret (a different {var}, or not this run's node 0)"
+                ));
+            }
+            Ok(Answer::Prove {
+                proof: hs.client_proof(k),
+                session: hs.session(k),
+            })
+        }
+        ("munge", None, None) => Err(format!(
+            "node 0 authenticates its nodes with MUNGE (SLURM's), which this node cannot use: run it in the same SLURM step, or set the same {var} on every node"
+        )),
+        ("munge", None, Some(m)) => {
+            let Some(cred) = proof else {
+                return Err("node 0 sent no MUNGE credential".into());
+            };
+            let d = m
+                .decode(cred)
+                .map_err(|e| format!("node 0's MUNGE credential was refused by munged: {e}"))?;
+            if d.uid != m.uid() {
+                return Err(format!(
+                    "node 0's MUNGE credential is of uid {}, not this run's uid {}",
+                    d.uid,
+                    m.uid()
+                ));
+            }
+            let Some(server_share) = hs.munge_share(SERVER, &d.payload) else {
+                return Err(
+                    "node 0's MUNGE credential is not for this handshake (another run, node or challenge)"
+                        .into(),
+                );
+            };
+            let share = random32().map_err(|e| e.to_string())?;
+            let proof = m
+                .encode(&hs.munge_payload(CLIENT, &share))
+                .map_err(|e| format!("munged would not make this node's credential: {e}"))?;
+            Ok(Answer::Prove {
+                proof,
+                session: hs.munge_session(&server_share, &share),
+            })
+        }
+        (other, _, _) => Err(format!(
+            "node 0 asks for authentication `{other}`, which this accel-launch does not speak"
+        )),
+    }
+}
+
+/// Bytes read from a non-blocking connection, cut into lines of at most `cap` bytes.
+#[derive(Debug, Default)]
+pub(super) struct Lines {
+    buf: Vec<u8>,
+    start: usize,
+    /// Bytes of `buf[start..]` already searched for a newline.
+    scanned: usize,
+}
+
+impl Lines {
+    pub fn push(&mut self, data: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            self.scanned = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes held that are not yet a whole line.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next whole line (without its newline), `Ok(None)` when none is complete yet, `Err` when
+    /// the line being read is already longer than `cap` or is not UTF-8.
+    pub fn next(&mut self, cap: usize) -> std::io::Result<Option<String>> {
+        let rest = &self.buf[self.start + self.scanned..];
+        let Some(i) = rest.iter().position(|b| *b == b'\n') else {
+            self.scanned = self.buf.len() - self.start;
+            if self.scanned > cap {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a line longer than {cap} bytes"),
+                ));
+            }
+            self.compact();
+            return Ok(None);
+        };
+        let end = self.start + self.scanned + i;
+        if end - self.start > cap {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a line longer than {cap} bytes"),
+            ));
+        }
+        let line = std::str::from_utf8(&self.buf[self.start..end])
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))?
+            .trim_end_matches('\r')
+            .to_string();
+        self.start = end + 1;
+        self.scanned = 0;
+        self.compact();
+        Ok(Some(line))
+    }
+
+    /// Drops what was consumed, and gives back a large buffer once it is mostly empty.
+    fn compact(&mut self) {
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            if self.buf.capacity() > 64 << 10 {
+                self.buf = Vec::new();
+            }
+        } else if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+            if self.buf.capacity() > 64 << 10 && self.buf.len() < 16 << 10 {
+                self.buf.shrink_to(16 << 10);
+            }
+        }
     }
 }
 
@@ -236,6 +453,20 @@ impl Seal {
         v.extend_from_slice(&self.seq.to_be_bytes());
         v.extend_from_slice(json);
         v
+    }
+
+    /// The tag and space to put before `json` (no newline in it), which then ends with a newline;
+    /// empty while the connection is not sealed. A message sent to every node is serialized once
+    /// and only its tag is each connection's.
+    pub fn head(&mut self, json: &[u8]) -> Vec<u8> {
+        let Some(k) = &self.key else {
+            return Vec::new();
+        };
+        let tag = hmac::sign(k, &self.input(json));
+        let mut out = hex(tag.as_ref()).into_bytes();
+        out.push(b' ');
+        self.seq += 1;
+        out
     }
 
     /// The line to write for `json` (no newline in it).

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::super::verdict::WireStack;
-use super::auth::{nonce, Handshake, Reader, Secret, Way, Writer};
+use super::auth::{answer, nonce, Answer, Credentials, Handshake, Reader, Secret, Way, Writer};
+use super::munge::Munge;
 use super::protocol::{read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg};
 use super::server::{start_server, Server, ServerSettings};
 use super::{lost_after, ControlError};
@@ -23,8 +24,10 @@ pub struct Settings {
     pub join: Join,
     pub join_timeout: Duration,
     pub heartbeat: Duration,
-    /// The run's shared secret (`ACCEL_LAUNCH_SECRET`), if any.
+    /// The run's shared secret (`ACCEL_LAUNCH_SECRET`), if any: it takes precedence over MUNGE.
     pub secret: Option<Secret>,
+    /// MUNGE, under SLURM when munged answers.
+    pub munge: Option<Munge>,
     /// `--quiet`: no note about an unauthenticated control plane.
     pub quiet: bool,
 }
@@ -98,19 +101,13 @@ impl Link {
                 join_timeout: s.join_timeout,
                 heartbeat: s.heartbeat,
                 reference: s.join.clone(),
-                secret: s.secret.clone(),
+                creds: credentials(s),
             })?)
         } else {
             None
         };
-        if s.join.node == 0 && s.secret.is_none() && !s.quiet {
-            eprintln!(
-                "accel-launch: note: the control plane on {}:{} is not authenticated: anyone who reaches it can join or stop this run; set {} (or {}) to the same secret on every node",
-                s.addr,
-                s.port,
-                crate::env_vars::ACCEL_LAUNCH_SECRET,
-                crate::env_vars::ACCEL_LAUNCH_SECRET_FILE
-            );
+        if s.join.node == 0 && !s.quiet {
+            eprintln!("accel-launch: note: {}", auth_in_force(s));
         }
         let addr = format!("{}:{}", s.addr, s.port);
         let deadline = Instant::now() + s.join_timeout;
@@ -381,7 +378,7 @@ impl Link {
 /// address (when it is one of this host's), so that the open port reaches no further than it must.
 fn bind_address(s: &Settings) -> IpAddr {
     let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-    if s.secret.is_some() {
+    if credentials(s).kind() != "none" {
         return any;
     }
     let ours = |ip: &IpAddr| ip.is_ipv4() && std::net::TcpListener::bind((*ip, 0)).is_ok();
@@ -463,34 +460,48 @@ fn authenticate(
         client_nonce: &client_nonce,
         server_nonce: &server_nonce,
     };
-    let var = crate::env_vars::ACCEL_LAUNCH_SECRET;
-    match (auth.as_str(), &s.secret) {
-        ("none", None) => Ok(()),
-        ("none", Some(_)) => Err(refused(format!(
-            "node 0 runs without a secret while this node has one: set the same {var} on every node"
-        ))),
-        ("hmac", None) => Err(refused(format!(
-            "node 0 requires the run's secret: set {var} (or {var}_FILE) on this node too"
-        ))),
-        ("hmac", Some(k)) => {
-            if !proof.is_some_and(|p| hs.server_proof_ok(k, &p)) {
-                return Err(refused(format!(
-                    "node 0 could not prove it holds this run's secret (a different {var}, or not this run's node 0)"
-                )));
-            }
-            let prove = Msg::Prove {
-                proof: hs.client_proof(k),
-            };
+    match answer(&credentials(s), &hs, &auth, proof.as_deref()).map_err(refused)? {
+        Answer::Open => Ok(()),
+        Answer::Prove { proof, session } => {
             writer
-                .send(&prove.json())
+                .send(&Msg::Prove { proof }.json())
                 .map_err(|e| io("send the proof", e))?;
-            writer.seal.key(hs.session(k));
-            reader.seal.key(hs.session(k));
+            writer.seal.key(session.clone());
+            reader.seal.key(session);
             Ok(())
         }
-        (other, _) => Err(refused(format!(
-            "node 0 asks for authentication `{other}`, which this accel-launch does not speak"
-        ))),
+    }
+}
+
+/// What node 0 says of its control plane's authentication, once.
+fn auth_in_force(s: &Settings) -> String {
+    let (addr, port) = (&s.addr, s.port);
+    let var = crate::env_vars::ACCEL_LAUNCH_SECRET;
+    match (&s.secret, &s.munge) {
+        (Some(_), _) => format!(
+            "control plane: {addr}:{port} admits only launchers holding this run's secret ({var}; HMAC-SHA256)"
+        ),
+        (None, Some(m)) => format!(
+            "control plane: {addr}:{port} admits only launchers proving uid {} with MUNGE (SLURM's own authentication; munged at {})",
+            m.uid(),
+            m.socket()
+        ),
+        (None, None) => format!(
+            "the control plane on {addr}:{port} is not authenticated: anyone who reaches it can join or stop this run; set {var} (or {}) to the same secret on every node",
+            crate::env_vars::ACCEL_LAUNCH_SECRET_FILE
+        ),
+    }
+}
+
+/// How this node proves itself: the secret when there is one, else MUNGE when it answers.
+fn credentials(s: &Settings) -> Credentials {
+    Credentials {
+        secret: s.secret.clone(),
+        munge: if s.secret.is_some() {
+            None
+        } else {
+            s.munge.clone()
+        },
     }
 }
 

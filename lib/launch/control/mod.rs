@@ -25,12 +25,16 @@
 //! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
 //! this keeps the same shape without a store, and one line per event.
 //!
-//! The parts: `protocol` (the messages), `auth` (the handshake and the sealed framing), `coordinator` (the server's pure
-//! decisions), `server` (node 0's hub around it) and `link` (every node's connection).
+//! The parts: `protocol` (the messages), `auth` (the handshake and the sealed framing) with `munge`
+//! (MUNGE under SLURM), `coordinator` (the server's pure decisions), `server` (node 0's event loop
+//! around it), `link` (every node's connection) and [`peer`] (the protocol of one node as a pure
+//! state machine over bytes, for the `control-sim` benchmark and the tests' raw peers).
 
 mod auth;
 mod coordinator;
 mod link;
+mod munge;
+pub mod peer;
 mod protocol;
 mod server;
 
@@ -39,9 +43,10 @@ use std::time::Duration;
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
-pub use auth::Secret;
+pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
 pub use link::{Decision, Link, Place, Settings, Waiting};
+pub use munge::Munge;
 pub use protocol::{FailureReport, Join, LostNode, Msg};
 
 /// Time between heartbeats, each way.

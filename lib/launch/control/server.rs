@@ -1,42 +1,76 @@
-//! Node 0's server: accepts every node's connection, authenticates it ([`super::auth`]), feeds
-//! its lines to the [`Coordinator`] and carries its messages back, with heartbeats both ways and
-//! the join and replacement deadlines.
+//! Node 0's server: every node's connection on one event loop, on one thread. It accepts, runs each
+//! connection's handshake ([`super::auth`]), feeds the members' lines to the [`Coordinator`] and
+//! queues its messages back, with heartbeats both ways and the join and replacement deadlines.
+//!
+//! **Why `mio`** (epoll, non-blocking sockets, a waker) rather than a current-thread tokio runtime:
+//! the server is a state machine over readiness and time with a pure, synchronous [`Coordinator`] at
+//! its centre. mio gives exactly that — readiness — with nothing in between; tokio's runtime would add
+//! a scheduler, futures and a task per connection whose state would have to be shared back with the
+//! coordinator (tokio itself is built on mio). One thread holds 20,000 connections with a few KiB
+//! each where a thread per connection met the thread and descriptor limits at ~2,000.
+//!
+//! - **No peer waits behind another.** Every socket is non-blocking; each member has its own
+//!   outgoing queue (at most [`QUEUE_CAP`] bytes: a message to every node is serialized once and
+//!   shared, only its tag is each connection's). A write that would block leaves the rest queued
+//!   for the socket's next writable event. A member whose queue has not moved for its loss window
+//!   (it reads nothing: a stopped process, a full receive buffer) is lost — it alone.
+//! - **Heartbeats** go to each member every heartbeat interval from its join on (none while
+//!   something else is queued for it: any byte says node 0 lives); any byte heard from a member is its
+//!   heartbeat, and silence for the loss window loses it.
+//! - **Handshakes** run on the loop too: at most [`MAX_PENDING`] connections in their handshake
+//!   (more are closed at once), each with [`HANDSHAKE`] to prove itself and join, with lines of at
+//!   most [`HANDSHAKE_LINE`]. MUNGE's calls to munged (a blocking round trip on a local socket) run
+//!   on two helper threads that hand their results back through the loop's waker.
+//! - **Memory is bounded**: lines of at most 1 MiB; partial lines of every member together at most
+//!   [`READ_BUDGET`] (beyond it, the connections holding long partial lines are not read until it
+//!   drains); the stacks of one hang verdict at most [`STACKS_BUDGET`] in all (each node's at most
+//!   768 KiB, as it sends them; beyond the total, a node's stacks are replaced by a note, its full
+//!   dumps being on its own disk).
+//! - Accept errors (no descriptor left) pause accepting for 100 ms instead of spinning.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::collections::{HashMap, VecDeque};
+use std::io::{IoSlice, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::auth::{nonce, Handshake, Reader, Secret, Way, Writer};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::auth::{
+    nonce, random32, Credentials, Handshake, Lines, Seal, Way, CLIENT, MAX_LINE, SERVER,
+};
 use super::coordinator::{Coordinator, To};
-use super::protocol::{read_msg, why_closed, write_msg, Join, Msg};
+use super::munge::{Decoded, Munge};
+use super::protocol::{why_closed, Join, Msg};
 use super::{lost_after, ControlError, PROTOCOL};
+use crate::launch::verdict::WireStack;
 
-enum HubEvent {
-    Joined {
-        conn: u64,
-        peer: String,
-        join: Join,
-        writer: Writer,
-    },
-    Msg {
-        conn: u64,
-        msg: Msg,
-    },
-    Closed {
-        conn: u64,
-        why: String,
-    },
-}
-
-/// A connection has this long to say hello, prove itself (with a secret) and join.
-const HANDSHAKE: Duration = Duration::from_secs(10);
+/// A connection has this long to say hello, prove itself and join.
+pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);
 /// Connections still in their handshake, at most: more are closed at once.
-const MAX_PENDING: usize = 256;
+pub(super) const MAX_PENDING: usize = 256;
 /// Refusals printed on node 0 (each with the peer's address) before they are only counted.
 const MAX_NOTES: usize = 20;
+/// The longest line of a handshake (a hello, a proof with its MUNGE credential, a join).
+pub(super) const HANDSHAKE_LINE: usize = 16 << 10;
+/// The most bytes queued for one member: far above what a run sends it (a start, a stop with a
+/// 16 KiB stderr tail, a verdict below 1 MiB); a member that would need more is lost.
+pub(super) const QUEUE_CAP: usize = 4 << 20;
+/// Partial lines held for all members together.
+pub(super) const READ_BUDGET: usize = 64 << 20;
+/// The stacks node 0 keeps for one hang verdict, in all.
+pub(super) const STACKS_BUDGET: usize = 64 << 20;
+/// How often deadlines, losses and heartbeats are looked at.
+const TICK: Duration = Duration::from_millis(100);
+/// A refused connection's last words get this long to leave before it is closed.
+const LINGER: Duration = Duration::from_secs(2);
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FIRST_CONN: usize = 2;
 
 /// The server, hosted by node 0's launcher.
 pub(super) struct Server {
@@ -45,112 +79,81 @@ pub(super) struct Server {
 
 /// What node 0's server is started with.
 pub(super) struct ServerSettings {
-    /// Where to listen: every interface with a secret, else only the rendezvous address.
+    /// Where to listen: every interface when joins are authenticated, else only the rendezvous
+    /// address.
     pub bind: IpAddr,
     pub port: u16,
     pub join_timeout: Duration,
     pub heartbeat: Duration,
     /// Node 0's own join: the run id, restarts and hang timeout every node must give.
     pub reference: Join,
-    pub secret: Option<Secret>,
-}
-
-/// What every connection's thread shares.
-struct Shared {
-    secret: Option<Secret>,
-    run_id: String,
-    window: Duration,
-    pending: AtomicUsize,
-    notes: AtomicUsize,
-}
-
-impl Shared {
-    /// One line on node 0's stderr per refused connection, the first [`MAX_NOTES`] of them.
-    fn note(&self, peer: &str, why: &str) {
-        let n = self.notes.fetch_add(1, Ordering::Relaxed);
-        if n < MAX_NOTES {
-            eprintln!("accel-launch: note: control plane: refused {peer}: {why}");
-        } else if n == MAX_NOTES {
-            eprintln!("accel-launch: note: control plane: further refusals are not shown");
-        }
-    }
+    pub creds: Credentials,
 }
 
 pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> {
     raise_open_files();
     let port = set.port;
-    let listener = TcpListener::bind(SocketAddr::new(set.bind, port))
-        .map_err(|source| ControlError::Bind { port, source })?;
-    let (tx, rx) = mpsc::channel::<HubEvent>();
-    let shared = Arc::new(Shared {
-        secret: set.secret,
+    let bind_err = |source| ControlError::Bind { port, source };
+    let std_listener =
+        std::net::TcpListener::bind(SocketAddr::new(set.bind, port)).map_err(bind_err)?;
+    // Thousands of nodes connect at once: the kernel's largest accept queue (somaxconn), not std's
+    // 128, or their SYNs are dropped and retried a second later.
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: listen(2) on a socket we own, already listening: only its backlog changes.
+        unsafe { libc::listen(std_listener.as_raw_fd(), libc::c_int::MAX) };
+    }
+    std_listener.set_nonblocking(true).map_err(bind_err)?;
+    let mut listener = TcpListener::from_std(std_listener);
+    let poll = Poll::new().map_err(bind_err)?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .map_err(bind_err)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(bind_err)?);
+    let munge = match &set.creds {
+        Credentials {
+            secret: None,
+            munge: Some(m),
+        } => Some(MungeHelpers::start(m.clone(), Arc::clone(&waker)).map_err(bind_err)?),
+        _ => None,
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let d = Arc::clone(&done);
+    let c = Coordinator::new(set.reference.nodes)
+        .with_reference(&set.reference)
+        .replacing_within(set.join_timeout);
+    let now = Instant::now();
+    let mut l = Loop {
+        poll,
+        listener,
+        accept_paused: None,
+        conns: Vec::new(),
+        free: Vec::new(),
+        serial: 0,
+        node_conn: HashMap::new(),
+        pending: 0,
+        notes: 0,
+        c,
+        creds: set.creds,
+        munge,
         run_id: set.reference.run_id.clone(),
         window: lost_after(set.heartbeat),
-        pending: AtomicUsize::new(0),
-        notes: AtomicUsize::new(0),
-    });
-    let done = Arc::new(AtomicBool::new(false));
-    let accept = std::thread::Builder::new().name("control-accept".into());
-    accept
-        .spawn(move || accept_loop(listener, tx, shared))
-        .map_err(|source| ControlError::Bind { port, source })?;
-    let d = Arc::clone(&done);
-    let (nodes, join_timeout, heartbeat, reference) = (
-        set.reference.nodes,
-        set.join_timeout,
-        set.heartbeat,
-        set.reference,
-    );
+        heartbeat: set.heartbeat,
+        join_timeout: set.join_timeout,
+        join_deadline: now + set.join_timeout,
+        wait_deadline: None,
+        partial: 0,
+        stacks_kept: 0,
+        stop: false,
+    };
     std::thread::Builder::new()
-        .name("control-hub".into())
-        .spawn(move || hub(rx, nodes, &reference, join_timeout, heartbeat, d))
-        .map_err(|source| ControlError::Bind { port, source })?;
+        .name("control-server".into())
+        .spawn(move || {
+            l.run();
+            d.store(true, Ordering::Relaxed);
+        })
+        .map_err(bind_err)?;
     Ok(Server { done })
-}
-
-/// Accepts connections, each on a thread of its own, at most [`MAX_PENDING`] of them still in
-/// their handshake; an accept error (no descriptors left) backs off instead of spinning.
-fn accept_loop(listener: TcpListener, tx: Sender<HubEvent>, shared: Arc<Shared>) {
-    let mut next = 0u64;
-    loop {
-        let (s, peer) = match listener.accept() {
-            Ok(c) => c,
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        if shared.pending.load(Ordering::Relaxed) >= MAX_PENDING {
-            shared.note(
-                &peer.to_string(),
-                &format!("{MAX_PENDING} connections are already in their handshake"),
-            );
-            continue;
-        }
-        next += 1;
-        let conn = next;
-        let tx = tx.clone();
-        let sh = Arc::clone(&shared);
-        sh.pending.fetch_add(1, Ordering::Relaxed);
-        let spawned = std::thread::Builder::new().spawn(move || {
-            let sh2 = Arc::clone(&sh);
-            let joined = handshake(s, &peer.to_string(), &sh);
-            sh2.pending.fetch_sub(1, Ordering::Relaxed);
-            if let Some((join, reader, writer)) = joined {
-                let joined = HubEvent::Joined {
-                    conn,
-                    peer: peer.to_string(),
-                    join,
-                    writer,
-                };
-                serve_conn(conn, joined, reader, tx, sh2.window);
-            }
-        });
-        if spawned.is_err() {
-            shared.pending.fetch_sub(1, Ordering::Relaxed);
-            shared.note(&peer.to_string(), "no thread could be started for it");
-        }
-    }
 }
 
 /// One descriptor per node: the soft open-file limit (often 1024) is raised to the hard one.
@@ -168,221 +171,1057 @@ fn raise_open_files() {
     }
 }
 
-/// Hello, challenge, proof (with a secret) and the join, all within [`HANDSHAKE`]: the join of a
-/// node that proved itself, with its connection's two sealed sides; `None` (the peer told why,
-/// and noted on node 0) for anything else.
-fn handshake(s: TcpStream, peer: &str, sh: &Shared) -> Option<(Join, Reader, Writer)> {
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(HANDSHAKE));
-    let mut writer = Writer::new(s.try_clone().ok()?, Way::ToNode);
-    let _ = writer.s.set_write_timeout(Some(sh.window));
-    let mut r = Reader::new(s, Way::ToServer);
-    let refuse = |w: &mut Writer, why: String| {
-        sh.note(peer, &why);
-        let _ = w.send(&Msg::Reject { reason: why }.json());
-        let _ = w.s.shutdown(std::net::Shutdown::Both);
-        None
-    };
-    let (node, client_nonce) = match read_msg(&mut r) {
-        Ok(Some(Msg::Hello {
-            protocol,
-            node,
-            nonce,
-        })) => {
-            if protocol != PROTOCOL {
-                return refuse(
-                    &mut writer,
-                    format!(
-                        "protocol {protocol} (this server speaks {PROTOCOL}): run the same accel-launch on every node"
-                    ),
-                );
-            }
-            if nonce.len() < 32 || nonce.len() > 128 {
-                return refuse(&mut writer, "a malformed hello".into());
-            }
-            (node, nonce)
+/// MUNGE's blocking calls, off the loop.
+struct MungeHelpers {
+    jobs: Sender<MungeJob>,
+    done: Receiver<MungeDone>,
+}
+
+enum MungeJob {
+    Encode {
+        slot: usize,
+        serial: u64,
+        payload: Vec<u8>,
+    },
+    Decode {
+        slot: usize,
+        serial: u64,
+        cred: String,
+    },
+}
+
+enum MungeDone {
+    Encoded {
+        slot: usize,
+        serial: u64,
+        cred: Result<String, String>,
+    },
+    Decoded {
+        slot: usize,
+        serial: u64,
+        decoded: Result<Decoded, String>,
+    },
+}
+
+impl MungeHelpers {
+    fn start(m: Munge, waker: Arc<Waker>) -> std::io::Result<MungeHelpers> {
+        let (jobs, rx) = mpsc::channel::<MungeJob>();
+        let (tx, done) = mpsc::channel::<MungeDone>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..2 {
+            let (rx, tx, m, waker) = (Arc::clone(&rx), tx.clone(), m.clone(), Arc::clone(&waker));
+            std::thread::Builder::new()
+                .name(format!("control-munge-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    let out = match job {
+                        Err(_) => return,
+                        Ok(MungeJob::Encode {
+                            slot,
+                            serial,
+                            payload,
+                        }) => MungeDone::Encoded {
+                            slot,
+                            serial,
+                            cred: m.encode(&payload),
+                        },
+                        Ok(MungeJob::Decode { slot, serial, cred }) => MungeDone::Decoded {
+                            slot,
+                            serial,
+                            decoded: m.decode(&cred),
+                        },
+                    };
+                    if tx.send(out).is_err() {
+                        return;
+                    }
+                    let _ = waker.wake();
+                })?;
         }
-        Ok(Some(Msg::Join(_))) => {
-            return refuse(
-                &mut writer,
-                format!("an older protocol (this server speaks {PROTOCOL}): run the same accel-launch on every node"),
-            )
-        }
-        Ok(Some(_)) | Err(_) => return refuse(&mut writer, "it did not say hello".into()),
-        Ok(None) => return None,
-    };
-    let Ok(server_nonce) = nonce() else {
-        return refuse(&mut writer, "no random nonce could be made".into());
-    };
-    let hs = Handshake {
-        run_id: &sh.run_id,
-        node,
-        client_nonce: &client_nonce,
-        server_nonce: &server_nonce,
-    };
-    let challenge = Msg::Challenge {
-        run_id: sh.run_id.clone(),
-        auth: if sh.secret.is_some() { "hmac" } else { "none" }.into(),
-        nonce: server_nonce.clone(),
-        proof: sh.secret.as_ref().map(|k| hs.server_proof(k)),
-    };
-    writer.send(&challenge.json()).ok()?;
-    if let Some(k) = &sh.secret {
-        match read_msg(&mut r) {
-            Ok(Some(Msg::Prove { proof })) if hs.client_proof_ok(k, &proof) => {}
-            Ok(None) => return None,
-            _ => {
-                return refuse(
-                    &mut writer,
-                    format!("node {node} failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)"),
-                )
-            }
-        }
-        writer.seal.key(hs.session(k));
-        r.seal.key(hs.session(k));
-    }
-    match read_msg(&mut r) {
-        Ok(Some(Msg::Join(j))) if j.node == node => Some((j, r, writer)),
-        Ok(None) => None,
-        _ => refuse(&mut writer, "it did not join after its hello".into()),
+        Ok(MungeHelpers { jobs, done })
     }
 }
 
-fn serve_conn(conn: u64, joined: HubEvent, mut r: Reader, tx: Sender<HubEvent>, window: Duration) {
-    if tx.send(joined).is_err() {
-        return;
+/// Where a connection is in its life.
+enum Stage {
+    /// Waiting for the hello.
+    Hello,
+    /// With MUNGE: node 0's credential is being made.
+    Challenging(Pending),
+    /// Waiting for the node's proof.
+    Proof(Pending),
+    /// With MUNGE: the node's credential is with munged.
+    Checking(Pending),
+    /// Proven (or no authentication): waiting for the join.
+    Join { node: u32 },
+    /// Joined: a member of the run.
+    Member { node: u32 },
+    /// Refused: its last words leave, then it closes.
+    Closing { until: Instant },
+}
+
+/// A handshake under way.
+struct Pending {
+    node: u32,
+    client_nonce: String,
+    server_nonce: String,
+    /// Node 0's share of the session key (MUNGE).
+    share: [u8; 32],
+}
+
+impl Pending {
+    fn hs<'a>(&'a self, run_id: &'a str) -> Handshake<'a> {
+        Handshake {
+            run_id,
+            node: self.node,
+            client_nonce: &self.client_nonce,
+            server_nonce: &self.server_nonce,
+        }
     }
-    let _ = r.stream().set_read_timeout(Some(window));
-    loop {
-        match read_msg(&mut r) {
-            Ok(Some(Msg::Hb)) => {}
-            Ok(Some(msg)) => {
-                if tx.send(HubEvent::Msg { conn, msg }).is_err() {
+}
+
+/// Bytes queued for a connection: a head of its own (the line's tag) and a body that may be shared
+/// with every other connection.
+struct Out {
+    head: Vec<u8>,
+    body: Arc<[u8]>,
+    /// Bytes of head + body written.
+    done: usize,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+}
+
+struct Conn {
+    serial: u64,
+    sock: TcpStream,
+    peer: SocketAddr,
+    lines: Lines,
+    rx: Seal,
+    tx: Seal,
+    out: VecDeque<Out>,
+    queued: usize,
+    /// Since when its queue has held bytes the socket took none of.
+    stuck_since: Option<Instant>,
+    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
+    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
+    /// receive window leaves them there while our own queue is empty.
+    unread: Option<(usize, Instant)>,
+    writable: bool,
+    /// When a byte was last heard from it.
+    heard: Instant,
+    /// The handshake's deadline.
+    until: Instant,
+    next_beat: Instant,
+    stage: Stage,
+    /// Not read for now: its partial line waits for the read budget.
+    paused: bool,
+}
+
+impl Conn {
+    fn in_handshake(&self) -> bool {
+        !matches!(self.stage, Stage::Member { .. } | Stage::Closing { .. })
+    }
+}
+
+struct Loop {
+    poll: Poll,
+    listener: TcpListener,
+    accept_paused: Option<Instant>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    serial: u64,
+    node_conn: HashMap<u32, usize>,
+    /// Connections in their handshake.
+    pending: usize,
+    notes: usize,
+    c: Coordinator,
+    creds: Credentials,
+    munge: Option<MungeHelpers>,
+    run_id: String,
+    window: Duration,
+    heartbeat: Duration,
+    join_timeout: Duration,
+    join_deadline: Instant,
+    wait_deadline: Option<Instant>,
+    /// Partial-line bytes of every connection.
+    partial: usize,
+    /// Stack bytes kept for the attempt's verdict.
+    stacks_kept: usize,
+    stop: bool,
+}
+
+impl Loop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_tick = Instant::now() + TICK;
+        while !self.stop && !self.c.done() {
+            let wake = self.c.next_wake().map_or(next_tick, |w| w.min(next_tick));
+            let wait = wake.saturating_duration_since(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    eprintln!("accel-launch: error: control plane: poll failed: {e}");
+                    break;
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => self.munge_results(),
+                    Token(t) => {
+                        let slot = t - FIRST_CONN;
+                        if ev.is_writable() || ev.is_write_closed() {
+                            self.flush(slot);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.read(slot);
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            let out = self.c.tick(now);
+            self.dispatch(out);
+            if now >= next_tick {
+                next_tick = now + TICK;
+                self.sweep(now);
+            }
+        }
+        self.linger();
+    }
+
+    /// Sends what is still queued (a join's refusal, the run's end) for at most [`LINGER`].
+    fn linger(&mut self) {
+        let until = Instant::now() + LINGER;
+        let mut events = Events::with_capacity(256);
+        while Instant::now() < until && self.conns.iter().flatten().any(|c| c.queued > 0) {
+            let _ = self.poll.poll(&mut events, Some(TICK));
+            for ev in events.iter() {
+                if let Token(t @ FIRST_CONN..) = ev.token() {
+                    self.flush(t - FIRST_CONN);
+                }
+            }
+        }
+    }
+
+    fn note(&mut self, peer: &SocketAddr, why: &str) {
+        self.notes += 1;
+        if self.notes <= MAX_NOTES {
+            eprintln!("accel-launch: note: control plane: refused {peer}: {why}");
+        } else if self.notes == MAX_NOTES + 1 {
+            eprintln!("accel-launch: note: control plane: further refusals are not shown");
+        }
+    }
+
+    fn accept(&mut self) {
+        if self.accept_paused.is_some() {
+            return;
+        }
+        loop {
+            let (mut sock, peer) = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // No descriptor left, most likely: the connection waits in the backlog.
+                    self.accept_paused = Some(Instant::now() + Duration::from_millis(100));
+                    return;
+                }
+            };
+            if self.pending >= MAX_PENDING {
+                self.note(
+                    &peer,
+                    &format!("{MAX_PENDING} connections are already in their handshake"),
+                );
+                continue;
+            }
+            let _ = sock.set_nodelay(true);
+            let slot = match self.free.pop() {
+                Some(s) => s,
+                None => {
+                    self.conns.push(None);
+                    self.conns.len() - 1
+                }
+            };
+            if self
+                .poll
+                .registry()
+                .register(
+                    &mut sock,
+                    Token(slot + FIRST_CONN),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .is_err()
+            {
+                self.free.push(slot);
+                continue;
+            }
+            let now = Instant::now();
+            self.serial += 1;
+            self.pending += 1;
+            self.conns[slot] = Some(Conn {
+                serial: self.serial,
+                sock,
+                peer,
+                lines: Lines::default(),
+                rx: Seal::plain(Way::ToServer),
+                tx: Seal::plain(Way::ToNode),
+                out: VecDeque::new(),
+                queued: 0,
+                stuck_since: None,
+                unread: None,
+                writable: true,
+                heard: now,
+                until: now + HANDSHAKE,
+                next_beat: now,
+                stage: Stage::Hello,
+                paused: false,
+            });
+        }
+    }
+
+    /// Reads what the socket holds and acts on every whole line, until the socket would block,
+    /// the connection ends, or its reading is paused.
+    fn read(&mut self, slot: usize) {
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                return;
+            };
+            let closing = matches!(conn.stage, Stage::Closing { .. });
+            if conn.paused && !closing {
+                return;
+            }
+            match conn.sock.read(&mut buf) {
+                Ok(0) => {
+                    self.take_lines(slot);
+                    let why = why_closed(None, self.window);
+                    return self.close(slot, &why);
+                }
+                // A refused connection's words are no longer heard; only its closing matters.
+                Ok(_) if closing => {}
+                Ok(n) => {
+                    conn.heard = Instant::now();
+                    conn.lines.push(&buf[..n]);
+                    self.partial += n;
+                    self.take_lines(slot);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let why = why_closed(Some(&e), self.window);
+                    return self.close(slot, &why);
+                }
+            }
+        }
+    }
+
+    /// Acts on the connection's whole lines, as far as its stage allows.
+    fn take_lines(&mut self, slot: usize) {
+        loop {
+            let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                return;
+            };
+            let cap = match conn.stage {
+                Stage::Member { .. } => MAX_LINE as usize,
+                Stage::Challenging(_) | Stage::Checking(_) | Stage::Closing { .. } => return,
+                _ => HANDSHAKE_LINE,
+            };
+            let before = conn.lines.pending();
+            let line = conn.lines.next(cap);
+            let after = conn.lines.pending();
+            self.partial = self.partial.saturating_sub(before - after);
+            match line {
+                Ok(Some(l)) => self.line(slot, &l),
+                Ok(None) => {
+                    if self.partial > READ_BUDGET && after > 64 << 10 {
+                        // Long partial lines (stacks) of many members at once: this one waits.
+                        conn.paused = true;
+                    }
+                    return;
+                }
+                Err(e) => {
+                    let why = format!("its launcher's connection failed: {e}");
+                    if conn.in_handshake() {
+                        let peer = conn.peer;
+                        self.refuse(slot, &peer, &e.to_string());
+                    } else {
+                        self.close(slot, &why);
+                    }
                     return;
                 }
             }
-            Ok(None) => {
-                let _ = tx.send(HubEvent::Closed {
-                    conn,
-                    why: why_closed(None, window),
+        }
+    }
+
+    /// One whole line of a connection.
+    fn line(&mut self, slot: usize, line: &str) {
+        enum At {
+            Member(u32),
+            Hello,
+            Proof,
+            Join(u32),
+        }
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let peer = conn.peer;
+        let at = match conn.stage {
+            Stage::Member { node } => At::Member(node),
+            Stage::Hello => At::Hello,
+            Stage::Proof(_) => At::Proof,
+            Stage::Join { node } => At::Join(node),
+            Stage::Challenging(_) | Stage::Checking(_) | Stage::Closing { .. } => return,
+        };
+        let msg = conn
+            .rx
+            .open(line)
+            .map_err(|e| e.to_string())
+            .and_then(|json| serde_json::from_str::<Msg>(json).map_err(|e| e.to_string()));
+        match at {
+            At::Member(node) => match msg {
+                Ok(Msg::Hb) => {}
+                Ok(Msg::Stacks { attempt, stacks }) => {
+                    let stacks = self.keep_stacks(node, line.len(), stacks);
+                    let out = self.c.message(node, Msg::Stacks { attempt, stacks });
+                    self.dispatch(out);
+                }
+                Ok(m) => {
+                    let out = self.c.message(node, m);
+                    self.dispatch(out);
+                }
+                Err(e) => self.close(slot, &format!("its launcher's connection failed: {e}")),
+            },
+            At::Hello => match msg {
+                Ok(Msg::Hello {
+                    protocol,
+                    node,
+                    nonce: client_nonce,
+                }) => self.hello(slot, protocol, node, client_nonce),
+                Ok(Msg::Join(_)) => self.refuse(
+                    slot,
+                    &peer,
+                    &format!("an older protocol (this server speaks {PROTOCOL}): run the same accel-launch on every node"),
+                ),
+                _ => self.refuse(slot, &peer, "it did not say hello"),
+            },
+            At::Proof => match msg {
+                Ok(Msg::Prove { proof }) => self.proof(slot, proof),
+                _ => self.refuse_proof(slot, &peer),
+            },
+            At::Join(node) => match msg {
+                Ok(Msg::Join(j)) if j.node == node => self.join(slot, j),
+                _ => self.refuse(slot, &peer, "it did not join after its hello"),
+            },
+        }
+    }
+
+    fn refuse_proof(&mut self, slot: usize, peer: &SocketAddr) {
+        let node = match self.conns.get(slot) {
+            Some(Some(Conn {
+                stage: Stage::Proof(p),
+                ..
+            })) => p.node,
+            _ => return,
+        };
+        let why = match self.creds.kind() {
+            "munge" => format!("node {node} failed authentication: it sent no MUNGE credential"),
+            _ => format!(
+                "node {node} failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)"
+            ),
+        };
+        self.refuse(slot, peer, &why);
+    }
+
+    fn hello(&mut self, slot: usize, protocol: u32, node: u32, client_nonce: String) {
+        let peer = match self.conns.get(slot) {
+            Some(Some(c)) => c.peer,
+            _ => return,
+        };
+        if protocol != PROTOCOL {
+            return self.refuse(
+                slot,
+                &peer,
+                &format!(
+                    "protocol {protocol} (this server speaks {PROTOCOL}): run the same accel-launch on every node"
+                ),
+            );
+        }
+        if client_nonce.len() < 32 || client_nonce.len() > 128 {
+            return self.refuse(slot, &peer, "a malformed hello");
+        }
+        let (Ok(server_nonce), Ok(share)) = (nonce(), random32()) else {
+            return self.refuse(slot, &peer, "no random nonce could be made");
+        };
+        let p = Pending {
+            node,
+            client_nonce,
+            server_nonce,
+            share,
+        };
+        let kind = self.creds.kind();
+        let proof = match &self.creds.secret {
+            Some(k) if kind == "hmac" => Some(p.hs(&self.run_id).server_proof(k)),
+            _ => None,
+        };
+        if kind == "munge" {
+            let payload = p.hs(&self.run_id).munge_payload(SERVER, &p.share);
+            let serial = self.set_stage(slot, Stage::Challenging(p));
+            if let Some(h) = &self.munge {
+                let _ = h.jobs.send(MungeJob::Encode {
+                    slot,
+                    serial,
+                    payload,
                 });
-                return;
             }
-            Err(e) => {
-                let _ = tx.send(HubEvent::Closed {
-                    conn,
-                    why: why_closed(Some(&e), window),
-                });
-                return;
+            return;
+        }
+        let challenge = Msg::Challenge {
+            run_id: self.run_id.clone(),
+            auth: kind.into(),
+            nonce: p.server_nonce.clone(),
+            proof,
+        };
+        self.send(slot, &challenge);
+        let stage = if kind == "none" {
+            Stage::Join { node }
+        } else {
+            Stage::Proof(p)
+        };
+        self.set_stage(slot, stage);
+    }
+
+    fn set_stage(&mut self, slot: usize, stage: Stage) -> u64 {
+        match self.conns.get_mut(slot) {
+            Some(Some(c)) => {
+                c.stage = stage;
+                c.serial
             }
+            _ => 0,
+        }
+    }
+
+    fn proof(&mut self, slot: usize, proof: String) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let Stage::Proof(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
+            return;
+        };
+        let peer = conn.peer;
+        match &self.creds.secret {
+            Some(k) => {
+                let hs = p.hs(&self.run_id);
+                if hs.client_proof_ok(k, &proof) {
+                    let key = hs.session(k);
+                    conn.rx.key(key.clone());
+                    conn.tx.key(key);
+                    conn.stage = Stage::Join { node: p.node };
+                } else {
+                    conn.stage = Stage::Proof(p);
+                    self.refuse_proof(slot, &peer);
+                }
+            }
+            None => {
+                let serial = conn.serial;
+                conn.stage = Stage::Checking(p);
+                if let Some(h) = &self.munge {
+                    let _ = h.jobs.send(MungeJob::Decode {
+                        slot,
+                        serial,
+                        cred: proof,
+                    });
+                }
+            }
+        }
+    }
+
+    /// munged's answers, back from the helpers; then the lines that came meanwhile.
+    fn munge_results(&mut self) {
+        let Some(h) = &self.munge else { return };
+        let done: Vec<MungeDone> = h.done.try_iter().collect();
+        for d in done {
+            let slot = match d {
+                MungeDone::Encoded { slot, serial, cred } => {
+                    self.encoded(slot, serial, cred);
+                    slot
+                }
+                MungeDone::Decoded {
+                    slot,
+                    serial,
+                    decoded,
+                } => {
+                    self.decoded(slot, serial, decoded);
+                    slot
+                }
+            };
+            self.take_lines(slot);
+        }
+    }
+
+    fn encoded(&mut self, slot: usize, serial: u64, cred: Result<String, String>) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.serial != serial {
+            return;
+        }
+        let Stage::Challenging(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
+            return;
+        };
+        let peer = conn.peer;
+        match cred {
+            Ok(cred) => {
+                let challenge = Msg::Challenge {
+                    run_id: self.run_id.clone(),
+                    auth: "munge".into(),
+                    nonce: p.server_nonce.clone(),
+                    proof: Some(cred),
+                };
+                conn.stage = Stage::Proof(p);
+                self.send(slot, &challenge);
+            }
+            Err(e) => self.refuse(
+                slot,
+                &peer,
+                &format!("node 0's munged would not make a credential: {e}"),
+            ),
+        }
+    }
+
+    fn decoded(&mut self, slot: usize, serial: u64, decoded: Result<Decoded, String>) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.serial != serial {
+            return;
+        }
+        let Stage::Checking(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
+            return;
+        };
+        let peer = conn.peer;
+        let uid = self.creds.munge.as_ref().map_or(u32::MAX, Munge::uid);
+        let hs = p.hs(&self.run_id);
+        let node = p.node;
+        let checked = decoded
+            .map_err(|e| format!("its MUNGE credential was refused by munged: {e}"))
+            .and_then(|d| {
+                if d.uid != uid {
+                    return Err(format!(
+                        "its MUNGE credential is of uid {}, not this run's uid {uid}",
+                        d.uid
+                    ));
+                }
+                hs.munge_share(CLIENT, &d.payload).ok_or_else(|| {
+                    "its MUNGE credential is not for this handshake (another run, node or challenge)"
+                        .to_string()
+                })
+            });
+        match checked {
+            Ok(client_share) => {
+                let key = hs.munge_session(&p.share, &client_share);
+                conn.rx.key(key.clone());
+                conn.tx.key(key);
+                conn.stage = Stage::Join { node };
+            }
+            Err(why) => self.refuse(
+                slot,
+                &peer,
+                &format!("node {node} failed authentication: {why}"),
+            ),
+        }
+    }
+
+    fn join(&mut self, slot: usize, j: Join) {
+        let node = j.node;
+        match self.c.join(&j) {
+            Ok(out) => {
+                let now = Instant::now();
+                if let Some(Some(conn)) = self.conns.get_mut(slot) {
+                    conn.stage = Stage::Member { node };
+                    conn.next_beat = now;
+                    conn.heard = now;
+                }
+                self.pending = self.pending.saturating_sub(1);
+                self.node_conn.insert(node, slot);
+                self.dispatch(out);
+            }
+            Err(reason) => {
+                let peer = match self.conns.get(slot) {
+                    Some(Some(c)) => c.peer,
+                    _ => return,
+                };
+                eprintln!(
+                    "accel-launch: note: control plane: refused node {node} from {peer}: {reason}"
+                );
+                self.notes += 1;
+                self.send(slot, &Msg::Reject { reason });
+                self.linger_then_close(slot);
+            }
+        }
+    }
+
+    /// A connection in its handshake refused: noted, told why, closed.
+    fn refuse(&mut self, slot: usize, peer: &SocketAddr, why: &str) {
+        self.note(peer, why);
+        self.send(
+            slot,
+            &Msg::Reject {
+                reason: why.to_string(),
+            },
+        );
+        self.linger_then_close(slot);
+    }
+
+    fn linger_then_close(&mut self, slot: usize) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.in_handshake() {
+            self.pending = self.pending.saturating_sub(1);
+        }
+        self.partial = self.partial.saturating_sub(conn.lines.pending());
+        conn.lines = Lines::default();
+        conn.stage = Stage::Closing {
+            until: Instant::now() + LINGER,
+        };
+        if conn.queued == 0 {
+            let _ = conn.sock.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// Keeps a node's stacks within [`STACKS_BUDGET`] for the whole verdict.
+    fn keep_stacks(&mut self, node: u32, bytes: usize, stacks: Vec<WireStack>) -> Vec<WireStack> {
+        if self.stacks_kept + bytes <= STACKS_BUDGET {
+            self.stacks_kept += bytes;
+            return stacks;
+        }
+        stacks
+            .into_iter()
+            .map(|s| WireStack {
+                threads: None,
+                error: Some(format!(
+                    "not kept by node 0, which holds at most {} MiB of the world's stacks; node {node} keeps its full dumps",
+                    STACKS_BUDGET >> 20
+                )),
+                ..s
+            })
+            .collect()
+    }
+
+    /// The coordinator's messages, queued for their nodes.
+    fn dispatch(&mut self, out: Vec<(To, Msg)>) {
+        for (to, m) in out {
+            if matches!(m, Msg::Autopsy { .. }) {
+                self.stacks_kept = 0;
+            }
+            match to {
+                To::Node(n) => {
+                    if let Some(slot) = self.node_conn.get(&n).copied() {
+                        self.send(slot, &m);
+                    }
+                }
+                To::All => {
+                    let mut body = m.json();
+                    body.push(b'\n');
+                    let body: Arc<[u8]> = body.into();
+                    let slots: Vec<usize> = self.node_conn.values().copied().collect();
+                    for slot in slots {
+                        self.queue(slot, Arc::clone(&body), true);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, slot: usize, m: &Msg) {
+        let mut body = m.json();
+        body.push(b'\n');
+        self.queue(slot, body.into(), true);
+    }
+
+    /// Queues one line (its body ends with the newline, which its tag does not cover) and writes
+    /// what the socket takes now; `watch`: see that the peer reads it (every message but heartbeats).
+    fn queue(&mut self, slot: usize, body: Arc<[u8]>, watch: bool) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if watch && conn.unread.is_none() {
+            conn.unread = Some((0, Instant::now()));
+        }
+        let head = conn.tx.head(&body[..body.len().saturating_sub(1)]);
+        let out = Out {
+            head,
+            body,
+            done: 0,
+        };
+        if conn.queued + out.len() > QUEUE_CAP && conn.queued > 0 {
+            let why = format!(
+                "it read nothing of the {} KiB queued for it (its launcher stopped reading)",
+                conn.queued >> 10
+            );
+            return self.close(slot, &why);
+        }
+        if conn.out.is_empty() {
+            conn.stuck_since = Some(Instant::now());
+        }
+        conn.queued += out.len();
+        conn.out.push_back(out);
+        if conn.writable {
+            self.flush(slot);
+        }
+    }
+
+    /// Writes what the socket takes of the connection's queue.
+    fn flush(&mut self, slot: usize) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        conn.writable = true;
+        let mut failed = None;
+        while !conn.out.is_empty() {
+            let mut slices: Vec<IoSlice> = Vec::with_capacity(16);
+            for o in conn.out.iter().take(8) {
+                let (h, b) = if o.done < o.head.len() {
+                    (&o.head[o.done..], &o.body[..])
+                } else {
+                    (&[][..], &o.body[o.done - o.head.len()..])
+                };
+                if !h.is_empty() {
+                    slices.push(IoSlice::new(h));
+                }
+                slices.push(IoSlice::new(b));
+            }
+            match conn.sock.write_vectored(&slices) {
+                Ok(0) => {
+                    failed = Some(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(mut n) => {
+                    conn.queued -= n;
+                    conn.stuck_since = Some(Instant::now());
+                    while n > 0 {
+                        let Some(front) = conn.out.front_mut() else {
+                            break;
+                        };
+                        let left = front.len() - front.done;
+                        if n >= left {
+                            n -= left;
+                            conn.out.pop_front();
+                        } else {
+                            front.done += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    conn.writable = false;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if conn.out.is_empty() {
+            conn.stuck_since = None;
+            if matches!(conn.stage, Stage::Closing { .. }) {
+                let _ = conn.sock.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        if let Some(e) = failed {
+            let why = why_closed(Some(&e), self.window);
+            self.close(slot, &why);
+        }
+    }
+
+    /// A connection ends: a member is lost to the coordinator (unless it said goodbye).
+    fn close(&mut self, slot: usize, why: &str) {
+        let Some(Some(conn)) = self.conns.get(slot) else {
+            return;
+        };
+        let node = match conn.stage {
+            Stage::Member { node } => Some(node),
+            _ => None,
+        };
+        self.drop_conn(slot);
+        if let Some(node) = node {
+            if self.node_conn.get(&node) == Some(&slot) {
+                self.node_conn.remove(&node);
+                let out = self.c.closed(node, why);
+                self.dispatch(out);
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, slot: usize) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        if conn.in_handshake() {
+            self.pending = self.pending.saturating_sub(1);
+        }
+        self.partial = self.partial.saturating_sub(conn.lines.pending());
+        let _ = self.poll.registry().deregister(&mut conn.sock);
+        self.free.push(slot);
+    }
+
+    /// Time-driven work: handshake and lingering deadlines, silent and stuck members, heartbeats,
+    /// the join and replacement deadlines, paused reads and accepts.
+    fn sweep(&mut self, now: Instant) {
+        if self.accept_paused.is_some_and(|t| now >= t) {
+            self.accept_paused = None;
+            self.accept();
+        }
+        let window = self.window;
+        let mut expired = Vec::new();
+        let mut lost = Vec::new();
+        let mut resume = Vec::new();
+        let mut beat = Vec::new();
+        for (slot, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
+            match &c.stage {
+                Stage::Closing { until } => {
+                    if now >= *until {
+                        expired.push((slot, None));
+                    }
+                }
+                Stage::Member { .. } => {
+                    if c.stuck_since
+                        .is_some_and(|t| now.duration_since(t) >= window)
+                    {
+                        lost.push((
+                            slot,
+                            format!(
+                                "its launcher read nothing for {:.0} s ({} KiB queued for it)",
+                                window.as_secs_f64(),
+                                c.queued.div_ceil(1024)
+                            ),
+                        ));
+                    } else if let Some(unread) = watch_unread(c, now, window) {
+                        lost.push((
+                            slot,
+                            format!(
+                                "its launcher read nothing for {:.0} s ({} KiB sent to it unread)",
+                                window.as_secs_f64(),
+                                unread.div_ceil(1024)
+                            ),
+                        ));
+                    } else if !c.paused && now.duration_since(c.heard) >= window {
+                        lost.push((slot, why_closed(Some(&timed_out()), window)));
+                    } else if now >= c.next_beat {
+                        c.next_beat = now + self.heartbeat;
+                        if c.out.is_empty() {
+                            beat.push(slot);
+                        }
+                    }
+                    if c.paused && self.partial < READ_BUDGET / 2 {
+                        c.paused = false;
+                        resume.push(slot);
+                    }
+                }
+                _ => {
+                    if now >= c.until {
+                        expired.push((
+                            slot,
+                            Some((
+                                c.peer,
+                                format!(
+                                    "it did not authenticate and join within {} s",
+                                    HANDSHAKE.as_secs()
+                                ),
+                            )),
+                        ));
+                    }
+                }
+            }
+        }
+        for (slot, refusal) in expired {
+            match refusal {
+                Some((peer, why)) => {
+                    self.note(&peer, &why);
+                    self.drop_conn(slot);
+                }
+                None => self.drop_conn(slot),
+            }
+        }
+        for (slot, why) in lost {
+            self.close(slot, &why);
+        }
+        if !beat.is_empty() {
+            let mut body = Msg::Hb.json();
+            body.push(b'\n');
+            let body: Arc<[u8]> = body.into();
+            for slot in beat {
+                self.queue(slot, Arc::clone(&body), false);
+            }
+        }
+        for slot in resume {
+            self.take_lines(slot);
+            self.read(slot);
+        }
+        // A wait for replacements is bounded like the first join.
+        if !self.c.waiting() {
+            self.wait_deadline = None;
+        } else if self.wait_deadline.is_none() {
+            self.wait_deadline = Some(now + self.join_timeout);
+        }
+        if self.wait_deadline.is_some_and(|d| now >= d) {
+            let out = self.c.give_up();
+            self.dispatch(out);
+        }
+        if self.c.joining() && now >= self.join_deadline {
+            let missing = self.c.missing();
+            let reason = format!(
+                "not every node joined within {} s: still waiting for node rank(s) {missing:?}",
+                self.join_timeout.as_secs()
+            );
+            self.dispatch(vec![(To::All, Msg::Reject { reason })]);
+            self.stop = true;
         }
     }
 }
 
-fn hub(
-    rx: Receiver<HubEvent>,
-    nodes: u32,
-    reference: &Join,
-    join_timeout: Duration,
-    heartbeat: Duration,
-    done: Arc<AtomicBool>,
-) {
-    let mut c = Coordinator::new(nodes)
-        .with_reference(reference)
-        .replacing_within(join_timeout);
-    let mut wait_deadline: Option<Instant> = None;
-    let mut writers: BTreeMap<u32, Mutex<Writer>> = BTreeMap::new();
-    let mut node_of: HashMap<u64, u32> = HashMap::new();
-    let join_deadline = Instant::now() + join_timeout;
-    let mut next_beat = Instant::now() + heartbeat;
-    let send = |writers: &mut BTreeMap<u32, Mutex<Writer>>, out: Vec<(To, Msg)>| {
-        for (to, m) in out {
-            match to {
-                To::Node(n) => {
-                    if let Some(w) = writers.get(&n) {
-                        let _ = write_msg(w, &m);
-                    }
-                }
-                To::All => {
-                    for w in writers.values() {
-                        let _ = write_msg(w, &m);
-                    }
-                }
-            }
-        }
-    };
-    loop {
-        if c.done() {
-            break;
-        }
-        let wake = c.next_wake().map_or(next_beat, |w| w.min(next_beat));
-        let wait = wake.saturating_duration_since(Instant::now());
-        let event = rx.recv_timeout(wait);
-        let out = c.tick(Instant::now());
-        send(&mut writers, out);
-        match event {
-            Ok(HubEvent::Joined {
-                conn,
-                peer,
-                join,
-                writer,
-            }) => {
-                let node = join.node;
-                match c.join(&join) {
-                    Ok(out) => {
-                        node_of.insert(conn, node);
-                        writers.insert(node, Mutex::new(writer));
-                        send(&mut writers, out);
-                    }
-                    Err(reason) => {
-                        eprintln!(
-                            "accel-launch: note: control plane: refused node {node} from {peer}: {reason}"
-                        );
-                        let mut w = writer;
-                        let _ = w.send(&Msg::Reject { reason }.json());
-                        let _ = w.s.shutdown(std::net::Shutdown::Both);
-                    }
-                }
-            }
-            Ok(HubEvent::Msg { conn, msg }) => {
-                if let Some(n) = node_of.get(&conn).copied() {
-                    let out = c.message(n, msg);
-                    send(&mut writers, out);
-                }
-            }
-            Ok(HubEvent::Closed { conn, why }) => {
-                if let Some(n) = node_of.remove(&conn) {
-                    writers.remove(&n);
-                    let out = c.closed(n, &why);
-                    send(&mut writers, out);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        // A wait for replacements is bounded like the first join.
-        if !c.waiting() {
-            wait_deadline = None;
-        } else if wait_deadline.is_none() {
-            wait_deadline = Some(Instant::now() + join_timeout);
-        }
-        if wait_deadline.is_some_and(|d| Instant::now() >= d) {
-            let out = c.give_up();
-            send(&mut writers, out);
-        }
-        if Instant::now() >= next_beat {
-            next_beat = Instant::now() + heartbeat;
-            send(&mut writers, vec![(To::All, Msg::Hb)]);
-            if c.joining() && Instant::now() >= join_deadline {
-                let missing = c.missing();
-                let reason = format!(
-                    "not every node joined within {} s: still waiting for node rank(s) {missing:?}",
-                    join_timeout.as_secs()
-                );
-                send(&mut writers, vec![(To::All, Msg::Reject { reason })]);
-                break;
-            }
-        }
+/// Bytes the kernel holds unacknowledged for the connection (SIOCOUTQ).
+fn unacked(sock: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd as _;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int for a TCP socket we own.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    if rc == 0 {
+        usize::try_from(n).unwrap_or(0)
+    } else {
+        0
     }
-    done.store(true, Ordering::Relaxed);
+}
+
+/// A member whose kernel send queue has not shrunk for the loss window since a message was sent
+/// to it: the bytes left unread. Looked at only while a message is unacknowledged.
+fn watch_unread(c: &mut Conn, now: Instant, window: Duration) -> Option<usize> {
+    let (last, since) = c.unread?;
+    let left = unacked(&c.sock);
+    if left == 0 {
+        c.unread = if c.out.is_empty() {
+            None
+        } else {
+            Some((0, now))
+        };
+        return None;
+    }
+    if last == 0 || left < last {
+        c.unread = Some((left, now));
+        return None;
+    }
+    (now.duration_since(since) >= window).then_some(left)
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::TimedOut)
 }

@@ -1,12 +1,12 @@
-//! Builds accel-test's C++ shim over libtorch's c10d (bin/accel-test/torch/shim.cpp), and only when the `torch`
-//! feature is on: without it this script does nothing, so the default build needs no C++ toolchain,
-//! no Python and no libtorch.
+//! Builds accel-test's C++ shim over libtorch's c10d (shim.cpp) into accel-test's libtorch part
+//! (libaccel_test_torch.so). The six tools are another package and need no C++ toolchain, no Python and
+//! no libtorch to build.
 //!
 //! The shim must be compiled exactly like torch-sys compiles tch's own C++ (same include dirs, same
 //! `_GLIBCXX_USE_CXX11_ABI`), so the libtorch is found the same way: `LIBTORCH_USE_PYTORCH` asks the
 //! Python on PATH (`python` in a virtualenv, else `python3`), otherwise `LIBTORCH` names an unpacked
-//! libtorch. Link arguments go to the accel-test binary only, so the other five tools never link
-//! libtorch, even in a `--features torch` build.
+//! libtorch. No run path is embedded: accel-test loads torch's libraries from the environment it runs
+//! in before this object (lib/preflight/libtorch.rs), so the build's own torch is needed only to link.
 
 // A build script reads cargo's environment; accel's Environment snapshot is for the tools.
 #![allow(clippy::disallowed_methods)]
@@ -23,6 +23,7 @@ for p in cpp_extension.include_paths():
     print('INCLUDE:', p)
 print('LIB:', os.path.join(os.path.dirname(torch.__file__), 'lib'))
 print('SITE:', os.path.dirname(os.path.dirname(torch.__file__)))
+print('VERSION:', torch.__version__)
 "#;
 
 struct Torch {
@@ -31,6 +32,7 @@ struct Torch {
     lib: PathBuf,
     /// site-packages, where the pip `nvidia-*` wheels keep the CUDA and NCCL headers.
     site: Option<PathBuf>,
+    version: Option<String>,
 }
 
 fn rerun_env(name: &str) -> Option<String> {
@@ -61,6 +63,7 @@ fn from_python() -> Torch {
         includes: Vec::new(),
         lib: PathBuf::new(),
         site: None,
+        version: None,
     };
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("ABI: ") {
@@ -71,6 +74,8 @@ fn from_python() -> Torch {
             torch.lib = v.trim().into();
         } else if let Some(v) = line.strip_prefix("SITE: ") {
             torch.site = Some(v.trim().into());
+        } else if let Some(v) = line.strip_prefix("VERSION: ") {
+            torch.version = Some(v.trim().into());
         }
     }
     torch
@@ -85,15 +90,16 @@ fn from_libtorch(dir: &Path) -> Torch {
         ],
         lib: dir.join("lib"),
         site: None,
+        version: std::fs::read_to_string(dir.join("build-version"))
+            .ok()
+            .map(|v| v.trim().to_string()),
     }
 }
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    if env::var_os("CARGO_FEATURE_TORCH").is_none() {
-        return;
-    }
-    println!("cargo:rerun-if-changed=bin/accel-test/torch/shim.cpp");
+    println!("cargo:rerun-if-changed=shim.cpp");
+    println!("cargo:rerun-if-changed=compat.cpp");
     println!("cargo:rerun-if-env-changed=VIRTUAL_ENV");
     let torch = if rerun_env("LIBTORCH_USE_PYTORCH").is_some() {
         from_python()
@@ -142,7 +148,8 @@ fn main() {
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={}", torch.abi))
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .define("USE_C10D_GLOO", None)
-        .file("bin/accel-test/torch/shim.cpp");
+        .file("shim.cpp")
+        .file("compat.cpp");
     if with_nccl {
         build
             .define("USE_C10D_NCCL", None)
@@ -158,9 +165,26 @@ fn main() {
         println!("cargo:warning=accel-test: CUDA/NCCL headers not found; building with gloo only (no NCCL)");
     }
 
-    let lib = torch.lib.display();
-    println!("cargo:rustc-link-search=native={lib}");
-    println!("cargo:rustc-link-arg-bin=accel-test=-Wl,-rpath,{lib}");
+    // scripts/wheel links with zig for glibc 2.28, while the C++ is compiled by g++ against libstdc++:
+    // zig would take `-lstdc++` for its own libc++ and `-lgcc_s` for its own static unwinder, so the C++
+    // builds name no library (CXXSTDLIB=) and libstdc++ and libgcc_s are given here by path. The unwinder
+    // must be libgcc_s's: torch's exceptions are raised by it, and our frames' cleanups resume them
+    // (_Unwind_Resume) on their way to the shim's catch.
+    if let Some(libs) = rerun_env("ACCEL_LINK_LIBS") {
+        for lib in env::split_paths(&libs) {
+            println!("cargo:rustc-link-arg-cdylib={}", lib.display());
+        }
+    }
+    // zig's linker searches only the paths it is given: scripts/wheel names one with the libraries that
+    // torch-sys asks for by name and zig lacks (libgomp; dropped again under --as-needed).
+    if let Some(dir) = rerun_env("ACCEL_LINK_SEARCH") {
+        println!("cargo:rustc-link-search=native={dir}");
+    }
+    println!("cargo:rustc-link-search=native={}", torch.lib.display());
+    // The version this object was built against, for `accel-test --version`.
+    if let Some(v) = &torch.version {
+        println!("cargo:rustc-env=ACCEL_TORCH_BUILT_WITH={v}");
+    }
     if with_nccl {
         // tch reaches CUDA only through libtorch_cuda's static initialisers; under --as-needed the
         // linker would drop the library, and tch would see no GPU.
@@ -170,13 +194,11 @@ fn main() {
             "-lc10_cuda",
             "-Wl,--as-needed",
         ] {
-            println!("cargo:rustc-link-arg-bin=accel-test={arg}");
+            println!("cargo:rustc-link-arg-cdylib={arg}");
         }
         println!("cargo:rustc-cfg=accel_nccl");
     }
     println!("cargo:rustc-check-cfg=cfg(accel_nccl)");
-    // libtorch_cpu and c10 are linked through tch; with --as-needed they stay out of every binary that
-    // does not call into them.
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
     println!("cargo:rustc-link-lib=dylib=c10");
 }
