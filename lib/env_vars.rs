@@ -58,7 +58,7 @@ vars! {
     ACCEL_LOG = "ACCEL_LOG", Accel,
         "Debug logging to stderr: `debug`, `trace`, or env_logger filters such as `accel::launch=trace`.";
     ACCEL_PYTHON = "ACCEL_PYTHON", Accel,
-        "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH); accel-test asks it alone for torch (default: the Python beside accel-test, then PATH's).";
+        "The Python interpreter to run scripts and probes with (default: `python3`, then `python`, on PATH); accel-test asks it first for torch, then the Python beside accel-test, then PATH's.";
     ACCEL_TEST_TIMEOUT = "ACCEL_TEST_TIMEOUT", Accel,
         "Set by accel-test --python for its embedded torch.distributed check: the timeout in seconds.";
     ACCEL_TEST_DEVICE = "ACCEL_TEST_DEVICE", Accel,

@@ -227,7 +227,12 @@ fn busy_world(d: &std::path::Path) -> (std::process::Child, Vec<u32>, Vec<u32>) 
     let fake = d.join("python");
     std::fs::write(
         &fake,
-        format!("#!/bin/sh\necho $$ >> {}\nexec sleep 120\n", pids.display()),
+        // It answers accel-test's question for torch's place as a Python would, and hangs as the
+        // ranks' --python step (which alone has ACCEL_TEST_DEVICE).
+        format!(
+            "#!/bin/sh\n[ -n \"$ACCEL_TEST_DEVICE\" ] || exec python3 \"$@\"\necho $$ >> {}\nexec sleep 120\n",
+            pids.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();

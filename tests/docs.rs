@@ -115,6 +115,8 @@ fn man_pages_name_only_existing_flags() {
             "requeue",
             "no-requeue",
             "grid",
+            // the control plane's benchmark (scripts/bench/control --simulate).
+            "simulate",
         ]
         .map(String::from),
     );

@@ -12,9 +12,11 @@
 //! what is missing and which torch is needed.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::env_vars::{self, Environment};
 use crate::error::Diagnostic;
@@ -106,18 +108,20 @@ pub fn supported(version: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '+']))
 }
 
-/// The interpreters to ask, in order: `ACCEL_PYTHON` alone when set; else `python3` and `python` in the
-/// directory of the accel-test binary (a venv's or conda env's `bin`), then on PATH.
+/// The interpreters to ask, in order: `ACCEL_PYTHON` when set; then `python3` and `python` in the
+/// directory of the accel-test binary (a venv's or conda env's `bin`), then on PATH. `ACCEL_PYTHON`
+/// only leads: it also names the Python of `--python`'s check, which is there to find a user's
+/// Python *without* a working torch, so such a Python must not keep the C++ checks from running.
 pub fn pythons(env: &Environment, exe_dir: Option<&Path>) -> Vec<PathBuf> {
-    if let Some(p) = env.non_empty(env_vars::ACCEL_PYTHON) {
-        return vec![PathBuf::from(p)];
-    }
     let mut found: Vec<PathBuf> = Vec::new();
     let mut add = |p: PathBuf| {
         if !found.contains(&p) {
             found.push(p);
         }
     };
+    if let Some(p) = env.non_empty(env_vars::ACCEL_PYTHON) {
+        add(PathBuf::from(p));
+    }
     for name in ["python3", "python"] {
         if let Some(p) = exe_dir.map(|d| d.join(name)).filter(|p| is_executable(p)) {
             add(p);
@@ -141,15 +145,16 @@ fn is_executable(p: &Path) -> bool {
 /// `sys.path` of the interpreter, without importing anything (~15 ms).
 const PROBE: &str = "import sys, json; print(json.dumps(sys.path))";
 
+/// How long an interpreter may take to print its `sys.path` (a cold start on a slow shared
+/// filesystem takes seconds); one that takes longer is not asked further.
+const PROBE_LIMIT: Duration = Duration::from_secs(30);
+
 /// The torch `python` would import, if any: the first `sys.path` entry with a `torch` package, as the
 /// import system searches. The interpreter's own directory (`''`, the working directory under `-c`)
 /// is skipped: a `torch` folder where accel-test happens to run is not an installation.
 pub fn torch_of(python: &Path) -> Option<Torch> {
-    let out = Command::new(python).args(["-c", PROBE]).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let path: Vec<String> = serde_json::from_slice(&out.stdout).ok()?;
+    let stdout = sys_path_of(python, PROBE_LIMIT)?;
+    let path: Vec<String> = serde_json::from_slice(&stdout).ok()?;
     path.iter()
         .filter(|p| !p.is_empty())
         .map(|p| Path::new(p).join("torch"))
@@ -159,6 +164,34 @@ pub fn torch_of(python: &Path) -> Option<Torch> {
             version: version_of(&dir).unwrap_or_else(|| "of unknown version".into()),
             dir,
         })
+}
+
+/// What [`PROBE`] prints, or `None` when the interpreter fails or does not answer within
+/// [`PROBE_LIMIT`] (then it is killed: accel-test never waits on it without an end).
+fn sys_path_of(python: &Path, limit: Duration) -> Option<Vec<u8>> {
+    let mut child = Command::new(python)
+        .args(["-c", PROBE])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // sys.path is a few KiB, well under a pipe's buffer: the child never blocks writing it.
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    child.stdout.take()?.read_to_end(&mut out).ok()?;
+    status.success().then_some(out)
 }
 
 /// `__version__` from `torch/version.py`.
@@ -439,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn the_python_beside_the_binary_comes_first_and_accel_python_alone() {
+    fn accel_python_then_the_python_beside_the_binary_then_path() {
         let d = tempfile::tempdir().unwrap();
         let bin = d.path().join("venv/bin");
         let other = d.path().join("other");
@@ -448,15 +481,30 @@ mod tests {
         let mine = fake_python(&bin, "python3", &[]);
         let on_path = fake_python(&other, "python3", &[]);
         let env = Environment::from_pairs([("PATH", other.display().to_string())]);
-        assert_eq!(pythons(&env, Some(&bin)), vec![mine.clone(), on_path]);
+        assert_eq!(
+            pythons(&env, Some(&bin)),
+            vec![mine.clone(), on_path.clone()]
+        );
         let env = Environment::from_pairs([
             ("PATH", other.display().to_string()),
             ("ACCEL_PYTHON", "/opt/py/bin/python3".into()),
         ]);
         assert_eq!(
             pythons(&env, Some(&bin)),
-            vec![PathBuf::from("/opt/py/bin/python3")]
+            vec![PathBuf::from("/opt/py/bin/python3"), mine, on_path]
         );
+    }
+
+    #[test]
+    fn an_interpreter_that_never_answers_is_given_up() {
+        let d = tempfile::tempdir().unwrap();
+        let stuck = d.path().join("python3");
+        std::fs::write(&stuck, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&stuck, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(sys_path_of(&stuck, Duration::from_millis(300)), None);
+        assert!(start.elapsed() < Duration::from_secs(30));
     }
 
     #[test]
