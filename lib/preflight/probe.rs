@@ -120,7 +120,12 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
 
 /// `me`'s partners in round order.
 pub fn partners(n: usize, me: usize) -> Vec<usize> {
-    rounds(n)
+    partners_in(&rounds(n), me)
+}
+
+/// `me`'s partners in `rounds`, in round order.
+pub fn partners_in(rounds: &[Vec<(usize, usize)>], me: usize) -> Vec<usize> {
+    rounds
         .iter()
         .filter_map(|r| {
             r.iter().find_map(|&(a, b)| {
@@ -134,6 +139,66 @@ pub fn partners(n: usize, me: usize) -> Vec<usize> {
             })
         })
         .collect()
+}
+
+/// The node pairs measured again before the verdict: on the first measurements between nodes
+/// (`edges`: from node, to node, Gbit/s), every pair of a node the verdict would name and every pair
+/// whose link it would name by itself, at `threshold`. A stall of the machine or a burst of other
+/// traffic while a pair has its turn makes that pair slow once; a NIC that negotiated a lower rate,
+/// or a bad cable, is slow again. Then the better of the two measurements of each direction counts
+/// ([`keep_best`]), as within one measurement the best of its runs does. Pairs are `(low, high)`.
+pub fn recheck_pairs(edges: &[(usize, usize, f64)], threshold: f64) -> Vec<(usize, usize)> {
+    let edges: Vec<Edge> = edges
+        .iter()
+        .map(|&(from, to, gbps)| Edge { from, to, gbps })
+        .collect();
+    let (members, links) = judge(&edges, 1.0 - threshold);
+    let mut pairs = BTreeSet::new();
+    for m in &members {
+        for e in edges
+            .iter()
+            .filter(|e| e.from == m.member || e.to == m.member)
+        {
+            pairs.insert((e.from.min(e.to), e.from.max(e.to)));
+        }
+    }
+    for l in &links {
+        pairs.insert((l.from.min(l.to), l.from.max(l.to)));
+    }
+    pairs.into_iter().filter(|(a, b)| a != b).collect()
+}
+
+/// `pairs` in rounds, each member in at most one pair per round: each pair goes into the first
+/// round after its members' earlier pairs (so that every member meets its partners in round order,
+/// and pairs that exchange blocking messages cannot wait on each other in a cycle).
+pub fn pair_rounds(pairs: &[(usize, usize)]) -> Vec<Vec<(usize, usize)>> {
+    let mut next: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut out: Vec<Vec<(usize, usize)>> = Vec::new();
+    for &(a, b) in pairs {
+        let r = next
+            .get(&a)
+            .copied()
+            .unwrap_or(0)
+            .max(next.get(&b).copied().unwrap_or(0));
+        if out.len() <= r {
+            out.resize_with(r + 1, Vec::new);
+        }
+        out[r].push((a.min(b), a.max(b)));
+        next.insert(a, r + 1);
+        next.insert(b, r + 1);
+    }
+    out
+}
+
+/// Keeps, for each direction measured `again`, the faster of its two measurements.
+pub fn keep_best(links: &mut Vec<Link>, again: Vec<Link>) {
+    for l in again {
+        match links.iter_mut().find(|o| o.from == l.from && o.to == l.to) {
+            Some(o) if o.gbps() >= l.gbps() => {}
+            Some(o) => *o = l,
+            None => links.push(l),
+        }
+    }
 }
 
 /// The measured transfer for a link estimated at `bytes_per_s`: a message of up to [`MAX_MESSAGE`]
@@ -333,6 +398,9 @@ pub struct ProbeData {
     pub workload: String,
     /// Rank 0's time from the start of the probe to the gathered data.
     pub seconds: f64,
+    /// The node pairs measured again before the verdict ([`recheck_pairs`]).
+    #[serde(default)]
+    pub rechecked: Vec<(usize, usize)>,
 }
 
 impl ProbeData {
@@ -354,6 +422,7 @@ impl ProbeData {
             local_rounds: 0,
             workload,
             seconds,
+            rechecked: Vec::new(),
         };
         for m in measured {
             d.ranks.push(m.info);
@@ -978,6 +1047,16 @@ pub fn render(d: &ProbeData, v: &Verdict) -> String {
             out.push('\n');
         }
     }
+    if !d.rechecked.is_empty() {
+        out += &format!(
+            "probe: measured again before the verdict (slow the first time; the faster measurement counts): {}\n",
+            d.rechecked
+                .iter()
+                .map(|(a, b)| format!("n{a} ↔ n{b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let pct = v.threshold * 100.0;
     if v.stragglers.is_empty() {
         out += &format!(
@@ -1031,6 +1110,7 @@ pub fn to_json(d: &ProbeData, v: &Verdict) -> serde_json::Value {
         "ranks": d.ranks,
         "links": d.links.iter().map(link).collect::<Vec<_>>(),
         "latency": d.latency.iter().map(latency).collect::<Vec<_>>(),
+        "rechecked": d.rechecked.iter().map(|(a, b)| serde_json::json!({"node_a": a, "node_b": b})).collect::<Vec<_>>(),
         "compute_workload": d.workload,
         "compute": d.compute,
         "slowest": v.slowest,
@@ -1041,6 +1121,55 @@ pub fn to_json(d: &ProbeData, v: &Verdict) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_looked_slow_is_measured_again_in_rounds() {
+        // Four nodes at 2 Gbit/s; node 2 at 0.2 each way: its three pairs are measured again.
+        let mut edges = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                if a != b {
+                    edges.push((a, b, if a == 2 || b == 2 { 0.2 } else { 1.9 }));
+                }
+            }
+        }
+        assert_eq!(recheck_pairs(&edges, 0.25), vec![(0, 2), (1, 2), (2, 3)]);
+        // Even: nothing. One pair stalled one way (2 → 0, 3 → 1 at 0.5): those two pairs.
+        let even: Vec<_> = edges.iter().map(|&(a, b, _)| (a, b, 1.9)).collect();
+        assert!(recheck_pairs(&even, 0.25).is_empty());
+        let stalled: Vec<_> = even
+            .iter()
+            .map(|&(a, b, g)| {
+                (
+                    a,
+                    b,
+                    if (a, b) == (2, 0) || (a, b) == (3, 1) {
+                        0.5
+                    } else {
+                        g
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(recheck_pairs(&stalled, 0.25), vec![(0, 2), (1, 3)]);
+
+        let rs = pair_rounds(&[(0, 2), (1, 2), (2, 3), (0, 1)]);
+        assert_eq!(rs, vec![vec![(0, 2)], vec![(1, 2)], vec![(2, 3), (0, 1)]]);
+        assert_eq!(partners_in(&rs, 2), vec![0, 1, 3]);
+        assert_eq!(partners_in(&rs, 1), vec![2, 0]);
+        assert_eq!(pair_rounds(&[(0, 2), (1, 3)]), vec![vec![(0, 2), (1, 3)]]);
+        assert!(pair_rounds(&[]).is_empty());
+
+        let l = |from, to, seconds| Link {
+            from,
+            to,
+            bytes: 1_000_000,
+            seconds,
+        };
+        let mut links = vec![l(0, 1, 0.1), l(1, 0, 0.01)];
+        keep_best(&mut links, vec![l(0, 1, 0.01), l(1, 0, 0.1)]);
+        assert_eq!(links, vec![l(0, 1, 0.01), l(1, 0, 0.01)]);
+    }
 
     #[test]
     fn rounds_pair_everyone_once_one_pair_at_a_time() {

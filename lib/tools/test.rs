@@ -112,6 +112,8 @@ fn run_with(
     }
     if let Some(parts) = cli.probe {
         args.push(format!("--probe={}", parts.arg()));
+        // The ranks measure again what looks slow at this threshold before they report.
+        args.push(format!("--probe_threshold={}", cli.probe_threshold * 100.0));
     }
     let mut out = |s: &str| crate::tools::print(s);
     coordinator::supervise(

@@ -39,6 +39,10 @@ struct Ctx<'a> {
     /// One buffer of `MAX_MESSAGE` bytes, sent from and received into.
     buf: Option<Tensor>,
     steps: u64,
+    /// --probe_threshold, a fraction: what looks slow after the first measurements is measured again.
+    threshold: f64,
+    /// The node pairs measured again (rank 0 reports them).
+    rechecked: Vec<(usize, usize)>,
 }
 
 fn torch(e: TorchError) -> String {
@@ -165,6 +169,8 @@ pub fn run(r: &mut Rank, pg: &ProcessGroup, store: &Store, dev: TchDevice, parts
         timeout: r.opts.timeout,
         buf: None,
         steps: 0,
+        threshold: r.opts.probe_threshold,
+        rechecked: Vec::new(),
     };
     let mut m = Measured {
         info: RankInfo {
@@ -241,11 +247,92 @@ fn links(ctx: &mut Ctx, m: &mut Measured) -> Result<String, String> {
         }
     }
     ctx.phase("nodes")?;
+    if nodes >= 2 {
+        recheck(ctx, m)?;
+        ctx.phase("recheck")?;
+    }
+    let again = if ctx.rechecked.is_empty() {
+        String::new()
+    } else {
+        format!(", {} pair(s) measured again", ctx.rechecked.len())
+    };
     Ok(format!(
-        "{nodes} node(s) in {} round(s), {lws} rank(s) per node in {} round(s)",
+        "{nodes} node(s) in {} round(s), {lws} rank(s) per node in {} round(s){again}",
         plan::rounds(nodes).len(),
         plan::rounds(lws).len()
     ))
+}
+
+/// The node pairs whose first measurement looks slow ([`plan::recheck_pairs`], decided by rank 0
+/// from every node leader's links) are measured again, in rounds; the faster measurement of each
+/// direction counts. Only node leaders take part; the other ranks wait at the phase's end.
+fn recheck(ctx: &mut Ctx, m: &mut Measured) -> Result<(), String> {
+    if ctx.c.local_rank != 0 {
+        return Ok(());
+    }
+    let lws = ctx.c.local_world_size.max(1);
+    let nodes = ctx.c.num_nodes.max(1);
+    let node = ctx.node();
+    let first = |n: usize| format!("{KEY}/first/{n}");
+    let pairs_key = format!("{KEY}/recheck-pairs");
+    let mine: Vec<(usize, usize, f64)> = m
+        .links
+        .iter()
+        .filter(|l| l.from / lws != l.to / lws)
+        .map(|l| (l.from / lws, l.to / lws, l.gbps()))
+        .collect();
+    let bytes = serde_json::to_vec(&mine).map_err(|e| e.to_string())?;
+    ctx.store.set(&first(node), &bytes).map_err(torch)?;
+    ctx.progress();
+    if ctx.c.rank == 0 {
+        let mut edges = Vec::new();
+        for n in 0..nodes {
+            let bytes = ctx.wait_key(&first(n))?;
+            if bytes.len() > MAX_RESULT {
+                return Err(format!("node n{n} sent {} bytes of links", bytes.len()));
+            }
+            let theirs: Vec<(usize, usize, f64)> = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("node n{n} sent unreadable links: {e}"))?;
+            edges.extend(theirs.into_iter().filter(|e| e.0 == n && e.1 < nodes));
+        }
+        let pairs = plan::recheck_pairs(&edges, ctx.threshold);
+        let bytes = serde_json::to_vec(&pairs).map_err(|e| e.to_string())?;
+        ctx.store.set(&pairs_key, &bytes).map_err(torch)?;
+    }
+    let bytes = ctx.wait_key(&pairs_key)?;
+    let pairs: Vec<(usize, usize)> = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("rank 0 sent an unreadable list of pairs: {e}"))?;
+    if pairs
+        .iter()
+        .any(|&(a, b)| a >= nodes || b >= nodes || a == b)
+    {
+        return Err(format!(
+            "rank 0 sent pairs of nodes that are not in this world: {pairs:?}"
+        ));
+    }
+    let mut again = Vec::new();
+    for peer_node in plan::partners_in(&plan::pair_rounds(&pairs), node) {
+        let peer = peer_node * lws;
+        bandwidth(ctx, peer, node < peer_node, &mut again)
+            .map_err(|e| format!("again with {}: {e}", ctx.peer_name(peer)))?;
+    }
+    plan::keep_best(&mut m.links, again);
+    ctx.rechecked = pairs;
+    Ok(())
+}
+
+/// Both directions of the link to `peer` again (no latency), `first` sending first.
+fn bandwidth(ctx: &mut Ctx, peer: usize, first: bool, out: &mut Vec<Link>) -> Result<(), String> {
+    if first {
+        out.push(send_side(ctx, peer)?);
+        ctx.progress();
+        recv_side(ctx, peer)?;
+    } else {
+        recv_side(ctx, peer)?;
+        out.push(send_side(ctx, peer)?);
+    }
+    ctx.progress();
+    Ok(())
 }
 
 /// One pair: latency (ping-pong led by `first`), then bandwidth `first` → peer and back.
@@ -443,13 +530,14 @@ fn report(
             }
             measured.push(got);
         }
-        let data = ProbeData::gather(
+        let mut data = ProbeData::gather(
             parts,
             ctx.device,
             measured,
             workload,
             start.elapsed().as_secs_f64(),
         );
+        data.rechecked = ctx.rechecked.clone();
         let bytes = serde_json::to_vec(&data).map_err(|e| e.to_string())?;
         ctx.store.set(&all, &bytes).map_err(torch)?;
     }

@@ -26,6 +26,8 @@ pub struct WorkerOpts {
     pub python: bool,
     /// --probe: what to measure after the checks.
     pub probe: Option<accel::preflight::probe::Parts>,
+    /// --probe_threshold, a fraction.
+    pub probe_threshold: f64,
 }
 
 const KEY: &str = "accel-test";
@@ -265,6 +267,7 @@ pub fn run_cli(
         max_size: cli.max_size,
         python: cli.python,
         probe: cli.probe,
+        probe_threshold: cli.probe_threshold,
     };
     run(&opts, env)
 }
