@@ -168,6 +168,28 @@ pub fn recheck_pairs(edges: &[(usize, usize, f64)], threshold: f64) -> Vec<(usiz
     pairs.into_iter().filter(|(a, b)| a != b).collect()
 }
 
+/// The ranks whose compute is measured again before the verdict: those below (1 - `threshold`) ×
+/// the median of the first measurements (`gflops`: rank, GFLOP/s), as the verdict would name them.
+/// A core taken by something else for a few seconds is slow once; a throttled GPU or a core shared
+/// for good is slow again. Sorted.
+pub fn recheck_ranks(gflops: &[(usize, f64)], threshold: f64) -> Vec<usize> {
+    if gflops.len() < 2 {
+        return Vec::new();
+    }
+    let vals: Vec<f64> = gflops.iter().map(|g| g.1).collect();
+    let Some(med) = median(&vals).filter(|m| *m > 0.0) else {
+        return Vec::new();
+    };
+    let mut slow: Vec<usize> = gflops
+        .iter()
+        .filter(|g| g.1 < (1.0 - threshold) * med)
+        .map(|g| g.0)
+        .collect();
+    slow.sort_unstable();
+    slow.dedup();
+    slow
+}
+
 /// `pairs` in rounds, each member in at most one pair per round: each pair goes into the first
 /// round after its members' earlier pairs (so that every member meets its partners in round order,
 /// and pairs that exchange blocking messages cannot wait on each other in a cycle).
@@ -1152,6 +1174,13 @@ mod tests {
             })
             .collect();
         assert_eq!(recheck_pairs(&stalled, 0.25), vec![(0, 2), (1, 3)]);
+
+        assert_eq!(
+            recheck_ranks(&[(0, 60.0), (1, 16.7), (2, 58.0)], 0.25),
+            vec![1]
+        );
+        assert!(recheck_ranks(&[(0, 60.0), (1, 50.0), (2, 58.0)], 0.25).is_empty());
+        assert!(recheck_ranks(&[(0, 60.0)], 0.25).is_empty());
 
         let rs = pair_rounds(&[(0, 2), (1, 2), (2, 3), (0, 1)]);
         assert_eq!(rs, vec![vec![(0, 2)], vec![(1, 2)], vec![(2, 3), (0, 1)]]);
