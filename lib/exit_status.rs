@@ -42,6 +42,8 @@ pub enum ExitStatus {
     /// accel-test: no usable torch (none in the environment, another version than its libtorch part
     /// binds, or its libraries or the part could not be loaded), so no rank can run.
     NoTorch,
+    /// accel-test --probe: the checks passed and the probe named a slow node, link or rank.
+    Straggler,
     /// A worker's own exit code or `128+N` for a worker killed by signal N, passed through.
     Worker(u8),
 }
@@ -55,6 +57,7 @@ impl ExitStatus {
             ExitStatus::Input => 3,
             ExitStatus::Output => 4,
             ExitStatus::NoTorch => 5,
+            ExitStatus::Straggler => 6,
             ExitStatus::Interrupted => 130,
             ExitStatus::Signal(n) => (128 + n).clamp(129, 255) as u8,
             ExitStatus::LauncherFailed => 125,
@@ -121,6 +124,10 @@ impl ExitStatus {
                     "No usable torch: none is installed in this environment, or another version than 2.13.*, or its libraries (or accel-test's libtorch part) could not be loaded. The message names which, and the torch accel-test needs.",
                 ));
                 rows.push((
+                    "6".to_string(),
+                    "--probe: every check passed and the probe named a straggler, a node, link or rank slower than the median by more than --probe_threshold (see PROBE).",
+                ));
+                rows.push((
                     "125".to_string(),
                     "The world could not be started: a busy --main_process_port, a bad topology, ranks that could not be spawned.",
                 ));
@@ -139,7 +146,7 @@ impl ExitStatus {
 pub enum Codes {
     /// accel-config, accel-estimate-memory, accel-merge-weights.
     Plain,
-    /// accel-test: also 5, no usable torch, and 125, a world that could not be started.
+    /// accel-test: also 5, no usable torch, 6, a straggler named by --probe, and 125, a world that could not be started.
     Test,
     /// accel-launch and `accel-env -- CMD`: the launcher's statuses and the ranks' own.
     Launcher,

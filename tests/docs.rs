@@ -103,6 +103,7 @@ fn man_pages_name_only_existing_flags() {
             "include",
             "exclude",
             "gpus-per-task",
+            "ntasks-per-node",
             "virtual-local-rank",
             "nnodes",
             "node_rank",

@@ -27,6 +27,8 @@ mod launch_output;
 mod launch_report;
 mod merge;
 mod mpi;
+#[cfg(feature = "torch")]
+mod probe;
 mod questionnaire;
 mod requeue;
 mod resolution;

@@ -23,6 +23,10 @@ use crate::env_vars::Group;
 ///
 /// On a multi-node job run accel-test on every node with the same flags and its --machine_rank, as
 /// with accel-launch (under SLURM the node rank and the master are taken from the allocation).
+///
+/// With --probe it then names what would slow the job down: it measures the links between nodes and
+/// within them, and the same matmul on every rank, prints the matrix, and names any node, link or
+/// rank slower than the median by more than --probe_threshold (exit status 6; see PROBE).
 #[derive(Debug, Parser)]
 #[command(name = "accel-test", version, about, long_about, max_term_width = 100)]
 pub struct TestCli {
@@ -97,6 +101,29 @@ pub struct TestCli {
     /// Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024).
     #[arg(long = "max_size", visible_alias = "max-size", value_name = "SIZE", default_value = "256M", value_parser = parse_bench_size)]
     pub max_size: u64,
+
+    /// After the checks, measure bandwidth and latency between nodes (node pairs in rounds) and within
+    /// them, and compute on every rank; name what is slower than the median (see PROBE). `--probe=links`
+    /// or `--probe=compute` measures one part only.
+    #[arg(
+        long,
+        value_name = "PARTS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "all",
+        value_parser = parse_probe
+    )]
+    pub probe: Option<crate::preflight::probe::Parts>,
+
+    /// --probe names a node, link or rank slower than the median by more than PCT percent.
+    #[arg(
+        long = "probe_threshold",
+        visible_alias = "probe-threshold",
+        value_name = "PCT",
+        default_value = "25",
+        value_parser = parse_threshold
+    )]
+    pub probe_threshold: f64,
 
     /// Also run a torch.distributed check with the user's python (ACCEL_PYTHON, else python3 or python
     /// on PATH) in the same world, to test that side of the installation.
@@ -193,6 +220,27 @@ pub fn parse_bench_size(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// --probe's value: `all`, `links`, `compute` (comma-separated).
+pub fn parse_probe(s: &str) -> Result<crate::preflight::probe::Parts, String> {
+    crate::preflight::probe::Parts::parse(s)
+}
+
+/// --probe_threshold: a percentage strictly between 0 and 100 (`25` or `25%`), as a fraction.
+pub fn parse_threshold(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage (e.g. 25)"))?;
+    if v.is_finite() && v > 0.0 && v < 100.0 {
+        Ok(v / 100.0)
+    } else {
+        Err(format!(
+            "`{s}` is out of range: a percentage above 0 and below 100"
+        ))
+    }
+}
+
 pub fn doc() -> ToolDoc {
     ToolDoc {
         name: "accel-test",
@@ -211,6 +259,8 @@ pub fn doc() -> ToolDoc {
             ("accel-test --bench --max_size 64M --json", "Also measure all_reduce/all_gather bandwidth; JSON report."),
             ("accel-test --num_machines 2 --machine_rank 1 --main_process_ip node0 --timeout 10", "The second node of a two-node job; fails in 10 s if node0 is unreachable."),
             ("accel-test --python", "Also run a torch.distributed check with the python on PATH."),
+            ("srun --ntasks-per-node=1 accel-test --probe --timeout 30", "In an allocation, one accel-test per node: check the world, then name a slow node, link or rank (exit 6) before the job is started."),
+            ("accel-test --probe=links --probe_threshold 40 --json", "Measure only the links; name only what is more than 40% below the median; JSON report."),
         ],
         codes: crate::exit_status::Codes::Test,
         extra_sections: &[
@@ -238,6 +288,18 @@ pub fn doc() -> ToolDoc {
                 "--bench columns follow nccl-tests: size is the bytes per rank for all_reduce and the total gathered bytes for all_gather; algbw = size / time; busbw = algbw * 2(n-1)/n for all_reduce and algbw * (n-1)/n for all_gather.",
             ],
         ),
+            (
+                "PROBE",
+                &[
+                    "--probe runs after the checks, on the same process group (gloo for CPU tensors, NCCL for CUDA tensors), and measures three things. Every wait in it is bounded by --timeout; a peer that stops answering fails the probe.links or probe.compute check, naming it.",
+                    "Links between nodes: the first rank of each node (local rank 0) leads it. The node pairs are scheduled as a round-robin tournament, so that each node is in one pair at a time and every pair is measured once: N-1 rounds for N nodes (N rounds when N is odd: each node sits one round out). In a pair, the latency is half the median round trip of 30 8-byte messages (after 5 warm-up ones), and the bandwidth is measured each way, timed by the sender from its first byte to the receiver's acknowledgement: first an estimate with growing messages (64 KiB to 64 MiB, until one takes 20 ms, so that a token bucket's burst does not pass for the link's rate), then measurements sized from the best rate so far to take about 0.25 s each (64 MiB messages sent up to 8 times on a fast link; one smaller message, at least 256 KiB, on a slow one), until two took at least half of that (at most four). The faster of those two counts: a stall (a lost packet's retransmission timeout, a rank descheduled on a busy machine) does not make a slow link, a slow link is slow both times. Then rank 0 looks at every pair at --probe_threshold, as the verdict will: the pairs of a node it would name, and of a link it would name, are measured again, in rounds of their own, and the faster of the two measurements of each direction counts (a machine or a switch busy for a few seconds slows a pair once; a NIC at a lower rate, or a bad cable, is slow again). The report lists them: `measured again before the verdict`, JSON `rechecked`.",
+                    "Links within nodes: every pair of local ranks, in the same rounds, every node at once, measured the same way. They are judged between GPUs (NVLink, PCIe) only: between CPU ranks the link is the loopback of the cores the ranks share, and its spread is the scheduler's; it is shown, not judged.",
+                    "Compute: the same matmul on every rank, five times, the best time counting (a rank that is slow every time is slow; one that was interrupted once is not): float32 1024x1024 on CPU, with the ranks taking turns over the whole world, trial by trial (ranks sharing a machine's cores would otherwise measure each other); bfloat16 8192x8192 four times on CUDA, every rank at once on its own GPU. The ranks below (1 - threshold) times the median then run the five trials again (taking turns among themselves on CPU), and the better result counts: a core taken by other work for a few seconds is slow once, a throttled GPU or a core shared for good is slow again (probe.compute says `measured again: rank(s) …`). Reported in GFLOP/s (2n^3 per product).",
+                    "The verdict compares like with like, against the median. A node whose best link to any other node (sending, or receiving) is below (1 - threshold) times the median node's best link has every link slow: it is named as \"node n3 (host): link to every other node 0.31× the median (1.9 vs 6.2 Gbit/s)\", with \"when sending\" or \"when receiving\" if only one way is slow. Then a link between two nodes not named is named by itself when it is below (1 - threshold) times the median of those links (\"link n0 (a) ↔ n1 (b)\", ↔ when both ways are slow). Nodes are judged only among three nodes or more: with two, a slow link cannot be pinned on either end. Ranks within nodes (on GPUs) are judged the same way against the whole world's links within nodes, and compute as \"rank 5 on n2 (host): compute 0.52× the median\". --probe_threshold sets the threshold (default 25%). When most nodes are slow the slow rate is the median, and nothing is named.",
+                    "Reading the report: the first table is the bandwidth between nodes in Gbit/s (10^9 bits per second), a row sends to a column, with each node's slowest link at the end of its row; the second the one-way latency in microseconds. Then one line per node for the links within it (range, median, the slowest, the latency), the compute table (nodes by local rank), one `probe: STRAGGLER` line per thing named (or `probe: no straggler`), and the probe's own time. --json has all of it under `probe` (every link with its bytes and seconds, the stragglers with their ratio, value and median).",
+                    "Exit status: 6 when the checks passed and the probe named a straggler (the verdict line starts `verdict: STRAGGLER`, the JSON verdict is STRAGGLER), so that an sbatch prolog or an init container can refuse the allocation; 0 when it named none; 1 when a check, the probe included, failed. Every node of a multi-node run prints the same probe report and exits the same way.",
+                ],
+            ),
         ],
     }
 }
@@ -257,5 +319,23 @@ mod tests {
             .unwrap_err()
             .contains("smallest --bench size"));
         assert_eq!(parse_bench_size("1K"), Ok(1024));
+    }
+
+    #[test]
+    fn probe_flags() {
+        use crate::preflight::probe::Parts;
+        let cli = TestCli::parse_from(["accel-test", "--probe", "--json"]);
+        assert_eq!(
+            (cli.probe, cli.probe_threshold, cli.json),
+            (Some(Parts::ALL), 0.25, true)
+        );
+        let cli = TestCli::parse_from(["accel-test", "--probe=links", "--probe-threshold", "40%"]);
+        assert_eq!(cli.probe.map(|p| (p.links, p.compute)), Some((true, false)));
+        assert!((cli.probe_threshold - 0.4).abs() < 1e-12);
+        assert_eq!(TestCli::parse_from(["accel-test"]).probe, None);
+        for bad in ["0", "100", "-5", "x", "nan"] {
+            assert!(parse_threshold(bad).is_err(), "{bad}");
+        }
+        assert!(TestCli::try_parse_from(["accel-test", "--probe=disk"]).is_err());
     }
 }

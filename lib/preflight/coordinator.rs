@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::ExitStatusExt;
 
+use super::probe::{self, ProbeData};
 use super::report::{Event, RankEnd, Report};
 use super::world::{Device, World};
 use super::PreflightError;
@@ -29,6 +30,8 @@ use crate::launch::{self, Capture, Captured, Console, OnFailure, Plan};
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
     pub args: Vec<String>,
+    /// --probe was asked for, with this threshold (a fraction): the report judges its measurements.
+    pub probe_threshold: Option<f64>,
 }
 
 /// How long the survivors of a failure get to report it, beyond the check timeout itself: a survivor
@@ -183,11 +186,22 @@ pub fn supervise(
     }
     let rest = report.flush(true);
     let seconds = start.elapsed().as_secs_f64();
+    let probe = judge_probe(&report, worker.probe_threshold);
     if json {
-        out(&json_report(&report, world, port, backend, seconds))?;
+        out(&json_report(
+            &report,
+            world,
+            port,
+            backend,
+            seconds,
+            Some(&probe),
+        ))?;
     } else {
         out(&rest)?;
-        out(&report.verdict(seconds, &what))?;
+        if let ProbeOutcome::Judged { data, verdict } = &probe {
+            out(&super::probe::render(data, verdict))?;
+        }
+        out(&probe_verdict(&report, &probe, seconds, &what))?;
     }
     followed?;
     match outcome.signal {
@@ -197,10 +211,13 @@ pub fn supervise(
         Some(_) => return Ok(outcome.status),
         None => {}
     }
-    Ok(if report.passed() {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
+    Ok(match probe {
+        _ if !report.passed() => ExitStatus::Failure,
+        ProbeOutcome::Missing => ExitStatus::Failure,
+        ProbeOutcome::Judged { verdict, .. } if !verdict.stragglers.is_empty() => {
+            ExitStatus::Straggler
+        }
+        _ => ExitStatus::Success,
     })
 }
 
@@ -211,6 +228,51 @@ fn oom_kills() -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// What --probe came to on this node.
+enum ProbeOutcome<'a> {
+    NotAsked,
+    /// Every check passed, yet no measurements came: the probe did not run to its end.
+    Missing,
+    Judged {
+        data: &'a ProbeData,
+        verdict: probe::Verdict,
+    },
+}
+
+fn judge_probe(report: &Report, threshold: Option<f64>) -> ProbeOutcome<'_> {
+    match (threshold, &report.probe) {
+        (None, _) => ProbeOutcome::NotAsked,
+        (Some(t), Some(data)) => ProbeOutcome::Judged {
+            data,
+            verdict: probe::analyze(data, t),
+        },
+        (Some(_), None) if report.passed() => ProbeOutcome::Missing,
+        (Some(_), None) => ProbeOutcome::NotAsked,
+    }
+}
+
+/// The last line, with the probe's word when the checks passed.
+fn probe_verdict(report: &Report, probe: &ProbeOutcome, seconds: f64, what: &str) -> String {
+    let plain = report.verdict(seconds, what);
+    if !report.passed() {
+        return plain;
+    }
+    match probe {
+        ProbeOutcome::Missing => {
+            format!("verdict: FAIL  the probe's measurements never came ({what}, {seconds:.1} s)\n")
+        }
+        ProbeOutcome::Judged { verdict, .. } if !verdict.stragglers.is_empty() => {
+            let n = verdict.stragglers.len();
+            let rest = plain.trim_start_matches("verdict: PASS  ");
+            format!(
+                "verdict: STRAGGLER  {} ({n} named by --probe); {rest}",
+                verdict.stragglers[0].text
+            )
+        }
+        _ => plain,
+    }
 }
 
 /// Reads the ranks' events while the supervisor runs them; prints the report as it completes and asks
@@ -358,7 +420,7 @@ fn unmet_devices(
     text += &report.flush(true);
     let seconds = start.elapsed().as_secs_f64();
     if json {
-        out(&json_report(&report, world, port, backend, seconds))?;
+        out(&json_report(&report, world, port, backend, seconds, None))?;
     } else {
         out(&text)?;
         out(&report.verdict(seconds, what))?;
@@ -366,7 +428,14 @@ fn unmet_devices(
     Ok(ExitStatus::Failure)
 }
 
-fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds: f64) -> String {
+fn json_report(
+    report: &Report,
+    world: &World,
+    port: u16,
+    backend: &str,
+    seconds: f64,
+    probe: Option<&ProbeOutcome>,
+) -> String {
     let checks: Vec<serde_json::Value> = report
         .checks
         .iter()
@@ -392,8 +461,18 @@ fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds
         .iter()
         .map(|(r, e)| (r.to_string(), serde_json::Value::from(e.to_string())))
         .collect();
+    let verdict = match probe {
+        _ if !report.passed() => "FAIL",
+        Some(ProbeOutcome::Missing) => "FAIL",
+        Some(ProbeOutcome::Judged { verdict, .. }) if !verdict.stragglers.is_empty() => "STRAGGLER",
+        _ => "PASS",
+    };
+    let probe = match probe {
+        Some(ProbeOutcome::Judged { data, verdict }) => probe::to_json(data, verdict),
+        _ => serde_json::Value::Null,
+    };
     let doc = serde_json::json!({
-        "verdict": if report.passed() { "PASS" } else { "FAIL" },
+        "verdict": verdict,
         "seconds": seconds,
         "world": {
             "world_size": world.world_size(),
@@ -407,6 +486,7 @@ fn json_report(report: &Report, world: &World, port: u16, backend: &str, seconds
         },
         "checks": checks,
         "bench": report.bench,
+        "probe": probe,
         "rank_ends": ends,
         "notes": report.notes,
     });
@@ -433,6 +513,7 @@ mod tests {
         };
         let worker = WorkerArgs {
             args: vec!["--timeout".into(), "5".into()],
+            probe_threshold: None,
         };
         let plan = rank_plan(
             &world,

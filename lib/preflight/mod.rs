@@ -13,6 +13,7 @@ pub mod libtorch;
 pub mod memory;
 pub mod network;
 pub mod plan;
+pub mod probe;
 pub mod python;
 pub mod report;
 pub mod world;

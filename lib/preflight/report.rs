@@ -23,6 +23,11 @@ pub enum Event {
     Bench { rank: usize, row: BenchRow },
     /// The rank is done; `ok` is its own verdict.
     Done { rank: usize, ok: bool },
+    /// --probe: the whole world's measurements (sent by every node's first rank).
+    Probe {
+        rank: usize,
+        data: Box<super::probe::ProbeData>,
+    },
 }
 
 impl Event {
@@ -117,6 +122,8 @@ pub struct Report {
     pub bench: Vec<BenchRow>,
     pub done: BTreeMap<usize, bool>,
     pub ends: BTreeMap<usize, RankEnd>,
+    /// --probe's measurements, once a rank of this node sent them.
+    pub probe: Option<super::probe::ProbeData>,
     pub notes: Vec<String>,
     world_size: usize,
     bench_header: bool,
@@ -200,6 +207,10 @@ impl Report {
             }
             Event::Done { rank, ok } => {
                 self.done.insert(rank, ok);
+                self.flush(false)
+            }
+            Event::Probe { data, .. } => {
+                self.probe.get_or_insert(*data);
                 self.flush(false)
             }
         }

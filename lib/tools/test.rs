@@ -117,10 +117,18 @@ fn run_with(
     if cli.python {
         args.push("--python".into());
     }
+    if let Some(parts) = cli.probe {
+        args.push(format!("--probe={}", parts.arg()));
+        // The ranks measure again what looks slow at this threshold before they report.
+        args.push(format!("--probe_threshold={}", cli.probe_threshold * 100.0));
+    }
     let mut out = |s: &str| crate::tools::print(s);
     coordinator::supervise(
         &world,
-        &WorkerArgs { args },
+        &WorkerArgs {
+            args,
+            probe_threshold: cli.probe.map(|_| cli.probe_threshold),
+        },
         env,
         timeout,
         cli.json,

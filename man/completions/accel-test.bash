@@ -23,7 +23,7 @@ _accel__test() {
 
     case "${cmd}" in
         accel__test)
-            opts="-h -V --config-file --config_file --cpu --num-processes --num_processes --num-machines --num_machines --machine-rank --machine_rank --main-process-ip --main_process_ip --main-process-port --main_process_port --gpu-ids --gpu_ids --timeout --bench --max-size --max_size --python --check --json --worker --device --help --version"
+            opts="-h -V --config-file --config_file --cpu --num-processes --num_processes --num-machines --num_machines --machine-rank --machine_rank --main-process-ip --main_process_ip --main-process-port --main_process_port --gpu-ids --gpu_ids --timeout --bench --max-size --max_size --probe --probe-threshold --probe_threshold --python --check --json --worker --device --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -158,6 +158,27 @@ _accel__test() {
                     return 0
                     ;;
                 --max-size)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --probe)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --probe_threshold)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --probe-threshold)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

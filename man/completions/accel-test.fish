@@ -7,6 +7,8 @@ complete -c accel-test -l main_process_port -l main-process-port -d 'Port of the
 complete -c accel-test -l gpu_ids -l gpu-ids -d 'GPUs to use on this machine, as CUDA_VISIBLE_DEVICES (e.g. `0,1`), or `all`' -r -f
 complete -c accel-test -l timeout -d 'Seconds any single wait may take (rendezvous, a collective, a rank\'s answer)' -r -f
 complete -c accel-test -l max_size -l max-size -d 'Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)' -r -f
+complete -c accel-test -l probe -d 'After the checks, measure bandwidth and latency between nodes (node pairs in rounds) and within them, and compute on every rank; name what is slower than the median (see PROBE). `--probe=links` or `--probe=compute` measures one part only' -r -f
+complete -c accel-test -l probe_threshold -l probe-threshold -d '--probe names a node, link or rank slower than the median by more than PCT percent' -r -f
 complete -c accel-test -l check -d 'Run only the checks whose name starts with PREFIX (repeatable), e.g. `all_reduce.sum`' -r -f
 complete -c accel-test -l device -d 'Internal: the device workers use (`cpu` or `cuda`)' -r -f
 complete -c accel-test -l cpu -d 'Run on CPU (gloo) even when GPUs are present'

@@ -32,6 +32,9 @@ _accel-test() {
 '--timeout=[Seconds any single wait may take (rendezvous, a collective, a rank'\''s answer)]:SECONDS:' \
 '--max_size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:' \
 '--max-size=[Largest message size of --bench, in bytes, with an optional K/M/G suffix (powers of 1024)]:SIZE:' \
+'--probe=[After the checks, measure bandwidth and latency between nodes (node pairs in rounds) and within them, and compute on every rank; name what is slower than the median (see PROBE). \`--probe=links\` or \`--probe=compute\` measures one part only]::PARTS:' \
+'--probe_threshold=[--probe names a node, link or rank slower than the median by more than PCT percent]:PCT:' \
+'--probe-threshold=[--probe names a node, link or rank slower than the median by more than PCT percent]:PCT:' \
 '*--check=[Run only the checks whose name starts with PREFIX (repeatable), e.g. \`all_reduce.sum\`]:PREFIX:' \
 '--device=[Internal\: the device workers use (\`cpu\` or \`cuda\`)]:DEVICE:' \
 '--cpu[Run on CPU (gloo) even when GPUs are present]' \

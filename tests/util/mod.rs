@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod fabric;
 pub mod proc;
 pub mod suite;
 

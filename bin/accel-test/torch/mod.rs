@@ -3,6 +3,7 @@
 //! that reaches c10d — the `TCPStore` rendezvous and the gloo/NCCL process groups the training will
 //! use. Tensors are tch tensors; every C++ exception comes back as a [`TorchError`].
 
+pub mod probe;
 pub mod worker;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -98,6 +99,8 @@ extern "C" {
         timeout_ms: i64,
     ) -> Err;
     fn accel_pg_barrier(pg: *mut RawPg, timeout_ms: i64) -> Err;
+    fn accel_pg_send(pg: *mut RawPg, t: *mut c_void, dst: i64, tag: i64, timeout_ms: i64) -> Err;
+    fn accel_pg_recv(pg: *mut RawPg, t: *mut c_void, src: i64, tag: i64, timeout_ms: i64) -> Err;
 }
 
 /// A c10d call that failed, with libtorch's own message.
@@ -387,6 +390,23 @@ impl ProcessGroup {
                 root as i64,
                 self.timeout_ms,
             )
+        })
+    }
+
+    /// `torch.distributed.send`: blocks until the tensor is handed over (gloo) or queued on the
+    /// stream (NCCL).
+    pub fn send(&self, t: &mut Tensor, dst: usize, tag: i64) -> Result<(), TorchError> {
+        // SAFETY: as above.
+        check("send", unsafe {
+            accel_pg_send(self.raw, ptr(t), dst as i64, tag, self.timeout_ms)
+        })
+    }
+
+    /// `torch.distributed.recv` from `src`, into `t` (the same size as the sent tensor).
+    pub fn recv(&self, t: &mut Tensor, src: usize, tag: i64) -> Result<(), TorchError> {
+        // SAFETY: as above.
+        check("recv", unsafe {
+            accel_pg_recv(self.raw, ptr(t), src as i64, tag, self.timeout_ms)
         })
     }
 

@@ -277,6 +277,25 @@ char* accel_pg_gather(accel_pg* pg, at::Tensor** outputs, size_t n, at::Tensor* 
   });
 }
 
+// Point-to-point, for --probe: torch.distributed.send / recv (a CUDA tensor goes through NCCL p2p).
+char* accel_pg_send(accel_pg* pg, at::Tensor* tensor, int64_t dst, int64_t tag,
+                    int64_t timeout_ms) {
+  return guarded([&] {
+    std::vector<at::Tensor> tensors{*tensor};
+    wait_work(pg->backend->send(tensors, static_cast<int>(dst), static_cast<int>(tag)),
+              timeout_ms);
+  });
+}
+
+char* accel_pg_recv(accel_pg* pg, at::Tensor* tensor, int64_t src, int64_t tag,
+                    int64_t timeout_ms) {
+  return guarded([&] {
+    std::vector<at::Tensor> tensors{*tensor};
+    wait_work(pg->backend->recv(tensors, static_cast<int>(src), static_cast<int>(tag)),
+              timeout_ms);
+  });
+}
+
 char* accel_pg_barrier(accel_pg* pg, int64_t timeout_ms) {
   return guarded([&] {
     c10d::BarrierOptions opts;

@@ -24,18 +24,22 @@ pub struct WorkerOpts {
     pub bench: bool,
     pub max_size: u64,
     pub python: bool,
+    /// --probe: what to measure after the checks.
+    pub probe: Option<accel::preflight::probe::Parts>,
+    /// --probe_threshold, a fraction.
+    pub probe_threshold: f64,
 }
 
 const KEY: &str = "accel-test";
 
-struct Rank<'a> {
-    c: Contract,
-    opts: &'a WorkerOpts,
-    ok: bool,
+pub(crate) struct Rank<'a> {
+    pub(crate) c: Contract,
+    pub(crate) opts: &'a WorkerOpts,
+    pub(crate) ok: bool,
 }
 
 impl Rank<'_> {
-    fn emit(&mut self, name: &str, result: Result<String, String>, ms: f64) -> bool {
+    pub(crate) fn emit(&mut self, name: &str, result: Result<String, String>, ms: f64) -> bool {
         let (ok, detail) = match result {
             Ok(d) => (true, d),
             Err(d) => (false, d),
@@ -55,7 +59,7 @@ impl Rank<'_> {
     }
 }
 
-fn since_ms(t: Instant) -> f64 {
+pub(crate) fn since_ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
@@ -91,7 +95,7 @@ fn compare(got: &Tensor, want: &[f64], exact: bool, part: &str) -> Result<(), St
     }
 }
 
-fn short(e: &TorchError) -> String {
+pub(crate) fn short(e: &TorchError) -> String {
     // c10d messages can run over many lines; the first says what happened.
     let first = e.message.lines().next().unwrap_or("").trim();
     format!("{}: {first}", e.op)
@@ -262,6 +266,8 @@ pub fn run_cli(
         bench: cli.bench,
         max_size: cli.max_size,
         python: cli.python,
+        probe: cli.probe,
+        probe_threshold: cli.probe_threshold,
     };
     run(&opts, env)
 }
@@ -557,6 +563,18 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
     if r.opts.bench && r.ok {
         if let Err(e) = bench(r, &pg, dev) {
             r.emit("bench", Err(short(&e)), 0.0);
+        }
+    }
+    if let Some(parts) = r.opts.probe {
+        // Only when every rank passed its checks: the probe needs all of them.
+        let mut ok = Tensor::from_slice(&[i64::from(r.ok)]).to_device(dev);
+        let all_ok = pg
+            .all_reduce(&mut ok, ReduceOp::Min)
+            .ok()
+            .and_then(|()| i64::try_from(ok.to_device(TchDevice::Cpu)).ok())
+            == Some(1);
+        if all_ok {
+            crate::torch::probe::run(r, &pg, &store, dev, parts);
         }
     }
     drop(pg);
