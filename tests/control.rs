@@ -1057,20 +1057,57 @@ fn raw_member(
     use accel::launch::control::peer::{Event, Peer};
     use accel::launch::control::{Credentials, Join, Secret, PROTOCOL};
     use std::io::{Read as _, Write as _};
-    let mut s = Stranger::connect(port + 1).w;
-    // The smallest receive buffer: what node 0 sends it stays in node 0's kernel unread.
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt on a socket we own, with an int option.
-    unsafe {
-        use std::os::fd::AsRawFd as _;
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    // The smallest receive buffer, set before connecting: the window it advertises from the first
+    // segment on is then a few KiB, so what node 0 sends beyond it stays in node 0's kernel unread.
+    // (Set after the connection, the kernel keeps the window it already advertised, and whether a
+    // 16 KiB stop is taken in then varies from run to run.)
+    let mut s = {
+        use std::os::fd::FromRawFd as _;
+        let one: libc::c_int = 1;
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: (port + 1).to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let t = Instant::now();
+        let s = loop {
+            // SAFETY: a socket we create and own, an int option, a sockaddr_in of the right size;
+            // the descriptor is closed on failure or handed to TcpStream, which closes it.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+                let rc = libc::connect(
+                    fd,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                if rc == 0 {
+                    break std::net::TcpStream::from_raw_fd(fd);
+                }
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "control port {}: {e}",
+                    port + 1
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
+        s
+    };
     let join = Join {
         protocol: PROTOCOL,
         run_id: format!("port:{}", port + 1),
