@@ -533,6 +533,12 @@ impl LaunchArgs {
             } else {
                 gpus
             };
+            // This node's own count stands for every node of the --num_machines it says.
+            let nodes = if input.machine.own_ranks.is_some() {
+                a.num_machines.max(nodes)
+            } else {
+                nodes
+            };
             a.num_processes = per_node * nodes;
             a.defaulted.push(if nodes > 1 {
                 format!(

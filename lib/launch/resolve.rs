@@ -685,8 +685,13 @@ fn torchrun_values(
         .or_else(|| given("num_machines").and_then(as_nodes))
         .or_else(|| from_file("num_machines").and_then(as_nodes));
     let np_flag = given("num_processes").is_some();
+    // On many nodes without a config file the total is left to the embedded default (this node's
+    // count times the nodes), not given: a given total is checked at the join against the sum of
+    // every node's count, and nodes may differ (1 + 2 + 1). A config file needs its total given.
     let total = match (nproc, nodes) {
-        (Some(p), Some(n)) if n <= 1 || !np_flag => Some(u64::from(p) * n.max(1)),
+        (Some(p), Some(n)) if n <= 1 || (!np_flag && loaded.is_some()) => {
+            Some(u64::from(p) * n.max(1))
+        }
         _ => None,
     };
     let values = tr.values(&backend, total).map_err(usage)?;
