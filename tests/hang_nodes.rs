@@ -41,16 +41,21 @@ fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Comman
         // The watch's reasons (`accel::launch::hang=debug`), when a developer asks for them.
         .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default())
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["--cpu", "--num_processes", "4", "--num_machines", "2"])
-        .args([
-            "--main_process_ip",
-            "127.0.0.1",
-            "--main_process_port",
-            port,
-        ])
-        .args(["--machine_rank", &node.to_string()])
-        .args(["--grace_period", &GRACE.to_string(), "--rdzv_timeout", rdzv])
-        .args(extra);
+        .args(["--cpu", "--num_machines", "2"]);
+    // Nodes that say their own counts (--nproc_per_node) form the world at the join: a total of 4
+    // would contradict 1 + 8.
+    if !extra.contains(&"--nproc_per_node") {
+        c.args(["--num_processes", "4"]);
+    }
+    c.args([
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        port,
+    ])
+    .args(["--machine_rank", &node.to_string()])
+    .args(["--grace_period", &GRACE.to_string(), "--rdzv_timeout", rdzv])
+    .args(extra);
     c
 }
 

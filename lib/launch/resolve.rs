@@ -170,7 +170,7 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
             physical_cores: crate::devices::detect_cpu().physical_cores.max(1) as u32,
             nodes,
             procs_per_node: nproc.or(place.as_ref().and_then(|p| p.procs_per_node)),
-            own_ranks: nproc.filter(|_| tr.nproc_per_node.is_some()),
+            own_ranks: nproc,
         },
         env,
     })?;
