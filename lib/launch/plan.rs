@@ -43,39 +43,13 @@ pub struct Plan {
 
 /// torchrun's `string.Template(arg).safe_substitute(local_rank=n)`.
 pub fn substitute_local_rank(arg: &OsString, local_rank: u32) -> OsString {
-    let Some(s) = arg.to_str() else {
-        return arg.clone();
-    };
-    if !s.contains('$') {
-        return arg.clone();
+    match arg.to_str() {
+        Some(s) if s.contains('$') => OsString::from(crate::launch::torchrun::safe_substitute(
+            s,
+            &[("local_rank", &local_rank.to_string())],
+        )),
+        _ => arg.clone(),
     }
-    let lr = local_rank.to_string();
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(a) = after.strip_prefix('$') {
-            out.push('$');
-            rest = a;
-        } else if let Some(a) = after.strip_prefix("{local_rank}") {
-            out.push_str(&lr);
-            rest = a;
-        } else if after.starts_with("local_rank")
-            && !after["local_rank".len()..]
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            out.push_str(&lr);
-            rest = &after["local_rank".len()..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    OsString::from(out)
 }
 
 pub fn hostname() -> String {
