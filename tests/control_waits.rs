@@ -632,3 +632,98 @@ fn three_uneven_nodes_1_2_1_form_one_world() {
         }
     }
 }
+
+/// Holds one thread of a child stopped (ptrace: PTRACE_SEIZE then PTRACE_INTERRUPT stop that thread
+/// alone, the process's other threads run on) until dropped, which lets it go.
+struct ThreadStop(i32);
+
+impl ThreadStop {
+    fn new(tid: i32) -> ThreadStop {
+        // SAFETY: ptrace(2) on our own child, with null address and data as these requests take.
+        let seized = unsafe {
+            libc::ptrace(
+                libc::PTRACE_SEIZE,
+                tid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        assert_eq!(seized, 0, "PTRACE_SEIZE {tid}: {}", std::io::Error::last_os_error());
+        // SAFETY: as above.
+        let stopped = unsafe {
+            libc::ptrace(
+                libc::PTRACE_INTERRUPT,
+                tid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        assert_eq!(stopped, 0, "PTRACE_INTERRUPT {tid}: {}", std::io::Error::last_os_error());
+        let mut status = 0;
+        // SAFETY: waitpid(2) for the trace stop of that thread.
+        let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        assert_eq!(got, tid, "waitpid {tid}: {}", std::io::Error::last_os_error());
+        ThreadStop(tid)
+    }
+}
+
+impl Drop for ThreadStop {
+    fn drop(&mut self) {
+        // SAFETY: detaching a thread this test traces (stopped, as PTRACE_DETACH needs).
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                self.0,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+    }
+}
+
+/// A launcher whose supervision is stuck (its main thread, which watches the ranks, stopped by
+/// ptrace while its heartbeat thread runs on, as when the launcher blocks writing to a hung
+/// filesystem) stops heartbeating after `link::STALL` (30 s), so that node 0 counts its node as lost
+/// and ends the run (122) instead of waiting on a node that only looks alive.
+#[test]
+fn a_stuck_supervision_stops_heartbeating_and_its_node_is_lost() {
+    let d = crate::util::tempdir();
+    let port = free_port();
+    // The shell's pid from its child's /proc entry: the launcher's `$local_rank` substitution
+    // (torchrun's string.Template) would turn `$$` into `$`.
+    let rank = format!(
+        "cut -d' ' -f4 /proc/self/stat > {}/rank.$RANK; exec sleep 300",
+        d.path().display()
+    );
+    let args = ["--no_python", "sh", "-c", rank.as_str()];
+    let n0 = Watched::spawn(launcher(d.path(), port, 2, 0, &args));
+    let n1 = Watched::spawn(launcher(d.path(), port, 2, 1, &args));
+    wait_file(&d.path().join("rank.0"), Duration::from_secs(60));
+    let r1 = wait_file(&d.path().join("rank.1"), Duration::from_secs(60));
+    let r1: i32 = r1
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("rank 1's pid {r1:?}: {e}\n{}\n{}", n0.text(), n1.text()));
+    let stuck = ThreadStop::new(n1.child.id() as i32);
+    let t = Instant::now();
+    n1.wait_line(
+        "node 1's supervision has not moved for 30 s: no more heartbeats",
+        Duration::from_secs(60),
+    );
+    let (c0, e0, at) = n0.finish_within(WAIT);
+    let took = at - t;
+    eprintln!("node 0 ended {took:?} after node 1's supervision stopped");
+    assert_eq!(c0, 122, "{e0}");
+    assert!(
+        e0.contains("node 1 (") && e0.contains("was lost: no heartbeat for 5 s"),
+        "{e0}"
+    );
+    assert!(
+        took >= Duration::from_secs(30) && took < Duration::from_secs(30 + 5 + GRACE + 10),
+        "{took:?}\n{e0}"
+    );
+    drop(stuck);
+    let (c1, e1, _) = n1.finish_within(WAIT);
+    assert_ne!(c1, 0, "{e1}");
+    wait_gone(r1, Duration::from_secs(GRACE + KILL_WAIT + 5));
+}

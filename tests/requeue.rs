@@ -277,6 +277,70 @@ fn slurms_timed_warning_with_a_custom_signal_requeues_the_job() {
     assert_eq!((reported(w, 0, 0), reported(w, 1, 0)), (123, 123), "{l}");
 }
 
+/// SLURM's warning to a launcher still joining (node 1's launcher starts 5 minutes late): node 0
+/// leaves the join at once and requeues the job, once, as it does once ranks run, and exits 123;
+/// no rank ever started.
+#[test]
+fn the_warning_to_a_launcher_still_joining_requeues_the_job() {
+    let d = tempdir();
+    let w = d.path();
+    std::fs::write(
+        w.join("join.sbatch"),
+        "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --gpus-per-node=0 --time=10\n#SBATCH --requeue --open-mode=append\necho \"start restart=${SLURM_RESTART_COUNT:-0}\"\nsrun --kill-on-bad-exit=1 sh -c '[ \"$SLURM_NODEID\" = 1 ] && sleep 300; echo $$ > launcher.$SLURM_NODEID; exec accel-launch --cpu --slurm_requeue --grace_period 20 --report_json report.$SLURM_NODEID.${SLURM_RESTART_COUNT:-0}.json --no_python touch started.$SLURM_NODEID'\necho \"srun exit $?\"\n",
+    )
+    .unwrap();
+    let id = submit(w, &w.join("join.sbatch"), &[]);
+    let t = Instant::now();
+    let launcher = loop {
+        if let Some(pid) = std::fs::read_to_string(w.join("launcher.0"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "node 0's launcher never started:\n{}",
+            log(w, id)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Past its start: joining, with its signal handlers in place, and node 1 still far off.
+    std::thread::sleep(Duration::from_secs(3));
+    let o = std::process::Command::new("kill")
+        .args(["-USR1", &launcher.to_string()])
+        .output_within(WAIT);
+    assert!(o.status.success(), "{}", text(&o));
+    let warned = Instant::now();
+    let state = wait_state(
+        w,
+        id,
+        &["PENDING", "COMPLETED", "FAILED", "CANCELLED"],
+        Duration::from_secs(120),
+    );
+    let took = warned.elapsed();
+    let l = log(w, id);
+    let restarts = job_field(w, id, "Restarts");
+    let o = slurm("scancel", w).arg(id.to_string()).output_within(WAIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state, "PENDING", "the job was not requeued:\n{l}");
+    assert_eq!(restarts, "1", "{l}");
+    assert!(
+        took < Duration::from_secs(60),
+        "requeued {took:?} after the warning, not at once (node 1 comes after 300 s):\n{l}"
+    );
+    let run0 = run_part(&l, 0);
+    assert_eq!(
+        run0.matches(&format!("job {id} requeued (scontrol requeue)"))
+            .count(),
+        1,
+        "{l}"
+    );
+    assert!(run0.contains("while joining"), "{l}");
+    assert_eq!(reported(w, 0, 0), 123, "{l}");
+    assert!(!w.join("started.0").exists(), "a rank started:\n{l}");
+}
+
 /// A job submitted with --no-requeue is refused before any rank starts, naming the job.
 #[test]
 fn a_job_that_cannot_be_requeued_is_refused_before_the_run() {

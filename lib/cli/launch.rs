@@ -96,7 +96,7 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub rdzv_timeout: Option<Duration>,
-    /// Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run's exit status as it is, unless the run succeeded (then 4).
+    /// Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail), also when it ended in the join before any rank started (`ended_in_join`: true, the `error`, no ranks). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run's exit status as it is, unless the run succeeded (then 4).
     #[arg(
         long = "report_json",
         visible_alias = "report-json",

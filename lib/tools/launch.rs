@@ -333,10 +333,15 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
             );
             let (link, place) = match joined {
                 Ok(j) => j,
-                // SLURM's warning while joining: the job is requeued (node 0 asks), as once ranks run.
-                Err(e) if e.requeue() => {
-                    let mut status = crate::error::render(TOOL, &Error::from(e), env);
-                    if let Some(r) = requeue.filter(|r| r.requeuer) {
+                Err(e) => {
+                    let failure = e.failure().cloned();
+                    let requeued = e.requeue();
+                    let error = Error::from(e);
+                    let message = error.to_string();
+                    let mut status = crate::error::render(TOOL, &error, env);
+                    // SLURM's warning while joining: the job is requeued (node 0 asks), as once
+                    // ranks run.
+                    if let Some(r) = requeue.filter(|r| requeued && r.requeuer) {
                         match r.request() {
                             Ok(()) if !cli.quiet => {
                                 eprintln!("{TOOL}: job {} requeued (scontrol requeue)", r.job)
@@ -345,9 +350,20 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                             Err(e) => status = crate::error::render(TOOL, &Error::from(e), env),
                         }
                     }
+                    if let Some(report) = report {
+                        let ended = Unstarted {
+                            node: t.node_rank,
+                            num_nodes: t.num_nodes,
+                            status,
+                            failure,
+                            error: message,
+                        };
+                        if let Err(e) = report.write_unstarted(&ended) {
+                            crate::error::render(TOOL, &e, env);
+                        }
+                    }
                     return Ok(status);
                 }
-                Err(e) => return Err(e.into()),
             };
             t.assembled = Some(Assembled {
                 world_size: place.world_size,
@@ -468,6 +484,15 @@ fn requeue_signal(cli: &LaunchCli, env: &Environment) -> Result<Option<i32>> {
     }
 }
 
+/// How a run that never started its ranks ended (in the join), for its `--report_json`.
+struct Unstarted {
+    node: u32,
+    num_nodes: u32,
+    status: ExitStatus,
+    failure: Option<control::FailureReport>,
+    error: String,
+}
+
 /// `--report_json`: how the run ended, for a scheduler or a wrapper script to read without parsing
 /// the logs. Its temporary file is made before any rank starts, so that a path that cannot be
 /// written is refused then; it has a name of its own (`tempfile`), so that launchers writing
@@ -506,6 +531,24 @@ impl Report {
         })
     }
 
+    /// A run that ended in the join: no rank started; `error` is what this launcher said.
+    fn write_unstarted(self, u: &Unstarted) -> Result<()> {
+        let v = json!({
+            "status": u.status.code(),
+            "ok": false,
+            "node": u.node,
+            "num_nodes": u.num_nodes,
+            "world_size": null,
+            "host": launch::plan::hostname(),
+            "signal": u.failure.as_ref().and_then(|f| f.signal),
+            "failure": u.failure,
+            "ended_in_join": true,
+            "error": u.error,
+            "ranks": [],
+        });
+        self.persist(&v)
+    }
+
     fn write(self, plan: &Plan, o: &launch::RunOutcome) -> Result<()> {
         let t = plan.topology.as_ref();
         let v = json!({
@@ -525,7 +568,11 @@ impl Report {
                 "stopped": r.end.stopped,
             })).collect::<Vec<_>>(),
         });
-        let text = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+        self.persist(&v)
+    }
+
+    fn persist(self, v: &serde_json::Value) -> Result<()> {
+        let text = serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
         let write_err = |e| Error::from(crate::error::IoError::new("write", &self.path, e));
         let mut f = self.tmp.as_file();
         std::io::Write::write_all(&mut f, text.as_bytes()).map_err(write_err)?;

@@ -133,6 +133,14 @@ impl ControlError {
     pub fn requeue(&self) -> bool {
         matches!(self, ControlError::Left { report, .. } | ControlError::Ended { report } if report.requeue)
     }
+
+    /// What ended the run in the join, when a launcher left it (a signal on this node or another).
+    pub fn failure(&self) -> Option<&FailureReport> {
+        match self {
+            ControlError::Left { report, .. } | ControlError::Ended { report } => Some(report),
+            _ => None,
+        }
+    }
 }
 
 impl Diagnostic for ControlError {
