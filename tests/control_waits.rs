@@ -648,7 +648,12 @@ impl ThreadStop {
                 std::ptr::null_mut::<libc::c_void>(),
             )
         };
-        assert_eq!(seized, 0, "PTRACE_SEIZE {tid}: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            seized,
+            0,
+            "PTRACE_SEIZE {tid}: {}",
+            std::io::Error::last_os_error()
+        );
         // SAFETY: as above.
         let stopped = unsafe {
             libc::ptrace(
@@ -658,11 +663,21 @@ impl ThreadStop {
                 std::ptr::null_mut::<libc::c_void>(),
             )
         };
-        assert_eq!(stopped, 0, "PTRACE_INTERRUPT {tid}: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            stopped,
+            0,
+            "PTRACE_INTERRUPT {tid}: {}",
+            std::io::Error::last_os_error()
+        );
         let mut status = 0;
         // SAFETY: waitpid(2) for the trace stop of that thread.
         let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
-        assert_eq!(got, tid, "waitpid {tid}: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            got,
+            tid,
+            "waitpid {tid}: {}",
+            std::io::Error::last_os_error()
+        );
         ThreadStop(tid)
     }
 }
