@@ -637,38 +637,28 @@ fn three_uneven_nodes_1_2_1_form_one_world() {
 /// alone, the process's other threads run on) until dropped, which lets it go.
 struct ThreadStop(i32);
 
+/// ptrace(2) with null address and data, as the requests here take.
+fn ptrace(request: libc::c_uint, tid: i32) -> libc::c_long {
+    // SAFETY: ptrace on the test's own child, no memory passed.
+    unsafe {
+        libc::ptrace(
+            request,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    }
+}
+
 impl ThreadStop {
     fn new(tid: i32) -> ThreadStop {
-        // SAFETY: ptrace(2) on our own child, with null address and data as these requests take.
-        let seized = unsafe {
-            libc::ptrace(
-                libc::PTRACE_SEIZE,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        assert_eq!(
-            seized,
-            0,
-            "PTRACE_SEIZE {tid}: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: as above.
-        let stopped = unsafe {
-            libc::ptrace(
-                libc::PTRACE_INTERRUPT,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        assert_eq!(
-            stopped,
-            0,
-            "PTRACE_INTERRUPT {tid}: {}",
-            std::io::Error::last_os_error()
-        );
+        for (request, name) in [
+            (libc::PTRACE_SEIZE, "PTRACE_SEIZE"),
+            (libc::PTRACE_INTERRUPT, "PTRACE_INTERRUPT"),
+        ] {
+            let r = ptrace(request, tid);
+            assert_eq!(r, 0, "{name} {tid}: {}", std::io::Error::last_os_error());
+        }
         let mut status = 0;
         // SAFETY: waitpid(2) for the trace stop of that thread.
         let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
@@ -684,15 +674,8 @@ impl ThreadStop {
 
 impl Drop for ThreadStop {
     fn drop(&mut self) {
-        // SAFETY: detaching a thread this test traces (stopped, as PTRACE_DETACH needs).
-        unsafe {
-            libc::ptrace(
-                libc::PTRACE_DETACH,
-                self.0,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
+        // Detaching a thread this test traces (stopped, as PTRACE_DETACH needs) lets it run on.
+        ptrace(libc::PTRACE_DETACH, self.0);
     }
 }
 
