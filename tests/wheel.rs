@@ -158,11 +158,10 @@ fn links_no_libtorch(venv: &Path) {
     }
 }
 
-// Out of scripts/test (CI): building the wheel compiles every crate twice more (~10 min of CI's two
-// cores beside the suite, 25 min on a loaded machine), and its first CI run failed after the build
-// for a reason its report cut off. Run by scripts/test-wheel until it is understood.
+// In the suite (CI): building the wheel compiles every crate twice more, niced, first of the run
+// (.config/nextest.toml gives it priority) so that its minutes overlap the other tests. scripts/test-wheel
+// runs it alone.
 #[test]
-#[ignore = "builds the wheel (every crate again, with zig): run it with scripts/test-wheel"]
 fn pip_install_offline_into_fresh_venvs_with_and_without_torch() {
     let (wheel, log) = wheel();
     let size = std::fs::metadata(&wheel).expect("wheel").len();

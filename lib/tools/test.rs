@@ -188,7 +188,7 @@ mod tests {
     }
 
     /// An environment whose Python has no torch: the world resolves, then accel-test says which torch it
-    /// needs (exit 5), before anything is loaded. scripts/test-wheel checks the same from a wheel
+    /// needs (exit 5), before anything is loaded. The wheel test checks the same from a wheel
     /// installed into a venv without torch (tests/wheel.rs).
     #[test]
     fn without_torch_it_says_which_it_needs() {
