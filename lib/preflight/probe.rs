@@ -307,9 +307,30 @@ pub struct Workload {
     pub reps: u32,
 }
 
+/// How long one CPU trial lasts at least: many scheduler slices. A core shared with a busy process
+/// gives a rank that just woke from its wait for its turn the core alone for its first slices; in a
+/// trial of one 1024×1024 product (18 ms on an AVX-512 core) the best of the trials caught such a
+/// start and the shared rank measured 78% of the others' rate, not about half.
+pub const CPU_TRIAL: Duration = Duration::from_millis(100);
+/// The most products in one CPU trial.
+pub const MAX_CPU_REPS: u32 = 64;
+
+/// The products in one CPU trial, from the time of one (`one`, measured by rank 0 and used by
+/// every rank): enough for [`CPU_TRIAL`].
+pub fn cpu_reps(one: Duration) -> u32 {
+    let one = one.as_secs_f64();
+    if !one.is_finite() || one <= 0.0 {
+        return MAX_CPU_REPS;
+    }
+    (CPU_TRIAL.as_secs_f64() / one)
+        .ceil()
+        .clamp(1.0, f64::from(MAX_CPU_REPS)) as u32
+}
+
 impl Workload {
-    /// float32 1024×1024 on CPU (about 0.1 s on one core); bfloat16 8192×8192 ×4 on CUDA (a few ms
-    /// on a current GPU), so that the GPU's time is not the launch overhead.
+    /// float32 1024×1024 on CPU (repeated to at least [`CPU_TRIAL`] per trial: [`cpu_reps`]);
+    /// bfloat16 8192×8192 ×4 on CUDA (a few ms on a current GPU), so that the GPU's time is not the
+    /// launch overhead.
     pub fn of(device: Device) -> Workload {
         match device {
             Device::Cpu => Workload {
@@ -1143,6 +1164,16 @@ pub fn to_json(d: &ProbeData, v: &Verdict) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_trial_lasts_at_least_its_time() {
+        // 18 ms per product (an AVX-512 core): 6 products, 108 ms.
+        assert_eq!(cpu_reps(Duration::from_millis(18)), 6);
+        assert_eq!(cpu_reps(Duration::from_millis(100)), 1);
+        assert_eq!(cpu_reps(Duration::from_millis(250)), 1);
+        assert_eq!(cpu_reps(Duration::from_micros(10)), MAX_CPU_REPS);
+        assert_eq!(cpu_reps(Duration::ZERO), MAX_CPU_REPS);
+    }
 
     #[test]
     fn what_looked_slow_is_measured_again_in_rounds() {

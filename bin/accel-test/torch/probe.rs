@@ -198,10 +198,10 @@ pub fn run(r: &mut Rank, pg: &ProcessGroup, store: &Store, dev: TchDevice, parts
             return;
         }
     }
-    let workload = Workload::of(ctx.device);
+    let mut workload = Workload::of(ctx.device);
     if parts.compute {
         let t = Instant::now();
-        let res = compute(&mut ctx, workload).and_then(|(c, again)| {
+        let res = compute(&mut ctx, &mut workload).and_then(|(c, again)| {
             let gflops = c.gflops;
             m.compute = Some(c);
             ctx.phase("compute")?;
@@ -451,9 +451,11 @@ fn recv_side(ctx: &mut Ctx, peer: usize) -> Result<(), String> {
 /// The workload, best of `COMPUTE_TRIALS`: on CPU the ranks take turns over the whole world (turn
 /// `t * world + rank` waits for the one before), on CUDA everyone runs at once. Then the ranks whose
 /// result looks slow at --probe_threshold ([`plan::recheck_ranks`], decided by rank 0) run the
-/// trials again, in turns among themselves, and the better of their two results counts. Returns
-/// this rank's result and the ranks measured again.
-fn compute(ctx: &mut Ctx, w: Workload) -> Result<(Compute, Vec<usize>), String> {
+/// trials again, in turns among themselves, and the better of their two results counts. On CPU a
+/// trial repeats the product for at least [`plan::CPU_TRIAL`], as many times as rank 0's time for one
+/// says ([`plan::cpu_reps`]; `w.reps` becomes that). Returns this rank's result and the ranks
+/// measured again.
+fn compute(ctx: &mut Ctx, w: &mut Workload) -> Result<(Compute, Vec<usize>), String> {
     let kind = if w.dtype == "float32" {
         Kind::Float
     } else {
@@ -466,6 +468,26 @@ fn compute(ctx: &mut Ctx, w: Workload) -> Result<(Compute, Vec<usize>), String> 
     let _ = s.matmul(&s);
     ctx.sync();
     let me = ctx.c.rank;
+    if ctx.device == Device::Cpu {
+        let reps_key = format!("{KEY}/compute-reps");
+        if me == 0 {
+            let mut one = Duration::MAX;
+            for _ in 0..2 {
+                let t = Instant::now();
+                let _ = a.matmul(&b);
+                one = one.min(t.elapsed());
+            }
+            let reps = plan::cpu_reps(one).to_string();
+            ctx.store.set(&reps_key, reps.as_bytes()).map_err(torch)?;
+        }
+        let bytes = ctx.wait_key(&reps_key)?;
+        w.reps = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .filter(|r| (1..=plan::MAX_CPU_REPS).contains(r))
+            .ok_or_else(|| "rank 0 sent an unreadable number of products per trial".to_string())?;
+    }
+    let w = *w;
     let everyone: Vec<usize> = (0..ctx.c.world_size).collect();
     let mut best = trials(ctx, &a, &b, w, &everyone, "turn")?;
 
