@@ -20,8 +20,8 @@
 //! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
 //!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::verdict)).
 //!
-//! Heartbeats go both ways every [`HEARTBEAT`]; a side that hears nothing for [`MISSES`] intervals
-//! counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
+//! Each node beats to node 0 every [`HEARTBEAT`], node 0 to each node every two (its fan-out is N);
+//! a side that hears nothing for [`MISSES`] intervals (5 s) counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
 //! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
 //! this keeps the same shape without a store, and one line per event.
 //!

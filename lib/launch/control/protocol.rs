@@ -182,7 +182,7 @@ pub enum Msg {
     Finish { failure: Option<FailureReport> },
     /// Node → server: leaving after `Finish`.
     Bye,
-    /// Both ways, every [`HEARTBEAT`](super::HEARTBEAT).
+    /// From each node every [`HEARTBEAT`](super::HEARTBEAT), from node 0 every two.
     Hb,
     /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
     /// (`None`) move again ([`Reporter`](super::super::verdict::Reporter)).
