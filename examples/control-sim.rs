@@ -4,7 +4,7 @@
 //! engine of `scripts/bench/control --simulate N`; it prints one JSON object of what it measured.
 //!
 //!   control-sim --port CONTROL_PORT --nodes N [--addr 127.0.0.1] [--run-id port:CONTROL_PORT]
-//!               [--node0-pid PID] [--steady SECONDS] [--max-restarts R]
+//!               [--node0-pid PID] [--steady SECONDS] [--max-restarts R] [--spread K]
 //!
 //! Node ranks 1..=N join (node 0 is the launcher, started with `--num_machines N+1`). The secret is
 //! ACCEL_LAUNCH_SECRET, as for the launcher; with `--munge SOCKET` MUNGE instead. Measured: the time
@@ -58,6 +58,7 @@ struct Args {
     steady: f64,
     max_restarts: u32,
     munge: Option<String>,
+    spread: u32,
 }
 
 fn args() -> Args {
@@ -70,6 +71,7 @@ fn args() -> Args {
         steady: 10.0,
         max_restarts: 0,
         munge: None,
+        spread: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -83,6 +85,7 @@ fn args() -> Args {
             "--steady" => a.steady = v.parse().unwrap(),
             "--max-restarts" => a.max_restarts = v.parse().unwrap(),
             "--munge" => a.munge = Some(v),
+            "--spread" => a.spread = v.parse::<u32>().unwrap().max(1),
             _ => panic!("unknown option {k}"),
         }
     }
@@ -138,6 +141,7 @@ struct Sim {
     in_flight: usize,
     queue: VecDeque<usize>,
     refusals: Vec<String>,
+    next_scan: Instant,
 }
 
 impl Sim {
@@ -160,7 +164,17 @@ impl Sim {
     fn connect(&mut self, i: usize) {
         let join = self.join(self.nodes[i].node);
         let (peer, hello) = Peer::new(join, self.creds.clone()).unwrap();
-        let mut s = TcpStream::connect(self.addr).unwrap();
+        // Node i connects to the i-th of `--spread` consecutive addresses (127.0.0.1, .2, ...; node 0
+        // listens on them all when joins are authenticated): from one source address to one
+        // destination the kernel has ~28,000 ephemeral ports, and past ~15,000 connections each
+        // connect() searched most of them (the simulator's own CPU, not node 0's). Real nodes
+        // connect from their own addresses.
+        let mut addr = self.addr;
+        if let (std::net::IpAddr::V4(v4), spread) = (addr.ip(), self.a.spread) {
+            let base = u32::from(v4);
+            addr.set_ip(std::net::Ipv4Addr::from(base + (i as u32 % spread)).into());
+        }
+        let mut s = TcpStream::connect(addr).unwrap();
         self.poll
             .registry()
             .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
@@ -305,7 +319,13 @@ impl Sim {
                     self.read(i);
                 }
             }
+            // The beats due, looked for every 50 ms: a walk of 20,000 nodes per turn of this loop
+            // (hundreds of turns a second while they join) made the simulator its own bottleneck.
             let now = Instant::now();
+            if now < self.next_scan {
+                continue;
+            }
+            self.next_scan = now + Duration::from_millis(50);
             for i in 0..self.nodes.len() {
                 let n = &mut self.nodes[i];
                 if matches!(n.state, State::Joined | State::Running | State::Stopped)
@@ -357,6 +377,7 @@ fn main() {
         in_flight: 0,
         queue: (0..n).collect(),
         refusals: Vec::new(),
+        next_scan: Instant::now(),
         a,
     };
     let pid = sim.a.node0;

@@ -84,6 +84,11 @@ pub struct Coordinator {
     run_id: Option<String>,
     max_restarts: Option<u32>,
     members: BTreeMap<u32, Member>,
+    /// The members' ranks, summed, and the `--num_processes` of those that gave one, kept as they
+    /// join and leave: a walk of every member per join made 20,000 joins quadratic (half of node
+    /// 0's CPU while they joined).
+    ranks_joined: u64,
+    world_sizes: BTreeMap<u32, u32>,
     phase: Phase,
     attempt: u32,
     failure: Option<FailureReport>,
@@ -104,6 +109,12 @@ pub struct Coordinator {
     /// When the running attempt was stopped: every node then has [`Member::ended_within`] to
     /// report its ranks' end.
     stopped_at: Option<Instant>,
+    /// The deadlines of the nodes still to report their end after the stop, earliest first, made
+    /// once at the stop; a node that ended or left since is skipped (and dropped) when reached.
+    /// At 20,000 members a walk of them all on every turn of node 0's loop (each of the 20,000
+    /// `ended` reports is a turn) kept node 0 from reading its members for longer than the loss
+    /// window.
+    due: BTreeSet<(Instant, u32)>,
     /// Why the run cannot restart whatever `--max_restarts` says (a node left it, ranks were left
     /// behind, a node never reported its end).
     no_restart: Option<String>,
@@ -118,6 +129,8 @@ impl Coordinator {
             run_id: None,
             max_restarts: None,
             members: BTreeMap::new(),
+            ranks_joined: 0,
+            world_sizes: BTreeMap::new(),
             phase: Phase::Joining,
             attempt: 0,
             failure: None,
@@ -129,6 +142,7 @@ impl Coordinator {
             lost: BTreeMap::new(),
             replace_within: Duration::from_secs(300),
             stopped_at: None,
+            due: BTreeSet::new(),
             no_restart: None,
             unkillable: 0,
         }
@@ -213,12 +227,11 @@ impl Coordinator {
                 j.local_ranks
             ));
         }
-        let others: u64 = self
-            .members
-            .iter()
-            .filter(|(n, _)| **n != j.node)
-            .map(|(_, m)| u64::from(m.local_ranks))
-            .sum();
+        let others = self.ranks_joined
+            - self
+                .members
+                .get(&j.node)
+                .map_or(0, |m| u64::from(m.local_ranks));
         if others + u64::from(j.local_ranks) > i32::MAX as u64 {
             return Err("the world would exceed 2147483647 ranks (torch's limit)".into());
         }
@@ -252,7 +265,7 @@ impl Coordinator {
             return Err(duplicate(j, &m.host));
         }
         if let Some(w) = j.world_size {
-            let given = self.members.values().filter_map(|m| m.world_size).next();
+            let given = self.world_sizes.values().next().copied();
             if let Some(other) = given.filter(|o| *o != w) {
                 return Err(format!(
                     "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
@@ -262,6 +275,10 @@ impl Coordinator {
         self.run_id = Some(j.run_id.clone());
         self.max_restarts = Some(j.max_restarts);
         self.hang_timeout_ms = Some(j.hang_timeout_ms);
+        self.ranks_joined += u64::from(j.local_ranks);
+        if let Some(w) = j.world_size {
+            self.world_sizes.insert(j.node, w);
+        }
         self.members.insert(j.node, Member::of(j));
         if self.members.len() as u32 == self.nodes {
             if let Some(reason) = self.wrong_total() {
@@ -447,34 +464,56 @@ impl Coordinator {
             Some(w) if self.phase == Phase::Running && self.failure.is_none() => w.next_wake(),
             _ => None,
         };
-        let ended = self.deadlines().map(|(_, at)| at).min();
+        // The first entry may belong to a node that ended since the last tick: an early wake.
+        let ended = self
+            .due
+            .first()
+            .filter(|_| self.phase == Phase::Running && self.stopped_at.is_some())
+            .map(|(at, _)| *at);
         match (world, ended) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// Each node still to report its ranks' end after the stop, with its deadline.
-    /// Nothing to walk before a stop: node 0's loop asks on every turn, and at 10,000 members a walk
-    /// per turn was a fifth of its CPU in steady heartbeats.
-    fn deadlines(&self) -> impl Iterator<Item = (u32, Instant)> + '_ {
-        let at = self.stopped_at.filter(|_| self.phase == Phase::Running);
-        at.into_iter().flat_map(move |at| {
-            self.members
-                .iter()
-                .filter(move |(n, _)| !self.ended.contains(n) && !self.gone.contains(n))
-                .filter_map(move |(n, m)| Some((*n, at.checked_add(m.ended_within()?)?)))
-        })
+    /// The stop: every node still running has its own deadline to report its ranks' end.
+    fn stop_clock(&mut self) {
+        let at = self.now;
+        self.stopped_at = Some(at);
+        self.due = self
+            .members
+            .iter()
+            .filter(|(n, _)| !self.ended.contains(n) && !self.gone.contains(n))
+            .filter_map(|(n, m)| Some((at.checked_add(m.ended_within()?)?, *n)))
+            .collect();
+    }
+
+    /// The earliest deadline still pending after the stop, dropping those of nodes that ended or
+    /// left meanwhile.
+    fn next_due(&mut self) -> Option<(Instant, u32)> {
+        if self.phase != Phase::Running || self.stopped_at.is_none() {
+            return None;
+        }
+        while let Some(&(at, n)) = self.due.first() {
+            if !self.ended.contains(&n) && !self.gone.contains(&n) {
+                return Some((at, n));
+            }
+            self.due.pop_first();
+        }
+        None
     }
 
     /// A node that did not report its ranks' end by its deadline after the stop is lost: its
     /// heartbeats alone do not keep the world waiting. Its ranks may still run, so no restart.
     fn overdue(&mut self, now: Instant) -> Vec<(To, Msg)> {
-        let late: Vec<u32> = self
-            .deadlines()
-            .filter(|(_, at)| now >= *at)
-            .map(|(n, _)| n)
-            .collect();
+        let mut late = Vec::new();
+        while let Some((at, n)) = self.next_due() {
+            if now < at {
+                break;
+            }
+            self.due.pop_first();
+            late.push(n);
+        }
         if late.is_empty() {
             return Vec::new();
         }
@@ -520,7 +559,7 @@ impl Coordinator {
                         hang: true,
                         ..FailureReport::lost(0, &self.host(0), "")
                     });
-                    self.stopped_at = Some(self.now);
+                    self.stop_clock();
                     out.push((
                         To::All,
                         Msg::Verdict {
@@ -670,7 +709,10 @@ impl Coordinator {
         match self.phase {
             Phase::Joining => {
                 // It may join again (a restarted launcher).
-                self.members.remove(&node);
+                if let Some(m) = self.members.remove(&node) {
+                    self.ranks_joined -= u64::from(m.local_ranks);
+                }
+                self.world_sizes.remove(&node);
                 Vec::new()
             }
             Phase::Finished => {
@@ -749,7 +791,7 @@ impl Coordinator {
             return Vec::new();
         }
         self.failure = Some(failure.clone());
-        self.stopped_at = Some(self.now);
+        self.stop_clock();
         vec![(
             To::All,
             Msg::Stop {
@@ -779,6 +821,7 @@ impl Coordinator {
         self.attempt += 1;
         self.failure = None;
         self.stopped_at = None;
+        self.due.clear();
         self.ended.clear();
         self.phase = Phase::Running;
         self.arm_world();
