@@ -227,11 +227,11 @@ impl Coordinator {
                 j.local_ranks
             ));
         }
-        let others = self.ranks_joined
-            - self
-                .members
+        let others = self.ranks_joined.saturating_sub(
+            self.members
                 .get(&j.node)
-                .map_or(0, |m| u64::from(m.local_ranks));
+                .map_or(0, |m| u64::from(m.local_ranks)),
+        );
         if others + u64::from(j.local_ranks) > i32::MAX as u64 {
             return Err("the world would exceed 2147483647 ranks (torch's limit)".into());
         }
@@ -710,7 +710,7 @@ impl Coordinator {
             Phase::Joining => {
                 // It may join again (a restarted launcher).
                 if let Some(m) = self.members.remove(&node) {
-                    self.ranks_joined -= u64::from(m.local_ranks);
+                    self.ranks_joined = self.ranks_joined.saturating_sub(u64::from(m.local_ranks));
                 }
                 self.world_sizes.remove(&node);
                 Vec::new()
@@ -1741,6 +1741,33 @@ mod tests {
             matches!(&out[..], [(To::All, Msg::Finish { failure: Some(_) })]),
             "no restart with ranks left behind: {out:?}"
         );
+    }
+
+    #[test]
+    fn the_world_size_limit_counts_the_ranks_of_the_nodes_joined_now() {
+        // 32,767 nodes of 65,536 ranks fill torch's limit but for 65,535 ranks: one more node of
+        // 65,536 does not fit, until a node that left during the join makes room (its ranks no
+        // longer count; its launcher rejoining with fewer counts those).
+        let n = 32_768;
+        let big = |node: u32| Join {
+            nodes: n + 1,
+            ..join(node, MAX_LOCAL_RANKS)
+        };
+        let mut c = Coordinator::new(n + 1);
+        for node in 0..n - 1 {
+            c.join(&big(node)).unwrap();
+        }
+        let e = c.join(&big(n - 1)).unwrap_err();
+        assert!(e.contains("exceed 2147483647 ranks"), "{e}");
+        c.closed(5, "gone");
+        c.join(&big(n - 1)).unwrap();
+        let e = c.join(&big(5)).unwrap_err();
+        assert!(e.contains("exceed 2147483647 ranks"), "{e}");
+        c.join(&Join {
+            nodes: n + 1,
+            ..join(5, MAX_LOCAL_RANKS - 1)
+        })
+        .unwrap();
     }
 
     #[test]
