@@ -4,6 +4,13 @@
 
 use std::process::ExitCode;
 
+/// A signal's name as kill(1) and torch print it (`SIGTERM`), `unknown` for a number Linux lacks.
+pub fn signal_name(sig: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown")
+}
+
 /// How an accel tool ends. Rank exit codes pass through `accel-launch` unchanged and are not listed here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {

@@ -14,6 +14,7 @@ pub mod env_vars;
 pub mod error;
 pub mod estimate;
 pub mod exit_status;
+pub mod host;
 pub mod launch;
 pub mod merge;
 pub mod preflight;

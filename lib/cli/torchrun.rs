@@ -7,6 +7,9 @@
 
 use clap::Args;
 
+use crate::launch::numa::NumaMode;
+use crate::launch::torchrun::{Nnodes, NprocPerNode};
+
 /// torchrun's flags that `accelerate launch` lacks.
 #[derive(Debug, Clone, Default, Args)]
 pub struct TorchrunFlags {
@@ -168,83 +171,12 @@ pub struct TorchrunFlags {
     pub event_log_handler: Option<String>,
 }
 
-/// `--nnodes`: torchrun's `parse_min_max_nnodes`, with its `0 < MIN <= MAX` check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Nnodes {
-    pub min: u32,
-    pub max: u32,
-}
-
-impl Nnodes {
-    /// A range torchrun would treat elastically (nodes may join up to MAX).
-    pub fn is_range(&self) -> bool {
-        self.min != self.max
-    }
-}
-
-impl std::fmt::Display for Nnodes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_range() {
-            write!(f, "{}:{}", self.min, self.max)
-        } else {
-            write!(f, "{}", self.max)
-        }
-    }
-}
-
 fn parse_nnodes(s: &str) -> Result<Nnodes, String> {
-    let num = |v: &str| {
-        v.trim()
-            .parse::<u32>()
-            .map_err(|_| format!("`{v}` is not a node count (N or MIN:MAX)"))
-    };
-    let (min, max) = match s.split(':').collect::<Vec<_>>()[..] {
-        [n] => (num(n)?, num(n)?),
-        [a, b] => (num(a)?, num(b)?),
-        _ => return Err(format!("`{s}` is not in N or MIN:MAX form")),
-    };
-    if min == 0 || min > max {
-        return Err(format!(
-            "`{s}`: torchrun needs 0 < MIN <= MAX (got MIN={min}, MAX={max})"
-        ));
-    }
-    Ok(Nnodes { min, max })
-}
-
-/// `--nproc_per_node`: torchrun's `determine_local_world_size` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NprocPerNode {
-    Count(u32),
-    Auto,
-    Cpu,
-    Gpu,
-}
-
-impl std::fmt::Display for NprocPerNode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NprocPerNode::Count(n) => write!(f, "{n}"),
-            NprocPerNode::Auto => write!(f, "auto"),
-            NprocPerNode::Cpu => write!(f, "cpu"),
-            NprocPerNode::Gpu => write!(f, "gpu"),
-        }
-    }
+    s.parse()
 }
 
 fn parse_nproc(s: &str) -> Result<NprocPerNode, String> {
-    match s {
-        "auto" => Ok(NprocPerNode::Auto),
-        "cpu" => Ok(NprocPerNode::Cpu),
-        "gpu" => Ok(NprocPerNode::Gpu),
-        "xpu" => Err("`xpu`: accel-launch counts NVIDIA GPUs only (use a number)".into()),
-        _ => match s.trim().parse::<u32>() {
-            Ok(0) => Err("0 ranks: at least 1 is needed".into()),
-            Ok(n) => Ok(NprocPerNode::Count(n)),
-            Err(_) => Err(format!(
-                "`{s}` is not a rank count: a number, auto, cpu or gpu"
-            )),
-        },
-    }
+    s.parse()
 }
 
 /// `-r/--redirects` (and `-t/--tee`): what torchrun's `Std.from_str`
@@ -263,42 +195,6 @@ pub fn parse_std(s: &str) -> Result<String, String> {
     } else {
         Err("expected 0, 1, 2 or 3 (none, stdout, stderr, both), or a per-local-rank map such as 0:1,1:2".into())
     }
-}
-
-/// `--numa_binding`: torch 2.13's `torch.numa.binding.AffinityMode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NumaMode {
-    /// Every CPU of the GPU's NUMA node.
-    Node,
-    /// Every CPU of the NUMA nodes of the GPU's socket.
-    Socket,
-    /// An exclusive share of the physical cores of the GPU's NUMA node.
-    Exclusive,
-    /// One core complex (the CPUs sharing a last-level cache) of the GPU's NUMA node.
-    CoreComplex,
-}
-
-impl NumaMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            NumaMode::Node => "node",
-            NumaMode::Socket => "socket",
-            NumaMode::Exclusive => "exclusive",
-            NumaMode::CoreComplex => "core-complex",
-        }
-    }
-}
-
-/// torchrun's `comma_separated_list` (torch/distributed/run.py::get_args_parser): `,,` is a literal
-/// comma; an empty item stays (it matches every line, as `"" in line` does in Python).
-pub fn comma_separated_list(value: &str) -> Vec<String> {
-    const PLACEHOLDER: &str = "\u{0}COMMA\u{0}";
-    value
-        .replace(",,", PLACEHOLDER)
-        .split(',')
-        .map(|item| item.replace(PLACEHOLDER, ","))
-        .collect()
 }
 
 /// The accel-launch man page's TORCHRUN COMMAND LINE section.
@@ -329,27 +225,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nnodes_as_torchrun_parses_it() {
-        assert_eq!(parse_nnodes("2"), Ok(Nnodes { min: 2, max: 2 }));
-        assert_eq!(parse_nnodes("1:4"), Ok(Nnodes { min: 1, max: 4 }));
-        assert!(!parse_nnodes("3:3").unwrap().is_range());
-        for bad in ["0", "4:1", "x", "1:2:3", "", "-1"] {
-            assert!(parse_nnodes(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn nproc_values() {
-        assert_eq!(parse_nproc("8"), Ok(NprocPerNode::Count(8)));
-        assert_eq!(parse_nproc("auto"), Ok(NprocPerNode::Auto));
-        assert_eq!(parse_nproc("gpu"), Ok(NprocPerNode::Gpu));
-        assert_eq!(parse_nproc("cpu"), Ok(NprocPerNode::Cpu));
-        assert!(parse_nproc("0").is_err());
-        assert!(parse_nproc("xpu").unwrap_err().contains("NVIDIA"));
-        assert!(parse_nproc("two").is_err());
-    }
-
-    #[test]
     fn redirect_maps_as_torchrun_takes_them() {
         for ok in ["0", "3", "0:1", "0:3,1:0,2:1"] {
             assert!(parse_std(ok).is_ok(), "{ok}");
@@ -357,12 +232,5 @@ mod tests {
         for bad in ["4", "10:1", "0:1,", "x", ""] {
             assert!(parse_std(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn double_comma_is_a_comma() {
-        assert_eq!(comma_separated_list("err,,x,err 1"), ["err,x", "err 1"]);
-        assert_eq!(comma_separated_list("a"), ["a"]);
-        assert_eq!(comma_separated_list(""), [""]);
     }
 }

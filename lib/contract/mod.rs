@@ -7,7 +7,6 @@
 
 pub mod accelerate;
 pub mod scheduler;
-pub mod task;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

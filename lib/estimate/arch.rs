@@ -642,6 +642,7 @@ fn build_base(config: &Config) -> Result<Built, EstimateError> {
         )),
         _ => Err(EstimateError::UnknownArchitecture {
             model_type: config.family_name(),
+            known: FAMILIES,
         }),
     }
 }
@@ -1295,6 +1296,7 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
         other if FAMILIES.contains(&other) && !is_multimodal(other) => build_base(&text),
         other => Err(EstimateError::UnknownArchitecture {
             model_type: format!("{t}` with text_config `{other}"),
+            known: FAMILIES,
         }),
     }?;
     // Llava's default vision tower is CLIP ViT-L/14 at 336 px, not CLIPVisionConfig's defaults.
@@ -1339,6 +1341,7 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
                 other => {
                     return Err(EstimateError::UnknownArchitecture {
                         model_type: format!("{t}` with vision_config `{other}"),
+                        known: FAMILIES,
                     })
                 }
             };

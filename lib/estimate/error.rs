@@ -30,7 +30,11 @@ pub enum EstimateError {
     #[error("`{path}`: invalid model config: {reason}")]
     BadConfig { path: String, reason: String },
     #[error("unknown architecture `{model_type}`: no formula for it")]
-    UnknownArchitecture { model_type: String },
+    UnknownArchitecture {
+        model_type: String,
+        /// The architectures that have formulas, for the hint.
+        known: &'static [&'static str],
+    },
     #[error("`{path}` is neither a file, a model directory nor a Hub repository id")]
     NoInput { path: String },
     #[error("`{dir}` holds no config.json, model.safetensors(.index.json) or *.safetensors")]
@@ -78,10 +82,10 @@ impl Diagnostic for EstimateError {
     fn hints(&self) -> Vec<String> {
         let local = "download the repository (config.json and the *.safetensors files, or just config.json) and pass its local path";
         match self {
-            EstimateError::UnknownArchitecture { .. } => vec![
+            EstimateError::UnknownArchitecture { known, .. } => vec![
                 format!(
                     "architectures with formulas: {}",
-                    super::arch::FAMILIES.join(", ")
+                    known.join(", ")
                 ),
                 "pass the model's .safetensors file, or a directory of shards with model.safetensors.index.json: their headers give every tensor".into(),
             ],

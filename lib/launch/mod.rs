@@ -1,22 +1,18 @@
 //! Starting and supervising the ranks of a run: [`resolve`] decides what the run is (config, merge,
 //! placement, GPUs, topology, port) once for every tool; the [`plan::Plan`] turns it into per-rank argv
 //! and environment; [`supervise::supervise`] runs it (process groups, signals, fail-fast, restarts,
-//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run, and the world's hang [`verdict`] over it; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) uses
+//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run, and the [`hang`] watch with the world's verdict over it; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) uses
 //! [`supervise::run`] with a [`Capture`].
 
-pub mod autopsy;
 pub mod control;
-pub mod flight_recorder;
 pub mod hang;
 pub mod numa;
 pub mod plan;
 pub mod ports;
 pub mod requeue;
 pub mod resolve;
-pub mod sockets;
 pub mod supervise;
 pub mod torchrun;
-pub mod verdict;
 
 pub use plan::{Plan, RankSpec};
 pub use resolve::{resolve, Engine, Run, RunInput, Scope};

@@ -24,7 +24,30 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::cli::torchrun::NumaMode;
+/// `--numa_binding`: torch 2.13's `torch.numa.binding.AffinityMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaMode {
+    /// Every CPU of the GPU's NUMA node.
+    Node,
+    /// Every CPU of the NUMA nodes of the GPU's socket.
+    Socket,
+    /// An exclusive share of the physical cores of the GPU's NUMA node.
+    Exclusive,
+    /// One core complex (the CPUs sharing a last-level cache) of the GPU's NUMA node.
+    CoreComplex,
+}
+
+impl NumaMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            NumaMode::Node => "node",
+            NumaMode::Socket => "socket",
+            NumaMode::Exclusive => "exclusive",
+            NumaMode::CoreComplex => "core-complex",
+        }
+    }
+}
 
 /// A set of logical CPUs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -52,12 +52,6 @@ pub fn substitute_local_rank(arg: &OsString, local_rank: u32) -> OsString {
     }
 }
 
-pub fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 impl Plan {
     /// The ranks of this node: `common` (accelerate's variables) plus, with a topology, torchrun's
     /// worker variables for each local rank. Restart count and error file are filled in per attempt.
@@ -88,7 +82,7 @@ impl Plan {
             ranks,
             topology,
             port_auto,
-            host: hostname(),
+            host: crate::host::hostname(),
         }
     }
 
@@ -124,6 +118,39 @@ impl Plan {
                 r.env.insert(env_vars::MASTER_PORT.into(), port.to_string());
             }
         }
+    }
+
+    /// `--virtual-local-rank` (`local_elastic_agent.py::_set_local_rank_env`): every worker gets
+    /// LOCAL_RANK=0 and, as CUDA_VISIBLE_DEVICES, the entry of the node's list at its local rank (the
+    /// list as the ranks would inherit it; without one, the local rank itself). The real local rank
+    /// stays where torchrun keeps it: `${local_rank}` in the arguments, the log directory
+    /// `attempt_N/<local rank>/`, the console prefix and the NUMA binding's GPU.
+    pub fn virtual_local_rank(&mut self, env: &Environment) -> Result<(), String> {
+        for r in &mut self.ranks {
+            let parent = r
+                .env
+                .get(env_vars::CUDA_VISIBLE_DEVICES)
+                .cloned()
+                .or_else(|| env.get(env_vars::CUDA_VISIBLE_DEVICES).map(str::to_string));
+            let gpu = match &parent {
+                Some(list) => {
+                    let gpus: Vec<&str> = list.split(',').collect();
+                    match gpus.get(r.local_rank as usize) {
+                        Some(g) => g.trim().to_string(),
+                        None => {
+                            return Err(format!(
+                                "--virtual_local_rank: local rank {} has no GPU in CUDA_VISIBLE_DEVICES={list}",
+                                r.local_rank
+                            ))
+                        }
+                    }
+                }
+                None => r.local_rank.to_string(),
+            };
+            r.env.insert(env_vars::LOCAL_RANK.into(), "0".into());
+            r.env.insert(env_vars::CUDA_VISIBLE_DEVICES.into(), gpu);
+        }
+        Ok(())
     }
 }
 

@@ -17,7 +17,8 @@ use crate::contract::{ContractError, EnvMap, LaunchArgs, LaunchPath, Paradigm, T
 use crate::env_vars::{self, Environment};
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
-use crate::launch::{control, ports, torchrun};
+use crate::launch::control::{self, ControlPlane};
+use crate::launch::{ports, torchrun};
 
 /// Whose place is being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,13 +84,6 @@ pub enum Engine {
     DeepSpeed { launcher: String },
     /// mpirun over `mpirun_hostfile` (multi-node CPU).
     Mpirun { hostfile: String },
-}
-
-/// The control plane's address: node 0's rendezvous host, on [`control::control_port`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControlPlane {
-    pub addr: String,
-    pub port: u16,
 }
 
 /// Every derived decision about a run, made once.
@@ -733,7 +727,7 @@ fn node_topology(
     let master_addr = match (&args.main_process_ip, nnodes) {
         // torchrun's local c10d rendezvous: the address its rank-0 agent publishes
         // (`RendezvousStoreInfo.build`: `--local-addr`, else `socket.getfqdn()`).
-        _ if rdzv.local => rdzv.local_addr.clone().unwrap_or_else(torchrun::fqdn),
+        _ if rdzv.local => rdzv.local_addr.clone().unwrap_or_else(crate::host::fqdn),
         (Some(ip), _) => ip.clone(),
         (None, 1) => "127.0.0.1".into(),
         (None, _) => {

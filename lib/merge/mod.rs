@@ -211,7 +211,7 @@ pub enum MergeError {
         others: Vec<String>,
         hints: Vec<String>,
     },
-    #[error("interrupted by {}; nothing was written", crate::launch::supervise::signal_name(*.0))]
+    #[error("interrupted by {}; nothing was written", crate::exit_status::signal_name(*.0))]
     Interrupted(i32),
     #[error("the written file `{path}` does not read back as expected: {message}")]
     Verify { path: PathBuf, message: String },

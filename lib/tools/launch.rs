@@ -205,7 +205,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
             return;
         }
         let dump_dir = cli.log_dir.as_ref().map(|d| d.join("hang"));
-        for (name, value) in launch::autopsy::flight_recorder_env(dump_dir.as_deref()) {
+        for (name, value) in launch::hang::autopsy::flight_recorder_env(dump_dir.as_deref()) {
             if env.get(name).is_none() {
                 for r in &mut plan.ranks {
                     r.env
@@ -228,7 +228,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
     }
     let py_spy = if hang_timeout.is_some() || cli.stacks_on_failure {
         let interpreter = argv.first().map(PathBuf::from).filter(|_| !cli.no_python);
-        let found = launch::autopsy::find_py_spy(env, interpreter.as_deref());
+        let found = launch::hang::autopsy::find_py_spy(env, interpreter.as_deref());
         if found.is_none() {
             warn(
                 TOOL,
@@ -294,7 +294,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                 requeue_signal,
                 ..launch::Options::default()
             };
-            let (node, host) = (t.node_rank, launch::plan::hostname());
+            let (node, host) = (t.node_rank, crate::host::hostname());
             let stopped = || {
                 let sig = signals.as_ref()?.next()?;
                 launch::supervise::stopped_between_attempts(&noting, node, &host, sig)
@@ -312,7 +312,7 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
                         node: t.node_rank,
                         nodes: t.num_nodes,
                         local_ranks: t.local_world_size,
-                        host: launch::plan::hostname(),
+                        host: crate::host::hostname(),
                         max_restarts: cli.max_restarts,
                         hang_timeout_ms: hang_timeout.map(|d| d.as_millis() as u64),
                         grace_ms: match grace {
@@ -539,7 +539,7 @@ impl Report {
             "node": u.node,
             "num_nodes": u.num_nodes,
             "world_size": null,
-            "host": launch::plan::hostname(),
+            "host": crate::host::hostname(),
             "signal": u.failure.as_ref().and_then(|f| f.signal),
             "failure": u.failure,
             "ended_in_join": true,
@@ -607,26 +607,26 @@ fn hang_timeout(cli: &LaunchCli, env: &Environment) -> Result<Option<Duration>> 
 
 /// `accel-launch --stacks PID`: the grouped stacks of a running launcher's ranks, on stdout.
 fn stacks_of(pid: i32, env: &Environment) -> Result<ExitStatus> {
-    if let Err(what) = launch::autopsy::is_accel_launch(pid) {
+    if let Err(what) = launch::hang::autopsy::is_accel_launch(pid) {
         return Err(usage(
             format!("--stacks {pid}: process {pid} is not an accel-launch ({what})"),
             "give the PID of accel-launch itself (e.g. from `pgrep -f accel-launch`), not of a rank",
         ));
     }
-    let (ranks, interpreter) = launch::autopsy::ranks_of_launcher(pid);
+    let (ranks, interpreter) = launch::hang::autopsy::ranks_of_launcher(pid);
     if ranks.is_empty() {
         return Err(usage(
             format!("--stacks {pid}: process {pid} is not an accel-launch with running ranks"),
             "give the PID of accel-launch itself (e.g. from `pgrep -f accel-launch`), not of a rank",
         ));
     }
-    let py_spy = launch::autopsy::find_py_spy(env, interpreter.as_deref());
+    let py_spy = launch::hang::autopsy::find_py_spy(env, interpreter.as_deref());
     if py_spy.is_none() {
         warn(TOOL, "py-spy not found (on PATH or next to the ranks' interpreter): only process states are known; `pip install py-spy`", env);
     }
     let stacks =
-        launch::autopsy::take_parallel(py_spy.as_deref(), &ranks, launch::hang::AUTOPSY_DUMP);
-    let report = launch::autopsy::report(&format!("{TOOL} {pid}"), &stacks);
+        launch::hang::autopsy::take_parallel(py_spy.as_deref(), &ranks, launch::hang::AUTOPSY_DUMP);
+    let report = launch::hang::autopsy::report(&format!("{TOOL} {pid}"), &stacks);
     print!("{report}");
     Ok(ExitStatus::Success)
 }
@@ -1042,7 +1042,7 @@ fn dry_run(
             "join_timeout_s": join_timeout.as_secs_f64(),
         })),
         "slurm_requeue": requeue_signal.map(|s| json!({
-            "signal": launch::supervise::signal_name(s),
+            "signal": crate::exit_status::signal_name(s),
             "requeued_by": "node 0",
         })),
         "defaulted": args.defaulted,
@@ -1101,7 +1101,7 @@ fn dry_run(
     if let Some(s) = requeue_signal {
         o.push_str(&format!(
             "slurm_requeue = on {}: the ranks get the grace period, then node 0 runs `scontrol requeue $SLURM_JOB_ID`\n",
-            launch::supervise::signal_name(s)
+            crate::exit_status::signal_name(s)
         ));
     }
     for r in &plan.ranks {

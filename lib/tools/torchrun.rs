@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::launch::LaunchCli;
-use crate::cli::torchrun::{comma_separated_list, TorchrunFlags};
+use crate::cli::torchrun::TorchrunFlags;
 use crate::contract::EnvMap;
 use crate::duration::Wait;
 use crate::env_vars::{self, Environment};
@@ -17,6 +17,7 @@ use crate::error::{warn, Error, Result};
 use crate::exit_status::ExitStatus;
 use crate::launch::numa::{self, Sysfs};
 use crate::launch::supervise::SignalSet;
+use crate::launch::torchrun::logs::comma_separated_list;
 use crate::launch::torchrun::{self, logs::LogsSpec, Request};
 use crate::launch::{Plan, Run};
 
@@ -243,7 +244,7 @@ pub(super) fn apply(
         bind_numa(mode, run, plan, env)?;
     }
     if cli.torchrun.virtual_local_rank {
-        torchrun::virtual_local_rank(plan, env).map_err(|e| {
+        plan.virtual_local_rank(env).map_err(|e| {
             usage(
                 e,
                 "give CUDA_VISIBLE_DEVICES one GPU per local rank, or fewer ranks",
@@ -265,7 +266,7 @@ pub(super) fn apply(
 /// (`accelerate/state.py` → `utils/environment.py::set_numa_affinity`, NVML's CPU set for GPU
 /// LOCAL_RANK), undoing the binding: with both, ACCELERATE_CPU_AFFINITY is not exported.
 fn bind_numa(
-    mode: crate::cli::torchrun::NumaMode,
+    mode: crate::launch::numa::NumaMode,
     run: &Run,
     plan: &mut Plan,
     env: &Environment,

@@ -4,6 +4,7 @@
 //! use. Tensors are tch tensors; every C++ exception comes back as a [`TorchError`].
 
 pub mod probe;
+pub mod rank;
 pub mod worker;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};

@@ -18,7 +18,7 @@ use accel::preflight::probe::{
 use accel::preflight::report::Event;
 use accel::preflight::world::{Contract, Device};
 
-use super::worker::{short, since_ms, Rank};
+use super::rank::{short, since_ms, Rank};
 use super::{ProcessGroup, Store, TorchError};
 
 const KEY: &str = "accel-test/probe";

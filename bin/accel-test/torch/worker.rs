@@ -13,55 +13,11 @@ use accel::preflight::plan::{self, Check, Collective, DType, Reduce};
 use accel::preflight::report::{bandwidth, BenchRow, Event};
 use accel::preflight::world::{Contract, Device};
 
+pub use crate::torch::rank::WorkerOpts;
+use crate::torch::rank::{short, since_ms, Rank};
 use crate::torch::{Backend, ProcessGroup, ReduceOp, Store, TorchError};
 
-/// What the coordinator asked every worker to do.
-#[derive(Debug, Clone)]
-pub struct WorkerOpts {
-    pub timeout: Duration,
-    pub device: Device,
-    pub checks: Vec<String>,
-    pub bench: bool,
-    pub max_size: u64,
-    pub python: bool,
-    /// --probe: what to measure after the checks.
-    pub probe: Option<accel::preflight::probe::Parts>,
-    /// --probe_threshold, a fraction.
-    pub probe_threshold: f64,
-}
-
 const KEY: &str = "accel-test";
-
-pub(crate) struct Rank<'a> {
-    pub(crate) c: Contract,
-    pub(crate) opts: &'a WorkerOpts,
-    pub(crate) ok: bool,
-}
-
-impl Rank<'_> {
-    pub(crate) fn emit(&mut self, name: &str, result: Result<String, String>, ms: f64) -> bool {
-        let (ok, detail) = match result {
-            Ok(d) => (true, d),
-            Err(d) => (false, d),
-        };
-        self.ok &= ok;
-        let _ = accel::tools::print(
-            &Event::Check {
-                rank: self.c.rank,
-                name: name.into(),
-                ok,
-                detail,
-                ms,
-            }
-            .to_line(),
-        );
-        ok
-    }
-}
-
-pub(crate) fn since_ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
 
 fn kind(d: DType) -> Kind {
     match d {
@@ -93,12 +49,6 @@ fn compare(got: &Tensor, want: &[f64], exact: bool, part: &str) -> Result<(), St
         None => Ok(()),
         Some((i, w, g)) => Err(format!("{part}element {i}: expected {w}, got {g}")),
     }
-}
-
-pub(crate) fn short(e: &TorchError) -> String {
-    // c10d messages can run over many lines; the first says what happened.
-    let first = e.message.lines().next().unwrap_or("").trim();
-    format!("{}: {first}", e.op)
 }
 
 /// Runs one check. The outer error is a broken world (the run stops); the inner one a wrong result.

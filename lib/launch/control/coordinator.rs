@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::super::verdict::{self, NodeInfo, World};
+use super::super::hang::verdict::{self, NodeInfo, World};
 use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
 use super::PROTOCOL;
 use crate::launch::supervise::KILL_WAIT;
@@ -864,7 +864,7 @@ fn duplicate(j: &Join, host: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::verdict::WireStack;
+    use super::super::super::hang::verdict::WireStack;
     use super::*;
     use crate::exit_status::ExitStatus;
 
@@ -1375,11 +1375,11 @@ mod tests {
             node,
             pid: 100 + rank as i32,
             state: 'S',
-            threads: Some(vec![crate::launch::autopsy::Thread {
+            threads: Some(vec![crate::launch::hang::autopsy::Thread {
                 thread_name: Some("MainThread".into()),
                 os_thread_id: None,
                 pid: None,
-                frames: vec![crate::launch::autopsy::Frame {
+                frames: vec![crate::launch::hang::autopsy::Frame {
                     name: func.into(),
                     filename: if func == "all_reduce" {
                         "/v/site-packages/torch/distributed/distributed_c10d.py".into()

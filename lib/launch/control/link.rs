@@ -8,7 +8,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::super::verdict::WireStack;
+use super::super::hang::verdict::WireStack;
 use super::auth::{answer, nonce, Answer, Credentials, Handshake, Reader, Secret, Way, Writer};
 use super::munge::Munge;
 use super::protocol::{

@@ -66,11 +66,18 @@ pub fn control_port(master_port: u16) -> u16 {
     }
 }
 
+/// The control plane's address: node 0's rendezvous host, on [`control_port`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlane {
+    pub addr: String,
+    pub port: u16,
+}
+
 /// The run id every node's launcher must give: the scheduler's job (and step) under SLURM, so that a
 /// launcher of another job meeting on the same port is refused; else the rendezvous port (not the
 /// address: nodes may spell node 0's address differently). The ranks' TORCHELASTIC_RUN_ID stays
 /// torchrun's (`none` without `--rdzv_id`).
-pub fn run_id(env: &crate::env_vars::Environment, cp: &super::resolve::ControlPlane) -> String {
+pub fn run_id(env: &crate::env_vars::Environment, cp: &ControlPlane) -> String {
     use crate::env_vars::{SLURM_JOB_ID, SLURM_STEP_ID};
     match (env.non_empty(SLURM_JOB_ID), env.non_empty(SLURM_STEP_ID)) {
         (Some(job), Some(step)) => format!("slurm:{job}.{step}"),

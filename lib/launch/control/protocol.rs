@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::super::verdict::WireStack;
+use super::super::hang::verdict::WireStack;
 use super::auth::{Reader, Writer};
 use crate::exit_status::ExitStatus;
 
@@ -185,7 +185,7 @@ pub enum Msg {
     /// From each node every [`HEARTBEAT`](super::HEARTBEAT), from node 0 every two.
     Hb,
     /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
-    /// (`None`) move again ([`Reporter`](super::super::verdict::Reporter)).
+    /// (`None`) move again ([`Reporter`](super::super::hang::verdict::Reporter)).
     Quiet {
         attempt: u32,
         #[serde(default)]

@@ -46,7 +46,7 @@ use super::coordinator::{Coordinator, To};
 use super::munge::{Decoded, Munge};
 use super::protocol::{why_closed, Join, Msg};
 use super::{lost_after, ControlError, PROTOCOL};
-use crate::launch::verdict::WireStack;
+use crate::launch::hang::verdict::WireStack;
 
 /// A connection has this long to say hello, prove itself and join.
 pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);

@@ -42,17 +42,17 @@ use self::monitor::Monitor;
 use self::output::{LogFiles, Sink, Tail, Terminal};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
-use super::autopsy;
 use super::control::{self, Decision, FailureReport};
-use super::flight_recorder;
 use super::hang;
+use super::hang::autopsy;
+use super::hang::flight_recorder;
+use super::hang::verdict;
 use super::plan::{Plan, RankSpec};
 use super::ports;
 use super::torchrun::logs::{AttemptLogs, LogsSpec, Route, RunLogs};
-use super::verdict;
 use crate::env_vars::{self, Environment};
 use crate::error::{Diagnostic, Result};
-use crate::exit_status::ExitStatus;
+use crate::exit_status::{signal_name, ExitStatus};
 
 /// How long a rank may take to go after SIGKILL. The kernel ends a killed process at once unless it
 /// holds it (uninterruptible sleep, a frozen cgroup); one still there after this is named with its
@@ -555,12 +555,6 @@ pub fn exit_code_of(s: &std::process::ExitStatus) -> u8 {
         (None, Some(sig)) => (128 + sig).min(255) as u8,
         _ => 1,
     }
-}
-
-pub fn signal_name(sig: i32) -> &'static str {
-    Signal::try_from(sig)
-        .map(|s| s.as_str())
-        .unwrap_or("unknown")
 }
 
 /// Starts every rank of `plan`, supervises them and returns the run's exit status.
@@ -1215,7 +1209,7 @@ fn node_log_template(plan: &Plan, template: &str) -> Result<String> {
 
 /// This host's name, as the plan gives it to every report.
 fn plan_host() -> String {
-    super::plan::hostname()
+    crate::host::hostname()
 }
 
 /// A signal to a launcher that has no rank running (joining, or waiting for the world's decision):

@@ -22,6 +22,17 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{IoError, Result};
 
+/// torchrun's `comma_separated_list` (torch/distributed/run.py::get_args_parser): `,,` is a literal
+/// comma; an empty item stays (it matches every line, as `"" in line` does in Python).
+pub fn comma_separated_list(value: &str) -> Vec<String> {
+    const PLACEHOLDER: &str = "\u{0}COMMA\u{0}";
+    value
+        .replace(",,", PLACEHOLDER)
+        .split(',')
+        .map(|item| item.replace(PLACEHOLDER, ","))
+        .collect()
+}
+
 /// What torchrun's logs options ask for.
 #[derive(Debug, Clone, Default)]
 pub struct LogsSpec {
@@ -304,6 +315,13 @@ impl AttemptLogs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn double_comma_is_a_comma() {
+        assert_eq!(comma_separated_list("err,,x,err 1"), ["err,x", "err 1"]);
+        assert_eq!(comma_separated_list("a"), ["a"]);
+        assert_eq!(comma_separated_list(""), [""]);
+    }
 
     fn spec(dir: &Path, r: &str, t: &str) -> LogsSpec {
         LogsSpec {

@@ -7,17 +7,17 @@
 //! `--machine_rank`, …) become the same config values, so a command line that mixes them and
 //! contradicts itself is refused naming both flags.
 
+pub mod counts;
 pub mod logs;
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::cli::torchrun::{Nnodes, NprocPerNode};
 use crate::config::CliValue;
 use crate::contract::EnvMap;
 use crate::env_vars::{self, Environment};
-use crate::launch::plan::Plan;
+pub use counts::{Nnodes, NprocPerNode};
 
 /// torchrun's default `--signals-to-handle` (`torch/distributed/run.py::get_args_parser`), which it
 /// also exports to its workers as TORCHELASTIC_SIGNALS_TO_HANDLE.
@@ -214,39 +214,6 @@ pub fn common_env(env: &Environment, local_world_size: u32) -> EnvMap {
     m
 }
 
-/// `--virtual-local-rank` (`local_elastic_agent.py::_set_local_rank_env`): every worker gets
-/// LOCAL_RANK=0 and, as CUDA_VISIBLE_DEVICES, the entry of the node's list at its local rank (the
-/// list as the ranks would inherit it; without one, the local rank itself). The real local rank
-/// stays where torchrun keeps it: `${local_rank}` in the arguments, the log directory
-/// `attempt_N/<local rank>/`, the console prefix and the NUMA binding's GPU.
-pub fn virtual_local_rank(plan: &mut Plan, env: &Environment) -> Result<(), String> {
-    for r in &mut plan.ranks {
-        let parent = r
-            .env
-            .get(env_vars::CUDA_VISIBLE_DEVICES)
-            .cloned()
-            .or_else(|| env.get(env_vars::CUDA_VISIBLE_DEVICES).map(str::to_string));
-        let gpu = match &parent {
-            Some(list) => {
-                let gpus: Vec<&str> = list.split(',').collect();
-                match gpus.get(r.local_rank as usize) {
-                    Some(g) => g.trim().to_string(),
-                    None => {
-                        return Err(format!(
-                            "--virtual_local_rank: local rank {} has no GPU in CUDA_VISIBLE_DEVICES={list}",
-                            r.local_rank
-                        ))
-                    }
-                }
-            }
-            None => r.local_rank.to_string(),
-        };
-        r.env.insert(env_vars::LOCAL_RANK.into(), "0".into());
-        r.env.insert(env_vars::CUDA_VISIBLE_DEVICES.into(), gpu);
-    }
-    Ok(())
-}
-
 /// `--signals-to-handle`: the names torchrun's agent would install a handler for
 /// (`elastic/multiprocessing/api.py::PContext.start`, `getattr(signal, name.strip())`), as numbers.
 /// Refused: a name that is no signal (torchrun only logs it), and the signals accel-launch cannot
@@ -305,85 +272,6 @@ pub fn uuid4() -> String {
         &h[12..16],
         &h[16..20],
         &h[20..]
-    )
-}
-
-extern "C" {
-    // glibc's; the libc crate does not declare it.
-    fn gethostbyaddr(
-        addr: *const libc::c_void,
-        len: libc::socklen_t,
-        family: libc::c_int,
-    ) -> *mut libc::hostent;
-}
-
-/// This host's fully qualified name as Python's `socket.getfqdn()` finds it, which torchrun's c10d
-/// rendezvous gives its workers as MASTER_ADDR: the host name resolved to its first address, that
-/// address looked up back, and the first of the names found (official name, then aliases) that holds
-/// a dot, else the official name; the plain host name when a lookup fails.
-pub fn fqdn() -> String {
-    let name = crate::launch::plan::hostname();
-    lookup_fqdn(&name).unwrap_or(name)
-}
-
-fn lookup_fqdn(name: &str) -> Option<String> {
-    use std::ffi::{CStr, CString};
-    let c_name = CString::new(name).ok()?;
-    let mut res: *mut libc::addrinfo = std::ptr::null_mut();
-    // SAFETY: hints zeroed as getaddrinfo expects; `res` freed below.
-    let hints: libc::addrinfo = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getaddrinfo(c_name.as_ptr(), std::ptr::null(), &hints, &mut res) } != 0
-        || res.is_null()
-    {
-        return None;
-    }
-    // SAFETY: `res` is a valid list from getaddrinfo; its first entry's address is read by
-    // gethostbyaddr before freeaddrinfo.
-    let found = unsafe {
-        let ai = &*res;
-        let (ptr, len): (*const libc::c_void, libc::socklen_t) = match ai.ai_family {
-            libc::AF_INET => {
-                let sin = &*(ai.ai_addr as *const libc::sockaddr_in);
-                (
-                    &sin.sin_addr as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
-                )
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(ai.ai_addr as *const libc::sockaddr_in6);
-                (
-                    &sin6.sin6_addr as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::in6_addr>() as libc::socklen_t,
-                )
-            }
-            _ => (std::ptr::null(), 0),
-        };
-        let he = if ptr.is_null() {
-            std::ptr::null_mut()
-        } else {
-            gethostbyaddr(ptr, len, ai.ai_family)
-        };
-        let mut names = Vec::new();
-        if !he.is_null() {
-            let he = &*he;
-            if !he.h_name.is_null() {
-                names.push(CStr::from_ptr(he.h_name).to_string_lossy().into_owned());
-            }
-            let mut a = he.h_aliases;
-            while !a.is_null() && !(*a).is_null() {
-                names.push(CStr::from_ptr(*a).to_string_lossy().into_owned());
-                a = a.add(1);
-            }
-        }
-        libc::freeaddrinfo(res);
-        names
-    };
-    let official = found.first()?.clone();
-    Some(
-        found
-            .into_iter()
-            .find(|n| n.contains('.'))
-            .unwrap_or(official),
     )
 }
 

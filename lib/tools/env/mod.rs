@@ -1,9 +1,11 @@
 //! `accel-env`: the environment report (Markdown or JSON). `accel-env -- CMD` (one task of a scheduler,
-//! no supervisor) is `contract::task`, over the launcher's run resolution.
+//! no supervisor) is [`task`], over the launcher's run resolution.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
+
+mod task;
 
 use crate::cli::env::EnvCli;
 use crate::config;
@@ -17,7 +19,7 @@ const TOOL: &str = "accel-env";
 
 pub fn run(cli: EnvCli, env: &Environment) -> Result<ExitStatus> {
     if !cli.command.is_empty() {
-        return crate::contract::task::exec(&cli.command, cli.config_file.as_deref(), env);
+        return task::exec(&cli.command, cli.config_file.as_deref(), env);
     }
     let report = collect(&cli, env);
     for name in report["leaking"]

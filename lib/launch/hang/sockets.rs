@@ -1,4 +1,4 @@
-//! TCP bytes moving for a rank, for the hang watch ([`super::hang`]). Data streamed with `recv()` or
+//! TCP bytes moving for a rank, for the hang watch ([`super::watch`]). Data streamed with `recv()` or
 //! `send()` on a socket barely moves `rchar`/`wchar` of /proc/<pid>/io (10 MiB through `recv`: about
 //! a hundred bytes; the counters grow only as calls return, so one long `send` to a slow peer moves
 //! nothing until it ends), so the watch also reads each TCP socket's `tcpi_bytes_received` and

@@ -2,7 +2,7 @@
 //! wait in a collective may be waiting for a rank of another node that is busy computing: on many
 //! nodes no launcher may declare a hang from its own ranks alone. Instead:
 //!
-//! - each node reports its ranks' stillness to node 0 over the [`control`](super::control) plane once
+//! - each node reports its ranks' stillness to node 0 over the [`control`](crate::launch::control) plane once
 //!   they have been still for half of `--hang_timeout`, and again when they move ([`Reporter`]);
 //! - node 0's [`World`] declares the hang only when every node's ranks have been still for the whole
 //!   timeout, then asks every node for its ranks' stacks; each node takes them itself, in parallel
@@ -377,7 +377,7 @@ impl Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::autopsy::Frame;
+    use crate::launch::hang::autopsy::Frame;
 
     fn world(timeout: u64) -> World {
         let nodes = (0..2)
