@@ -458,7 +458,7 @@ fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
     );
     assert!(
         out.contains(
-            "--nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint 10.0.0.1:29400"
+            "--nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400"
         ),
         "{out}"
     );

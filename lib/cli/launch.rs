@@ -85,7 +85,7 @@ pub struct LaunchCli {
         value_parser = parse_local_ranks,
         help_heading = "accel"
     )]
-    pub local_ranks_filter: Option<String>,
+    pub local_ranks_filter: Option<LocalRanks>,
     /// Multi-node: seconds every node's launcher waits for all nodes to join the control plane (node 0, master port + 1); default: --rdzv_conf timeout=SECONDS, else 300.
     #[arg(
         long = "rdzv_timeout",
@@ -707,21 +707,36 @@ fn parse_log_template(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `--local_ranks_filter`: the local ranks that print to the console, and the text as given (a run
+/// handed to torchrun passes it on as written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalRanks {
+    pub ranks: Vec<u32>,
+    pub text: String,
+}
+
 /// `--local_ranks_filter`: comma-separated local ranks, at least one (an empty filter would hide
 /// every rank).
-fn parse_local_ranks(s: &str) -> Result<String, String> {
-    let ranks: Vec<&str> = s
+fn parse_local_ranks(s: &str) -> Result<LocalRanks, String> {
+    let items: Vec<&str> = s
         .split(',')
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .collect();
-    if ranks.is_empty() {
+    if items.is_empty() {
         return Err("no local rank given (e.g. 0 or 0,1)".into());
     }
-    if let Some(bad) = ranks.iter().find(|r| r.parse::<u32>().is_err()) {
-        return Err(format!("`{bad}` is not a local rank (e.g. 0 or 0,1)"));
-    }
-    Ok(s.to_string())
+    let ranks = items
+        .iter()
+        .map(|r| {
+            r.parse::<u32>()
+                .map_err(|_| format!("`{r}` is not a local rank (e.g. 0 or 0,1)"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(LocalRanks {
+        ranks,
+        text: s.to_string(),
+    })
 }
 
 /// `--tee`: what torchrun's `Std.from_str` (torch/distributed/elastic/multiprocessing/api.py)
@@ -1107,8 +1122,14 @@ mod tests {
 
     #[test]
     fn local_ranks_filter() {
-        assert!(parse_local_ranks("0").is_ok());
-        assert!(parse_local_ranks("0, 1,").is_ok());
+        assert_eq!(parse_local_ranks("0").map(|f| f.ranks), Ok(vec![0]));
+        assert_eq!(
+            parse_local_ranks("0, 1,"),
+            Ok(LocalRanks {
+                ranks: vec![0, 1],
+                text: "0, 1,".into()
+            })
+        );
         assert!(parse_local_ranks("").is_err());
         assert!(parse_local_ranks(" , ").is_err());
         assert!(parse_local_ranks("0,x").is_err());

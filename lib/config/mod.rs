@@ -344,6 +344,18 @@ pub struct CliValue {
     pub flag: String,
 }
 
+/// A resolved config as plain data, for rules that read many of its values ([`Resolved::view`]).
+#[derive(Debug, Clone)]
+pub struct View {
+    /// accelerate's `ClusterConfig`, typed.
+    pub config: ClusterConfig,
+    /// The config as accelerate's YAML holds it: top-level keys, sections as objects.
+    pub map: Map<String, Value>,
+    /// Every key a file, the environment or the command line gave (dotted), with where it came from;
+    /// a key defaulted or derived by a rule is absent.
+    pub given: BTreeMap<String, Origin>,
+}
+
 /// The resolved config: one value per key with its origin, in schema order.
 #[derive(Debug, Clone, Default)]
 pub struct Resolved {
@@ -471,8 +483,10 @@ impl Resolved {
         value: &Value,
         origin: Origin,
     ) -> Result<(), ConfigError> {
-        let key = canonical_key(key)?;
-        let spec = schema::lookup(&key).ok_or_else(|| unknown(&key))?;
+        let (key, spec) = schema::canonical(key).map_err(|suggestion| ConfigError::UnknownKey {
+            key: key.to_string(),
+            suggestion,
+        })?;
         if matches!(spec.kind, Kind::Section(_)) {
             return Err(ConfigError::Invalid(Problem {
                 location: origin.to_string(),
@@ -572,6 +586,22 @@ impl Resolved {
         map
     }
 
+    /// The resolved config as the launch reads it, in one go: accelerate's typed `ClusterConfig`,
+    /// the config as a map of sections, and the keys that were given rather than defaulted.
+    pub fn view(&self) -> Result<View, ConfigError> {
+        let given = self
+            .entries
+            .iter()
+            .filter(|(_, (_, o))| !matches!(o, Origin::Default | Origin::Derived(_)))
+            .map(|(k, (_, o))| (k.clone(), o.clone()))
+            .collect();
+        Ok(View {
+            config: self.config()?,
+            map: self.to_map(),
+            given,
+        })
+    }
+
     /// The typed view.
     pub fn config(&self) -> Result<ClusterConfig, ConfigError> {
         serde_json::from_value(Value::Object(self.to_map())).map_err(|e| {
@@ -589,27 +619,14 @@ impl Resolved {
     }
 }
 
-fn unknown(key: &str) -> ConfigError {
-    let all = schema::all_paths();
-    let suggestion = schema::closest(key, all.iter().map(String::as_str)).map(str::to_string);
-    ConfigError::UnknownKey {
-        key: key.to_string(),
-        suggestion,
-    }
-}
-
 /// Turns `fsdp_config.version` into `fsdp_config.fsdp_version` and rejects unknown keys.
 pub fn canonical_key(key: &str) -> Result<String, ConfigError> {
-    match key.split_once('.') {
-        None => schema::top(key)
-            .map(|s| s.name.to_string())
-            .ok_or_else(|| unknown(key)),
-        Some((sec, inner)) => {
-            let section = schema::section(sec).ok_or_else(|| unknown(key))?;
-            let spec = section.key(inner).ok_or_else(|| unknown(key))?;
-            Ok(format!("{}.{}", section.name, spec.name))
-        }
-    }
+    schema::canonical(key)
+        .map(|(k, _)| k)
+        .map_err(|suggestion| ConfigError::UnknownKey {
+            key: key.to_string(),
+            suggestion,
+        })
 }
 
 /// Which file to read: `--config_file`, else `ACCEL_CONFIG_FILE`, else accelerate's default path when it

@@ -900,6 +900,22 @@ pub fn lookup(path: &str) -> Option<&'static KeySpec> {
     }
 }
 
+/// A dotted key as the schema spells it (`fsdp_config.version` → `fsdp_config.fsdp_version`), with
+/// its spec; for a key the schema lacks, the closest known key when one is close (a likely typo).
+pub fn canonical(key: &str) -> Result<(String, &'static KeySpec), Option<String>> {
+    let found = match key.split_once('.') {
+        None => top(key).map(|s| (s.name.to_string(), s)),
+        Some((sec, inner)) => section(sec).and_then(|section| {
+            let spec = section.key(inner)?;
+            Some((format!("{}.{}", section.name, spec.name), spec))
+        }),
+    };
+    found.ok_or_else(|| {
+        let all = all_paths();
+        closest(key, all.iter().map(String::as_str)).map(str::to_string)
+    })
+}
+
 /// The `accelerate launch` argument that sets a dotted key: a top-level key is its own argument; a
 /// section key gets the section's prefix when it lacks it (`fp8_config.margin` → `fp8_margin`), as
 /// `accelerate/commands/launch.py::_validate_launch_command` copies sections into arguments.

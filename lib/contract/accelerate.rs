@@ -16,7 +16,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::EnvMap;
-use crate::config::{DistributedType, Loaded, Resolved};
+use crate::config::{DistributedType, Loaded, Origin, View};
 use crate::env_vars::{self, Environment};
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
@@ -265,11 +265,9 @@ fn as_u32(v: Option<&Value>) -> Option<u32> {
     }
 }
 
-fn origin_is_explicit(resolved: &Resolved, key: &str) -> bool {
-    !matches!(
-        resolved.origin(key),
-        None | Some(crate::config::Origin::Default) | Some(crate::config::Origin::Derived(_))
-    )
+/// Given by a file, the environment or the command line, not defaulted or derived.
+fn given(view: &View, key: &str) -> bool {
+    view.given.contains_key(key)
 }
 
 /// FSDP1 and FSDP2 read different keys and values (accelerate's
@@ -279,7 +277,7 @@ fn origin_is_explicit(resolved: &Resolved, key: &str) -> bool {
 /// resharding; under FSDP1 a bool is an error. Refused before any rank starts, the way
 /// `accel-config to-fsdp2` would have converted it named.
 fn fsdp_version_fits(
-    r: &Resolved,
+    view: &View,
     values: &BTreeMap<String, Value>,
     version: u32,
 ) -> Result<(), String> {
@@ -287,7 +285,7 @@ fn fsdp_version_fits(
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let explicit = |k: &str| origin_is_explicit(r, &format!("fsdp_config.{k}"));
+    let explicit = |k: &str| given(view, &format!("fsdp_config.{k}"));
     let reshard = values
         .get("fsdp_reshard_after_forward")
         .filter(|_| explicit("fsdp_reshard_after_forward"))
@@ -339,13 +337,12 @@ fn fsdp_version_fits(
 
 /// The config's sections flattened into accelerate's argument names over its argparse defaults,
 /// and the config as a map.
-fn flatten_sections(r: &Resolved) -> (BTreeMap<String, Value>, Map<String, Value>) {
+fn flatten_sections(map: &Map<String, Value>) -> BTreeMap<String, Value> {
     let mut values: BTreeMap<String, Value> = CLI_DEFAULTS
         .iter()
         .map(|(k, d)| (k.to_string(), d.value()))
         .collect();
-    let map = r.to_map();
-    for (section, inner) in &map {
+    for (section, inner) in map {
         let Value::Object(inner) = inner else {
             continue;
         };
@@ -360,12 +357,13 @@ fn flatten_sections(r: &Resolved) -> (BTreeMap<String, Value>, Map<String, Value
         }
     }
     fix_fp8(&mut values);
-    (values, map)
+    values
 }
 
 /// Inputs of the merge besides the resolved config.
 pub struct MergeInput<'a> {
-    pub resolved: &'a Resolved,
+    /// The resolved config ([`crate::config::Resolved::view`]).
+    pub view: &'a View,
     /// The config file that was read, if any (for `ACCELERATE_CONFIG_DS_FIELDS` in file order).
     pub loaded: Option<&'a Loaded>,
     pub paradigm: Paradigm,
@@ -377,7 +375,7 @@ pub struct MergeInput<'a> {
 impl LaunchArgs {
     /// accelerate's `_validate_launch_command` and `launch_command` launcher choice, on resolved values.
     pub fn merge(input: MergeInput<'_>) -> Result<LaunchArgs, ArgsError> {
-        let r = input.resolved;
+        let view = input.view;
         let p = input.paradigm;
         if [p.multi_gpu, p.cpu, p.tpu, p.use_deepspeed, p.use_fsdp]
             .iter()
@@ -389,23 +387,23 @@ impl LaunchArgs {
                 "You can only use one of `--cpu`, `--multi_gpu`, `--tpu`, `--use_deepspeed`, `--use_fsdp` at a time.".into(),
             ));
         }
-        let np_explicit = origin_is_explicit(r, "num_processes");
-        let np_value = r.get("num_processes").and_then(Value::as_i64);
+        let np_explicit = given(view, "num_processes");
+        let np_value = Some(view.config.num_processes);
         if p.multi_gpu && np_explicit && np_value.is_some_and(|n| n < 2) {
             return Err(ArgsError::Invalid(
                 "You need to use at least 2 processes to use `--multi_gpu`.".into(),
             ));
         }
-        let (values, map) = flatten_sections(r);
-        let mut a = LaunchArgs::from_resolved(r, p, values);
+        let mut a = LaunchArgs::from_view(view, p, flatten_sections(&view.map));
         let has_file = input.loaded.is_some()
-            || r.entries()
-                .iter()
-                .any(|(_, _, o)| matches!(o, crate::config::Origin::File { .. }));
+            || view
+                .given
+                .values()
+                .any(|o| matches!(o, Origin::File { .. }));
         a.own_ranks = input.machine.own_ranks;
         a.num_processes_given = np_explicit || has_file;
         if has_file {
-            a.apply_file(p, &map, np_value)?;
+            a.apply_file(p, &view.map, np_value)?;
         } else {
             a.embedded_default(&input, np_explicit, np_value);
         }
@@ -419,48 +417,40 @@ impl LaunchArgs {
     }
 
     /// The merged arguments before the file or the embedded default decides the rest.
-    fn from_resolved(r: &Resolved, p: Paradigm, values: BTreeMap<String, Value>) -> LaunchArgs {
-        let dt = r
-            .config()
-            .map(|c| c.distributed_type)
-            .unwrap_or(DistributedType::NO);
+    fn from_view(view: &View, p: Paradigm, values: BTreeMap<String, Value>) -> LaunchArgs {
+        let c = &view.config;
         let mut a = LaunchArgs {
             path: LaunchPath::Simple,
-            distributed_type: dt,
+            distributed_type: c.distributed_type,
             multi_gpu: p.multi_gpu,
             use_fsdp: p.use_fsdp,
             use_deepspeed: p.use_deepspeed,
             use_megatron_lm: p.use_megatron_lm,
             use_parallelism_config: p.use_parallelism_config,
             cpu_flag: p.cpu,
-            use_cpu: p.cpu || truthy(r.get("use_cpu")),
-            debug: truthy(r.get("debug")),
-            gpu_ids: r.get("gpu_ids").map(py_str),
-            mixed_precision: r
-                .get("mixed_precision")
-                .map(py_str)
-                .unwrap_or_else(|| "no".into())
+            use_cpu: p.cpu || c.use_cpu,
+            debug: c.debug,
+            gpu_ids: c.gpu_ids.clone(),
+            mixed_precision: c
+                .mixed_precision
+                .map_or("no", |m| m.as_str())
                 .to_ascii_lowercase(),
             num_processes: 1,
-            num_machines: as_u32(r.get("num_machines")).unwrap_or(1).max(1),
-            machine_rank: as_u32(r.get("machine_rank")),
-            main_process_ip: r.get("main_process_ip").map(py_str),
-            main_process_port: as_u32(r.get("main_process_port"))
-                .and_then(|p| u16::try_from(p).ok()),
-            rdzv_backend: r
-                .get("rdzv_backend")
-                .map(py_str)
-                .unwrap_or_else(|| "static".into()),
-            same_network: truthy(r.get("same_network")),
+            num_machines: c.num_machines.max(1),
+            machine_rank: Some(c.machine_rank),
+            main_process_ip: c.main_process_ip.clone(),
+            main_process_port: c.main_process_port,
+            rdzv_backend: c.rdzv_backend.clone(),
+            same_network: c.same_network,
             num_cpu_threads_per_process: 1,
-            enable_cpu_affinity: truthy(r.get("enable_cpu_affinity")),
+            enable_cpu_affinity: c.enable_cpu_affinity,
             values,
             ds_fields: String::new(),
             defaulted: Vec::new(),
             own_ranks: None,
             num_processes_given: false,
         };
-        if !origin_is_explicit(r, "machine_rank") && a.num_machines > 1 {
+        if !given(view, "machine_rank") && a.num_machines > 1 {
             a.machine_rank = None;
         }
         a
@@ -515,7 +505,7 @@ impl LaunchArgs {
         np_value: Option<i64>,
     ) {
         let a = self;
-        let (r, p) = (input.resolved, input.paradigm);
+        let (view, p) = (input.view, input.paradigm);
         let gpus = input.machine.gpus;
         let nodes = input.machine.nodes.max(1);
         let cpu_mode = p.cpu || gpus == 0;
@@ -560,11 +550,11 @@ impl LaunchArgs {
         if !p.any_platform() && !cpu_mode && a.num_processes > 1 && gpus > 1 {
             a.multi_gpu = true;
         }
-        if !origin_is_explicit(r, "num_machines") && nodes == 1 {
+        if !given(view, "num_machines") && nodes == 1 {
             a.defaulted
                 .push("`--num_machines` was set to a value of `1`".into());
         }
-        if !origin_is_explicit(r, "mixed_precision") {
+        if !given(view, "mixed_precision") {
             a.defaulted
                 .push("`--mixed_precision` was set to a value of `'no'`".into());
         }
@@ -640,7 +630,7 @@ impl LaunchArgs {
 
     /// accelerate's launcher choice (`launch_command`) and the checks of that launcher.
     fn choose_path(&mut self, input: &MergeInput<'_>) -> Result<(), ArgsError> {
-        let r = input.resolved;
+        let view = input.view;
         let a = self;
         a.path = if a.use_deepspeed && !a.cpu_flag {
             LaunchPath::DeepSpeed
@@ -660,8 +650,8 @@ impl LaunchArgs {
                 None => Vec::new(),
             };
             if matches!(
-                r.origin("mixed_precision"),
-                Some(crate::config::Origin::File { .. }) | Some(crate::config::Origin::Env(_))
+                view.given.get("mixed_precision"),
+                Some(Origin::File { .. } | Origin::Env(_))
             ) {
                 fields.push("mixed_precision".into());
             }
@@ -675,7 +665,7 @@ impl LaunchArgs {
             }
         }
         if a.use_fsdp {
-            fsdp_version_fits(r, &a.values, a.fsdp_version()).map_err(ArgsError::Invalid)?;
+            fsdp_version_fits(view, &a.values, a.fsdp_version()).map_err(ArgsError::Invalid)?;
         }
         Ok(())
     }
@@ -1060,7 +1050,7 @@ pub fn section<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Map<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{normalize, Document};
+    use crate::config::{normalize, Document, Resolved};
 
     fn args(yaml: &str, p: Paradigm) -> LaunchArgs {
         let doc = Document::parse(Path::new("/t/c.yaml"), yaml.into()).unwrap();
@@ -1068,7 +1058,7 @@ mod tests {
         let env = Environment::default();
         let r = Resolved::resolve(Some(&loaded), &env, &[]).unwrap();
         LaunchArgs::merge(MergeInput {
-            resolved: &r,
+            view: &r.view().unwrap(),
             loaded: Some(&loaded),
             paradigm: p,
             num_cpu_threads_per_process: None,

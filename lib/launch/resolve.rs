@@ -116,6 +116,9 @@ pub struct Run {
     pub task: Option<TaskPlace>,
     /// The config's warnings (unknown keys, migrated values), for the tool to print.
     pub warnings: Vec<String>,
+    /// What the config asks of GPUs ([`Run::gpus_asked`]) when none is visible here: accel-launch
+    /// says so, accel-test's pre-flight fails.
+    pub gpus_unmet: Option<String>,
 }
 
 /// Resolves a run from its low-level inputs.
@@ -155,7 +158,7 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
     };
     let nodes = place.as_ref().map_or(1, |p| p.num_nodes);
     let mut args = LaunchArgs::merge(MergeInput {
-        resolved: &resolved,
+        view: &resolved.view()?,
         loaded: loaded.as_ref(),
         paradigm: input.paradigm,
         num_cpu_threads_per_process: input.num_cpu_threads_per_process,
@@ -226,13 +229,17 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
         (None, _) => (None, false),
     };
     let control = match (&topology, input.scope) {
-        (Some(t), Scope::Node) if t.num_nodes > 1 && engine == Engine::Own => Some(ControlPlane {
-            addr: t.master_addr.clone(),
-            port: control::control_port(t.master_port),
-        }),
+        (Some(t), Scope::Node) if t.num_nodes > 1 && engine == Engine::Own => {
+            let port = control::control_port(t.master_port);
+            Some(ControlPlane {
+                addr: t.master_addr.clone(),
+                port,
+                run_id: control::run_id(env, port),
+            })
+        }
         _ => None,
     };
-    Ok(Run {
+    let mut run = Run {
         loaded,
         control,
         resolved,
@@ -245,7 +252,10 @@ pub fn resolve(input: &RunInput<'_>, env: &Environment) -> Result<Run> {
         common,
         task,
         warnings,
-    })
+        gpus_unmet: None,
+    };
+    run.gpus_unmet = run.gpus_asked().filter(|_| visible_gpus == 0);
+    Ok(run)
 }
 
 /// Task scope: the scheduler's world as config values (`num_processes`, and `num_machines` and

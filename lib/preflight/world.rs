@@ -49,8 +49,8 @@ impl World {
             || args.distributed_type == DistributedType::MULTI_CPU
             || run.visible_gpus == 0;
         let unmet_devices = run
-            .gpus_asked()
-            .filter(|_| run.visible_gpus == 0)
+            .gpus_unmet
+            .as_ref()
             .map(|asked| format!("{asked}; none is visible"));
         let (num_machines, machine_rank, nproc_per_node, master_addr, master_port) =
             match &run.topology {

@@ -493,8 +493,9 @@ fn launch_refusal(loaded: &config::Loaded) -> Option<String> {
     use crate::contract::accelerate::{ArgsError, LaunchArgs, Machine, MergeInput, Paradigm};
     let env = Environment::from_pairs(Vec::<(String, String)>::new());
     let resolved = Resolved::resolve(Some(loaded), &env, &[]).ok()?;
+    let view = resolved.view().ok()?;
     let merged = LaunchArgs::merge(MergeInput {
-        resolved: &resolved,
+        view: &view,
         loaded: Some(loaded),
         paradigm: Paradigm::default(),
         num_cpu_threads_per_process: None,

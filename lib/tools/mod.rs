@@ -7,7 +7,6 @@ pub mod estimate;
 pub mod launch;
 pub mod merge;
 pub mod test;
-mod torchrun;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -71,18 +71,20 @@ pub fn control_port(master_port: u16) -> u16 {
 pub struct ControlPlane {
     pub addr: String,
     pub port: u16,
+    /// The run id every node's launcher gives at the join ([`run_id`]).
+    pub run_id: String,
 }
 
 /// The run id every node's launcher must give: the scheduler's job (and step) under SLURM, so that a
 /// launcher of another job meeting on the same port is refused; else the rendezvous port (not the
 /// address: nodes may spell node 0's address differently). The ranks' TORCHELASTIC_RUN_ID stays
 /// torchrun's (`none` without `--rdzv_id`).
-pub fn run_id(env: &crate::env_vars::Environment, cp: &ControlPlane) -> String {
+pub fn run_id(env: &crate::env_vars::Environment, port: u16) -> String {
     use crate::env_vars::{SLURM_JOB_ID, SLURM_STEP_ID};
     match (env.non_empty(SLURM_JOB_ID), env.non_empty(SLURM_STEP_ID)) {
         (Some(job), Some(step)) => format!("slurm:{job}.{step}"),
         (Some(job), None) => format!("slurm:{job}"),
-        _ => format!("port:{}", cp.port),
+        _ => format!("port:{port}"),
     }
 }
 
