@@ -49,8 +49,8 @@ fn console_and_log_options_reach_torchrun() {
     };
     launch(d.path(), &run_args(true, "[r{rank} $x] "))
         .success()
-        .stdout_contains("--log_dir")
-        .stdout_contains("--local_ranks_filter 1")
+        .stdout_contains("--log-dir")
+        .stdout_contains("--local-ranks-filter 1")
         .stdout_contains("--tee 3")
         .stdout_contains("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[r${rank} $$x] ");
 
