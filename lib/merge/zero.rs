@@ -263,7 +263,9 @@ fn as_1d(t: &TensorRef) -> bool {
     t.shape.len() == 1 || t.numel() <= 1 || t.shape.iter().filter(|&&s| s != 1).count() <= 1
 }
 
-/// Reads a ZeRO checkpoint into entries.
+/// Reads a ZeRO checkpoint into entries, in zero_to_fp32's order
+/// (zero_to_fp32.py::_get_fp32_state_dict_from_zero_checkpoint): buffers, frozen params, trainable
+/// params, tied aliases.
 pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
     let mut inputs = Vec::new();
     if found.optim_files.is_empty() {
