@@ -86,6 +86,51 @@ pub fn glob_match(pat: &str, s: &str) -> bool {
 }
 
 pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError> {
+    let tops = top_keys(ckpt);
+    let layout = Layout::choose(sel, &tops)?;
+    let mut out = Selected {
+        unwrapped: layout.unwrap.clone(),
+        layout: layout.words.clone(),
+        ..Default::default()
+    };
+    out.tensors = tensors(ckpt, sel, &layout, &mut out.excluded)?;
+    out.skipped = ckpt
+        .bytes_items
+        .iter()
+        .filter_map(|p| layout.output_name(sel, p))
+        .collect();
+    let mut blocked = Vec::new();
+    for u in &ckpt.unwritable {
+        let Some(name) = layout.output_name(sel, &u.path) else {
+            continue;
+        };
+        if sel.excludes(&u.path.join("."), &name) {
+            out.excluded.push(name);
+        } else {
+            blocked.push((name, u.dtype.clone()));
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(MergeError::Unwritable(blocked));
+    }
+    out.left_out = layout.left_out(&tops);
+    if out.tensors.is_empty() {
+        return Err(MergeError::Selection(format!(
+            "no tensors selected (top-level keys: {}{})",
+            tops.join(", "),
+            if out.excluded.is_empty() {
+                String::new()
+            } else {
+                format!("; --exclude-key left out {}", out.excluded.len())
+            }
+        )));
+    }
+    Ok(out)
+}
+
+/// The checkpoint's top-level keys (of tensors, non-tensor items and unwritable tensors alike), in
+/// the order they first appear.
+fn top_keys(ckpt: &Checkpoint) -> Vec<String> {
     let paths = ckpt
         .entries
         .iter()
@@ -101,97 +146,27 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
             }
         }
     }
-    // Training state beside model keys that were flattened to the top level (torchtitan).
-    let mut dropped: Vec<String> = Vec::new();
-    let (unwrap, layout): (Option<String>, String) = if sel.all_keys {
-        (None, "every top-level key (--all-keys)".into())
-    } else if let Some(k) = &sel.key {
-        if !seen.contains(k) {
-            return Err(MergeError::Selection(format!(
-                "the checkpoint has no top-level key `{k}`; it has: {}",
-                tops.join(", ")
-            )));
-        }
-        (Some(k.clone()), format!("the top-level key `{k}` (--key)"))
-    } else if tops.len() == 1 {
-        let k = tops[0].clone();
-        let l = format!("its only top-level key `{k}`");
-        (Some(k), l)
-    } else if seen.contains("model") {
-        (
-            Some("model".to_string()),
-            "the top-level key `model` (the layout of accelerate and plain DCP saves)".into(),
-        )
-    } else if tops
-        .iter()
-        .any(|t| TRAINING_STATE_KEYS.contains(&t.as_str()))
-        && tops
-            .iter()
-            .any(|t| !TRAINING_STATE_KEYS.contains(&t.as_str()))
-    {
-        dropped = tops
-            .iter()
-            .filter(|t| TRAINING_STATE_KEYS.contains(&t.as_str()))
-            .cloned()
-            .collect();
-        (
-            None,
-            format!(
-                "model keys at the top level beside training state (torchtitan's layout); leaving out {}",
-                dropped.join(", ")
-            ),
-        )
-    } else {
-        (
-            None,
-            "every tensor, with full names (no `model` key and no training state)".into(),
-        )
-    };
-    let name_of = |path: &[String]| -> Option<String> {
-        if path.first().is_some_and(|t| dropped.contains(t)) {
-            return None;
-        }
-        match &unwrap {
-            Some(k) if path.first() == Some(k) => {
-                if path.len() == 1 {
-                    Some(k.clone())
-                } else {
-                    Some(path[1..].join("."))
-                }
-            }
-            Some(_) => None,
-            None => Some(path.join(".")),
-        }
-    };
-    let strip = |mut name: String| -> String {
-        for p in &sel.strip_prefix {
-            if let Some(rest) = name.strip_prefix(p.as_str()) {
-                if !rest.is_empty() {
-                    name = rest.to_string();
-                }
-            }
-        }
-        name
-    };
-    let mut out = Selected {
-        unwrapped: unwrap.clone(),
-        layout,
-        ..Default::default()
-    };
-    let excluded = |full: &str, name: &str| {
-        sel.exclude
-            .iter()
-            .any(|g| glob_match(g, full) || glob_match(g, name))
-    };
+    tops
+}
+
+/// The tensors the selection takes, under their output names and dtypes; the names of those
+/// --exclude-key leaves out go to `excluded`. Two tensors under one name are an error.
+fn tensors(
+    ckpt: &Checkpoint,
+    sel: &Selection,
+    layout: &Layout,
+    excluded: &mut Vec<String>,
+) -> Result<Vec<OutTensor>, MergeError> {
+    let mut out = Vec::new();
     // Output name → the full dotted name it came from.
     let mut names: HashMap<String, String> = HashMap::new();
     for (i, e) in ckpt.entries.iter().enumerate() {
-        let Some(name) = name_of(&e.path).map(strip) else {
+        let Some(name) = layout.output_name(sel, &e.path) else {
             continue;
         };
         let full = e.path.join(".");
-        if excluded(&full, &name) {
-            out.excluded.push(name);
+        if sel.excludes(&full, &name) {
+            excluded.push(name);
             continue;
         }
         if let Some(first) = names.insert(name.clone(), full.clone()) {
@@ -206,59 +181,143 @@ pub fn select(ckpt: &Checkpoint, sel: &Selection) -> Result<Selected, MergeError
                 "two tensors would both be named `{name}` (`{first}` and `{full}`); choose a --key or another --strip-prefix"
             )));
         }
-        let dtype = match sel.dtype {
-            Some(d) if e.dtype.is_float() => d,
-            _ => e.dtype,
-        };
-        out.tensors.push(OutTensor {
+        out.push(OutTensor {
             name,
             entry: i,
-            dtype,
+            dtype: sel.out_dtype(e.dtype),
         });
-    }
-    for p in &ckpt.bytes_items {
-        if let Some(name) = name_of(p) {
-            out.skipped.push(strip(name));
-        }
-    }
-    let mut blocked = Vec::new();
-    for u in &ckpt.unwritable {
-        let Some(name) = name_of(&u.path).map(strip) else {
-            continue;
-        };
-        if excluded(&u.path.join("."), &name) {
-            out.excluded.push(name);
-        } else {
-            blocked.push((name, u.dtype.clone()));
-        }
-    }
-    if !blocked.is_empty() {
-        return Err(MergeError::Unwritable(blocked));
-    }
-    if let Some(k) = &unwrap {
-        let left: BTreeSet<&String> = tops.iter().filter(|t| *t != k).collect();
-        out.left_out = left.into_iter().cloned().collect();
-    } else {
-        out.left_out = dropped.clone();
-        out.left_out.sort();
-    }
-    if out.tensors.is_empty() {
-        return Err(MergeError::Selection(format!(
-            "no tensors selected (top-level keys: {}{})",
-            tops.join(", "),
-            if out.excluded.is_empty() {
-                String::new()
-            } else {
-                format!("; --exclude-key left out {}", out.excluded.len())
-            }
-        )));
     }
     Ok(out)
 }
 
+impl Selection {
+    /// A name with every --strip-prefix it starts with removed, in order; never down to nothing.
+    fn strip(&self, mut name: String) -> String {
+        for p in &self.strip_prefix {
+            if let Some(rest) = name.strip_prefix(p.as_str()) {
+                if !rest.is_empty() {
+                    name = rest.to_string();
+                }
+            }
+        }
+        name
+    }
+
+    /// Whether --exclude-key leaves out the tensor of full dotted name `full` and output `name`.
+    fn excludes(&self, full: &str, name: &str) -> bool {
+        self.exclude
+            .iter()
+            .any(|g| glob_match(g, full) || glob_match(g, name))
+    }
+
+    /// The output dtype of a tensor saved as `saved`: --dtype casts floating tensors only.
+    fn out_dtype(&self, saved: DType) -> DType {
+        match self.dtype {
+            Some(d) if saved.is_float() => d,
+            _ => saved,
+        }
+    }
+}
+
+/// Which part of the checkpoint is the model, chosen from the top-level keys.
+#[derive(Debug, PartialEq)]
+struct Layout {
+    /// The top-level key whose subtree is taken, without the key in the names.
+    unwrap: Option<String>,
+    /// Training state beside model keys that were flattened to the top level (torchtitan).
+    dropped: Vec<String>,
+    /// How the model was picked, in words.
+    words: String,
+}
+
+impl Layout {
+    fn choose(sel: &Selection, tops: &[String]) -> Result<Layout, MergeError> {
+        let has = |k: &str| tops.iter().any(|t| t == k);
+        let training = |t: &&String| TRAINING_STATE_KEYS.contains(&t.as_str());
+        let layout = |unwrap: Option<String>, words: String| Layout {
+            unwrap,
+            dropped: Vec::new(),
+            words,
+        };
+        Ok(if sel.all_keys {
+            layout(None, "every top-level key (--all-keys)".into())
+        } else if let Some(k) = &sel.key {
+            if !has(k) {
+                return Err(MergeError::Selection(format!(
+                    "the checkpoint has no top-level key `{k}`; it has: {}",
+                    tops.join(", ")
+                )));
+            }
+            layout(Some(k.clone()), format!("the top-level key `{k}` (--key)"))
+        } else if tops.len() == 1 {
+            let k = tops[0].clone();
+            let l = format!("its only top-level key `{k}`");
+            layout(Some(k), l)
+        } else if has("model") {
+            layout(
+                Some("model".to_string()),
+                "the top-level key `model` (the layout of accelerate and plain DCP saves)".into(),
+            )
+        } else if tops.iter().any(|t| training(&t)) && tops.iter().any(|t| !training(&t)) {
+            let dropped: Vec<String> = tops.iter().filter(training).cloned().collect();
+            let words = format!(
+                "model keys at the top level beside training state (torchtitan's layout); leaving out {}",
+                dropped.join(", ")
+            );
+            Layout {
+                unwrap: None,
+                dropped,
+                words,
+            }
+        } else {
+            layout(
+                None,
+                "every tensor, with full names (no `model` key and no training state)".into(),
+            )
+        })
+    }
+
+    /// The name a checkpoint path takes in the output before --strip-prefix, or `None` when the
+    /// layout leaves it out.
+    fn name_of(&self, path: &[String]) -> Option<String> {
+        if path.first().is_some_and(|t| self.dropped.contains(t)) {
+            return None;
+        }
+        match &self.unwrap {
+            Some(k) if path.first() == Some(k) => {
+                if path.len() == 1 {
+                    Some(k.clone())
+                } else {
+                    Some(path[1..].join("."))
+                }
+            }
+            Some(_) => None,
+            None => Some(path.join(".")),
+        }
+    }
+
+    /// The output name of a checkpoint path: the layout's, then --strip-prefix.
+    fn output_name(&self, sel: &Selection, path: &[String]) -> Option<String> {
+        self.name_of(path).map(|n| sel.strip(n))
+    }
+
+    /// The top-level keys the output leaves out, sorted.
+    fn left_out(&self, tops: &[String]) -> Vec<String> {
+        if let Some(k) = &self.unwrap {
+            let left: BTreeSet<&String> = tops.iter().filter(|t| *t != k).collect();
+            left.into_iter().cloned().collect()
+        } else {
+            let mut left = self.dropped.clone();
+            left.sort();
+            left
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::*;
+    use crate::merge::Entry;
 
     #[test]
     fn globs() {
@@ -269,5 +328,148 @@ mod tests {
         assert!(glob_match("*", ""));
         assert!(!glob_match("a*b", "acbd"));
         assert!(glob_match("a*b*", "acbd"));
+    }
+
+    fn keys(k: &[&str]) -> Vec<String> {
+        k.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn path(p: &str) -> Vec<String> {
+        p.split('.').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_model_is_the_key_asked_for_the_only_key_or_model() {
+        let sel = Selection::default();
+        let l = Layout::choose(&sel, &keys(&["model", "optim"])).unwrap();
+        assert_eq!(l.unwrap.as_deref(), Some("model"));
+        assert_eq!(l.left_out(&keys(&["model", "optim"])), ["optim"]);
+        let l = Layout::choose(&sel, &keys(&["net"])).unwrap();
+        assert_eq!(l.unwrap.as_deref(), Some("net"));
+        assert_eq!(l.words, "its only top-level key `net`");
+        let key = Selection {
+            key: Some("ema".into()),
+            ..Default::default()
+        };
+        let tops = keys(&["model", "ema", "optim"]);
+        let l = Layout::choose(&key, &tops).unwrap();
+        assert_eq!(l.unwrap.as_deref(), Some("ema"));
+        assert_eq!(l.left_out(&tops), ["model", "optim"]);
+        let err = Layout::choose(&key, &keys(&["model", "optim"])).unwrap_err();
+        assert!(
+            matches!(&err, MergeError::Selection(m)
+                if m == "the checkpoint has no top-level key `ema`; it has: model, optim"),
+            "{err}"
+        );
+        let all = Selection {
+            all_keys: true,
+            ..Default::default()
+        };
+        let l = Layout::choose(&all, &keys(&["model", "optim"])).unwrap();
+        assert_eq!((l.unwrap, l.dropped), (None, Vec::<String>::new()));
+    }
+
+    #[test]
+    fn training_state_beside_flat_model_keys_is_left_out() {
+        let tops = keys(&["tok_embeddings", "optimizer", "layers", "lr_scheduler"]);
+        let l = Layout::choose(&Selection::default(), &tops).unwrap();
+        assert_eq!(l.unwrap, None);
+        assert_eq!(l.dropped, ["optimizer", "lr_scheduler"]);
+        assert_eq!(l.left_out(&tops), ["lr_scheduler", "optimizer"]);
+        assert_eq!(l.name_of(&path("optimizer.state.0")), None);
+        assert_eq!(
+            l.name_of(&path("layers.0.w")).as_deref(),
+            Some("layers.0.w")
+        );
+        // Training state alone is no model to pick: everything, with full names.
+        let l = Layout::choose(&Selection::default(), &keys(&["optim", "scheduler"])).unwrap();
+        assert_eq!((l.unwrap, l.dropped), (None, Vec::<String>::new()));
+    }
+
+    #[test]
+    fn an_unwrapped_key_leaves_its_names_and_drops_the_rest() {
+        let l = Layout {
+            unwrap: Some("model".into()),
+            dropped: Vec::new(),
+            words: String::new(),
+        };
+        assert_eq!(
+            l.name_of(&path("model.0.weight")).as_deref(),
+            Some("0.weight")
+        );
+        // A tensor saved as the key itself keeps the key as its name.
+        assert_eq!(l.name_of(&path("model")).as_deref(), Some("model"));
+        assert_eq!(l.name_of(&path("optim.state")), None);
+    }
+
+    #[test]
+    fn prefixes_strip_in_order_but_never_to_nothing() {
+        let sel = Selection {
+            strip_prefix: vec!["_orig_mod.".into(), "module.".into()],
+            ..Default::default()
+        };
+        assert_eq!(sel.strip("_orig_mod.module.w".into()), "w");
+        assert_eq!(sel.strip("module._orig_mod.w".into()), "_orig_mod.w");
+        assert_eq!(sel.strip("module.".into()), "module.");
+        assert_eq!(sel.strip("w".into()), "w");
+    }
+
+    #[test]
+    fn dtype_casts_floats_only_and_exclusion_sees_both_names() {
+        let sel = Selection {
+            dtype: Some(DType::BF16),
+            exclude: vec!["optim.*".into(), "*.bias".into()],
+            ..Default::default()
+        };
+        assert_eq!(sel.out_dtype(DType::F32), DType::BF16);
+        assert_eq!(sel.out_dtype(DType::I64), DType::I64);
+        assert_eq!(Selection::default().out_dtype(DType::F32), DType::F32);
+        assert!(sel.excludes("optim.state.0", "state.0"));
+        assert!(sel.excludes("model.0.bias", "0.bias"));
+        assert!(!sel.excludes("model.0.weight", "0.weight"));
+    }
+
+    fn checkpoint(paths: &[&str]) -> Checkpoint {
+        Checkpoint {
+            kind: crate::merge::Kind::Dcp,
+            dir: "ckpt".into(),
+            inputs: Vec::new(),
+            entries: paths
+                .iter()
+                .map(|p| Entry {
+                    path: path(p),
+                    dtype: DType::F32,
+                    shape: vec![1],
+                    tile_shape: vec![1],
+                    pieces: Vec::new(),
+                })
+                .collect(),
+            bytes_items: Vec::new(),
+            notes: Vec::new(),
+            crcs: Vec::new(),
+            unwritable: Vec::new(),
+            files: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn two_tensors_under_one_output_name_are_refused() {
+        let ckpt = checkpoint(&["model.module.w", "model.w"]);
+        let sel = Selection {
+            strip_prefix: vec!["module.".into()],
+            ..Default::default()
+        };
+        let err = select(&ckpt, &sel).unwrap_err();
+        assert!(matches!(err, MergeError::Selection(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("named `w` (`model.module.w` and `model.w`)"),
+            "{err}"
+        );
+        let err = select(&checkpoint(&["model.w", "model.w"]), &Selection::default()).unwrap_err();
+        assert!(matches!(err, MergeError::Invalid { .. }), "{err}");
+        let ok = select(&checkpoint(&["model.w", "model.b"]), &Selection::default()).unwrap();
+        let names: Vec<&str> = ok.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["w", "b"]);
     }
 }

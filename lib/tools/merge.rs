@@ -78,71 +78,22 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         Format::Safetensors
     };
     let plan = write::plan(format, &sel.tensors, &ckpt.entries, cli.max_shard_size);
-    if cli.remove_checkpoint_dir && !sel.skipped.is_empty() {
-        // The checkpoint would be the only copy of what the output leaves out.
-        return Err(crate::error::Error::msg(
-            ExitStatus::Usage,
-            format!(
-                "--remove_checkpoint_dir would delete items the output leaves out: {} (keep them with --include-bytes, or keep the checkpoint)",
-                sel.skipped.join(", ")
-            ),
-        ));
-    }
-    let removal = if cli.remove_checkpoint_dir {
-        let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
-        if canonical_or_parent(&out_dir).starts_with(&c) {
-            return Err(crate::error::Error::msg(
-                ExitStatus::Usage,
-                "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
-            ));
-        }
-        Some(plan_removal(&cli.checkpoint_directory, &ckpt)?)
-    } else {
-        None
-    };
-    let mut names: Vec<String> = plan.files.iter().map(|f| f.name.clone()).collect();
-    names.extend(plan.index.iter().map(|(n, _)| n.clone()));
+    let removal = plan_checkpoint_removal(&cli, &ckpt, &sel, &out_dir)?;
     let hf = match &cli.hf_reference {
         Some(dir) => hf_files(dir)?,
         None => Vec::new(),
     };
-    names.extend(
-        hf.iter()
-            .filter_map(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned()),
-    );
+    let names = output_names(&plan, &hf);
     let created = !out_dir.exists();
     if !created && !out_dir.is_dir() {
         return Err(MergeError::OutputNotADirectory(out_dir).into());
     }
-    // From here on every signal whose default is to end the process (SIGKILL aside) stops the merge
-    // between tensors, so that what was staged is removed instead of left behind.
-    // Holds the signal's number once one came (0: none), for the exit status 128+N.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for sig in STOPPING_SIGNALS {
-        let _ = signal_hook::flag::register_usize(sig, interrupted.clone(), sig as usize);
-    }
+    let interrupted = stop_on_signals();
     if !created {
-        for (dir, pid) in write::staging_dirs(&out_dir) {
-            if !write::pid_alive(pid) {
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => eprintln!(
-                        "{TOOL}: removed `{}`, left by a merge (process {pid}) that is gone",
-                        dir.display()
-                    ),
-                    Err(e) => eprintln!(
-                        "{TOOL}: warning: cannot remove `{}`, left by a merge (process {pid}) that is gone: {e}",
-                        dir.display()
-                    ),
-                }
-            }
-        }
+        remove_abandoned_staging(&out_dir);
     }
-    for n in &names {
-        let p = out_dir.join(n);
-        if p.exists() && !cli.force {
-            return Err(MergeError::Exists(p).into());
-        }
+    if !cli.force {
+        refuse_existing(&out_dir, &names)?;
     }
     std::fs::create_dir_all(&out_dir).map_err(|e| MergeError::io("create", &out_dir, e))?;
     let staging = write::staging_dir(&out_dir, std::process::id());
@@ -158,66 +109,190 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         &names,
         &interrupted,
     );
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-        if created {
-            let _ = std::fs::remove_dir_all(&out_dir);
+    let (elapsed, bytes) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            discard_failed(&staging, &out_dir, created);
+            let replaced = if cli.force {
+                replaced_bytes(&out_dir, &names)
+            } else {
+                0
+            };
+            return Err(e.with_leftovers(&out_dir, replaced).into());
         }
-    }
-    let (elapsed, bytes) = result.map_err(|e| {
-        let replaced = if cli.force {
-            replaced_files(&out_dir, &names)
-                .iter()
-                .filter_map(|p| p.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        } else {
-            0
-        };
-        e.with_leftovers(&out_dir, replaced)
-    })?;
+    };
     if let Some(removal) = removal {
-        let kept = removal
-            .execute()
-            .map_err(|e| MergeError::io("remove", &cli.checkpoint_directory, e))?;
-        for k in kept {
-            eprintln!("{TOOL}: warning: --remove_checkpoint_dir {k}");
-        }
+        remove_checkpoint(removal, &cli.checkpoint_directory)?;
     }
     if !cli.quiet {
-        let target = if plan.files.len() == 1 {
-            out_dir.join(&plan.files[0].name).display().to_string()
-        } else {
-            format!("{} ({} files)", out_dir.display(), plan.files.len())
-        };
-        let mut line = format!(
-            "{TOOL}: merged {} tensors ({}) from {} checkpoint {} into {target} in {:.1}s ({}/s)",
-            sel.tensors.len(),
-            human(bytes),
-            ckpt.kind,
-            ckpt.dir.display(),
-            elapsed,
-            human((bytes as f64 / elapsed.max(1e-6)) as u64),
+        let target = target(&out_dir, &plan);
+        eprintln!(
+            "{}",
+            summary(&sel, ckpt.kind, &ckpt.dir, &target, bytes, elapsed)
         );
-        if !sel.skipped.is_empty() {
-            line.push_str(&format!("; skipped {} non-tensor items", sel.skipped.len()));
-        }
-        line.push_str(&format!("; took {}", sel.layout));
-        if !sel.left_out.is_empty() {
-            line.push_str(&format!(
-                "; left out top-level keys: {}",
-                sel.left_out.join(", ")
-            ));
-        }
-        if !sel.excluded.is_empty() {
-            line.push_str(&format!(
-                "; --exclude-key left out {} tensors",
-                sel.excluded.len()
-            ));
-        }
-        eprintln!("{line}");
     }
     Ok(ExitStatus::Success)
+}
+
+/// Plans `--remove_checkpoint_dir`, if given: refused, before anything is written, when the output
+/// leaves out items the checkpoint is the only copy of, when the output is inside the checkpoint
+/// directory, or when the directory holds more than the checkpoint ([`plan_removal`]).
+fn plan_checkpoint_removal(
+    cli: &MergeCli,
+    ckpt: &Checkpoint,
+    sel: &select::Selected,
+    out_dir: &Path,
+) -> Result<Option<merge::remove::Plan>> {
+    if !cli.remove_checkpoint_dir {
+        return Ok(None);
+    }
+    if !sel.skipped.is_empty() {
+        // The checkpoint would be the only copy of what the output leaves out.
+        return Err(crate::error::Error::msg(
+            ExitStatus::Usage,
+            format!(
+                "--remove_checkpoint_dir would delete items the output leaves out: {} (keep them with --include-bytes, or keep the checkpoint)",
+                sel.skipped.join(", ")
+            ),
+        ));
+    }
+    let c = std::fs::canonicalize(&cli.checkpoint_directory).unwrap_or_default();
+    if canonical_or_parent(out_dir).starts_with(&c) {
+        return Err(crate::error::Error::msg(
+            ExitStatus::Usage,
+            "--remove_checkpoint_dir with an output inside the checkpoint directory would delete the output",
+        ));
+    }
+    Ok(Some(plan_removal(&cli.checkpoint_directory, ckpt)?))
+}
+
+/// The names the merge puts into the output directory: the weight files, the index, and the
+/// --hf-reference files.
+fn output_names(plan: &write::Plan, hf: &[PathBuf]) -> Vec<String> {
+    let mut names: Vec<String> = plan.files.iter().map(|f| f.name.clone()).collect();
+    names.extend(plan.index.iter().map(|(n, _)| n.clone()));
+    names.extend(
+        hf.iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+    );
+    names
+}
+
+/// From here on every signal whose default is to end the process (SIGKILL aside) stops the merge
+/// between tensors, so that what was staged is removed instead of left behind. The flag holds the
+/// signal's number once one came (0: none), for the exit status 128+N.
+fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in STOPPING_SIGNALS {
+        let _ = signal_hook::flag::register_usize(sig, interrupted.clone(), sig as usize);
+    }
+    interrupted
+}
+
+/// Removes the staging directories in `out_dir` of merges whose process is gone.
+fn remove_abandoned_staging(out_dir: &Path) {
+    for (dir, pid) in write::staging_dirs(out_dir) {
+        if write::pid_alive(pid) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => eprintln!(
+                "{TOOL}: removed `{}`, left by a merge (process {pid}) that is gone",
+                dir.display()
+            ),
+            Err(e) => eprintln!(
+                "{TOOL}: warning: cannot remove `{}`, left by a merge (process {pid}) that is gone: {e}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+/// Refuses to write over a file the output would replace (without --force).
+fn refuse_existing(out_dir: &Path, names: &[String]) -> Result<(), MergeError> {
+    for n in names {
+        let p = out_dir.join(n);
+        if p.exists() {
+            return Err(MergeError::Exists(p));
+        }
+    }
+    Ok(())
+}
+
+/// What a failed merge removes: its staging directory, and the output directory if it created it.
+fn discard_failed(staging: &Path, out_dir: &Path, created: bool) {
+    let _ = std::fs::remove_dir_all(staging);
+    if created {
+        let _ = std::fs::remove_dir_all(out_dir);
+    }
+}
+
+/// The bytes of the files in `out_dir` that `--force` replaces ([`replaced_files`]).
+fn replaced_bytes(out_dir: &Path, names: &[String]) -> u64 {
+    replaced_files(out_dir, names)
+        .iter()
+        .filter_map(|p| p.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Runs the planned `--remove_checkpoint_dir`, once the output is in place.
+fn remove_checkpoint(removal: merge::remove::Plan, dir: &Path) -> Result<(), MergeError> {
+    let kept = removal
+        .execute()
+        .map_err(|e| MergeError::io("remove", dir, e))?;
+    for k in kept {
+        eprintln!("{TOOL}: warning: --remove_checkpoint_dir {k}");
+    }
+    Ok(())
+}
+
+/// Where the summary says the output went: the one file, or the directory and its number of files.
+fn target(out_dir: &Path, plan: &write::Plan) -> String {
+    if plan.files.len() == 1 {
+        out_dir.join(&plan.files[0].name).display().to_string()
+    } else {
+        format!("{} ({} files)", out_dir.display(), plan.files.len())
+    }
+}
+
+/// The line a merge ends with: what was merged from which checkpoint into `target`, at what speed,
+/// and what the selection took and left out.
+fn summary(
+    sel: &select::Selected,
+    kind: merge::Kind,
+    dir: &Path,
+    target: &str,
+    bytes: u64,
+    elapsed: f64,
+) -> String {
+    let mut line = format!(
+        "{TOOL}: merged {} tensors ({}) from {} checkpoint {} into {target} in {:.1}s ({}/s)",
+        sel.tensors.len(),
+        human(bytes),
+        kind,
+        dir.display(),
+        elapsed,
+        human((bytes as f64 / elapsed.max(1e-6)) as u64),
+    );
+    if !sel.skipped.is_empty() {
+        line.push_str(&format!("; skipped {} non-tensor items", sel.skipped.len()));
+    }
+    line.push_str(&format!("; took {}", sel.layout));
+    if !sel.left_out.is_empty() {
+        line.push_str(&format!(
+            "; left out top-level keys: {}",
+            sel.left_out.join(", ")
+        ));
+    }
+    if !sel.excluded.is_empty() {
+        line.push_str(&format!(
+            "; --exclude-key left out {} tensors",
+            sel.excluded.len()
+        ));
+    }
+    line
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -528,4 +603,78 @@ fn inspect(cli: &MergeCli, ckpt: &Checkpoint, sel: &select::Selected) -> Result<
     out.push('\n');
     crate::tools::print(&out)?;
     Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merge::select::{OutTensor, Selected};
+    use crate::merge::{Entry, Kind};
+
+    fn entries(n: usize) -> (Vec<Entry>, Vec<OutTensor>) {
+        let entries = (0..n)
+            .map(|i| Entry {
+                path: vec![format!("w{i}")],
+                dtype: DType::F32,
+                shape: vec![4],
+                tile_shape: vec![4],
+                pieces: Vec::new(),
+            })
+            .collect();
+        let tensors = (0..n)
+            .map(|i| OutTensor {
+                name: format!("w{i}"),
+                entry: i,
+                dtype: DType::F32,
+            })
+            .collect();
+        (entries, tensors)
+    }
+
+    #[test]
+    fn the_output_names_are_the_shards_the_index_and_the_hf_files() {
+        let (e, t) = entries(2);
+        let plan = write::plan(Format::Safetensors, &t, &e, Some(16));
+        let hf = [PathBuf::from("ref/config.json")];
+        assert_eq!(
+            output_names(&plan, &hf),
+            [
+                "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors",
+                "model.safetensors.index.json",
+                "config.json"
+            ]
+        );
+        assert_eq!(target(Path::new("out"), &plan), "out (2 files)");
+        let one = write::plan(Format::Safetensors, &t, &e, None);
+        assert_eq!(output_names(&one, &[]), ["model.safetensors"]);
+        assert_eq!(target(Path::new("out"), &one), "out/model.safetensors");
+    }
+
+    #[test]
+    fn the_summary_says_what_was_merged_and_what_was_left_out() {
+        let (_, tensors) = entries(2);
+        let mut sel = Selected {
+            tensors,
+            layout: "the top-level key `model`".into(),
+            ..Default::default()
+        };
+        let line = summary(&sel, Kind::Zero(3), Path::new("ck"), "out", 3 << 20, 2.0);
+        assert_eq!(
+            line,
+            "accel-merge-weights: merged 2 tensors (3.0 MiB) from DeepSpeed ZeRO-3 checkpoint ck into out in 2.0s (1.5 MiB/s); took the top-level key `model`"
+        );
+        sel.skipped = vec!["extra".into()];
+        sel.left_out = vec!["optim".into(), "rng".into()];
+        sel.excluded = vec!["a".into(), "b".into(), "c".into()];
+        let line = summary(&sel, Kind::Dcp, Path::new("ck"), "out", 100, 0.0);
+        assert!(
+            line.ends_with("; skipped 1 non-tensor items; took the top-level key `model`; left out top-level keys: optim, rng; --exclude-key left out 3 tensors"),
+            "{line}"
+        );
+        assert!(
+            line.contains("(100 B) from DCP checkpoint ck into out in 0.0s"),
+            "{line}"
+        );
+    }
 }
