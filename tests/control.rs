@@ -1048,12 +1048,12 @@ fn sh_launcher(dir: &Path, port: u16, node: u32) -> Command {
 
 /// A node of the run played by the test with the library's own protocol ([`Peer`]): it connects
 /// with a receive buffer of the kernel's minimum, proves the secret, joins as `node` with 2 ranks
-/// and reads until the world starts. What it does then is the drill's.
+/// and reads until the world starts. What it does then (through its sending side) is the drill's.
 fn raw_member(
     port: u16,
     node: u32,
     nodes: u32,
-) -> (std::net::TcpStream, accel::launch::control::peer::Peer) {
+) -> (std::net::TcpStream, accel::launch::control::peer::Sender) {
     use accel::launch::control::peer::{Event, Peer};
     use accel::launch::control::{Credentials, Join, Secret, PROTOCOL};
     use std::io::{Read as _, Write as _};
@@ -1127,6 +1127,7 @@ fn raw_member(
     let (mut peer, hello) = Peer::new(join, creds).unwrap();
     s.write_all(&hello).unwrap();
     let mut buf = [0u8; 4096];
+    let mut sender = None;
     loop {
         let n = s.read(&mut buf).unwrap();
         assert!(n > 0, "node 0 closed the raw member's connection");
@@ -1134,8 +1135,9 @@ fn raw_member(
         s.write_all(&back).unwrap();
         for e in events {
             match e {
-                Event::Started(_) => return (s, peer),
-                Event::Refused(why) => panic!("the raw member was refused: {why}"),
+                Event::Joined(tx) => sender = Some(tx),
+                Event::Started(_) => return (s, sender.expect("started before its join")),
+                Event::Over(why) => panic!("the raw member was refused: {why}"),
                 Event::Msg(_) => {}
             }
         }

@@ -25,13 +25,20 @@
 //! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
 //! this keeps the same shape without a store, and one line per event.
 //!
-//! The parts: `protocol` (the messages), `auth` (the handshake and the sealed framing) with `munge`
-//! (MUNGE under SLURM), `coordinator` (the server's pure decisions), `server` (node 0's event loop
-//! around it), `link` (every node's connection) and [`peer`] (the protocol of one node as a pure
-//! state machine over bytes, for the `control-sim` benchmark and the tests' raw peers).
+//! The parts, each side's protocol pure and its I/O thin:
+//!
+//! - `protocol` (the messages) and `frame` (how a line is cut and sealed);
+//! - `auth` (the handshake's proofs and session keys), with `munge` (MUNGE under SLURM);
+//! - node 0: `admission` (one connection's handshake) and `coordinator` (the run's decisions and
+//!   deadlines), both pure state machines, and `server`, the event loop that carries them;
+//! - every node: [`peer`] (one node's protocol, a pure state machine over bytes and time) and
+//!   `link`, the blocking connection that drives it (the `control-sim` benchmark and the tests'
+//!   raw members drive the same peer over their own sockets).
 
+mod admission;
 mod auth;
 mod coordinator;
+mod frame;
 mod link;
 mod munge;
 pub mod peer;
@@ -45,9 +52,9 @@ use crate::exit_status::ExitStatus;
 
 pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
-pub use link::{Decision, Link, Place, Settings, Waiting};
+pub use link::{Decision, Link, Settings, Waiting};
 pub use munge::Munge;
-pub use protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
+pub use protocol::{FailureReport, Join, LostNode, Msg, Place, Unkillable};
 
 /// Time between heartbeats, each way.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
