@@ -286,16 +286,8 @@ struct Conn {
     tx: Seal,
     out: VecDeque<Out>,
     queued: usize,
-    /// Since when its queue has held bytes the socket took none of.
-    stuck_since: Option<Instant>,
-    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
-    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
-    /// receive window leaves them there while our own queue is empty.
-    unread: Option<(usize, Instant)>,
+    live: Liveness,
     writable: bool,
-    /// When a byte was last heard from it.
-    heard: Instant,
-    next_beat: Instant,
     stage: Stage,
     /// Not read for now: its partial line waits for the read budget.
     paused: bool,
@@ -451,11 +443,8 @@ impl Loop {
                 tx: Seal::plain(Way::ToNode),
                 out: VecDeque::new(),
                 queued: 0,
-                stuck_since: None,
-                unread: None,
+                live: Liveness::new(now),
                 writable: true,
-                heard: now,
-                next_beat: now,
                 stage: Stage::Admitting(Admission::new(now)),
                 paused: false,
             });
@@ -494,7 +483,7 @@ impl Loop {
                 // A refused connection's words are no longer heard; only its closing matters.
                 Ok(_) if closing => {}
                 Ok(n) => {
-                    conn.heard = Instant::now();
+                    conn.live.heard = Instant::now();
                     conn.lines.push(&buf[..n]);
                     self.partial += n;
                     self.take_lines(slot);
@@ -662,8 +651,7 @@ impl Loop {
                 let now = Instant::now();
                 if let Some(Some(conn)) = self.conns.get_mut(slot) {
                     conn.stage = Stage::Member { node };
-                    conn.next_beat = now;
-                    conn.heard = now;
+                    conn.live = Liveness::new(now);
                 }
                 self.pending = self.pending.saturating_sub(1);
                 self.node_conn.insert(node, slot);
@@ -772,8 +760,8 @@ impl Loop {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if watch && conn.unread.is_none() {
-            conn.unread = Some((0, Instant::now()));
+        if watch && conn.live.unread.is_none() {
+            conn.live.unread = Some((0, Instant::now()));
         }
         let head = conn.tx.head(&body[..body.len().saturating_sub(1)]);
         let out = Out {
@@ -789,7 +777,7 @@ impl Loop {
             return self.close(slot, &why);
         }
         if conn.out.is_empty() {
-            conn.stuck_since = Some(Instant::now());
+            conn.live.stuck_since = Some(Instant::now());
         }
         conn.queued += out.len();
         conn.out.push_back(out);
@@ -825,7 +813,7 @@ impl Loop {
                 }
                 Ok(mut n) => {
                     conn.queued -= n;
-                    conn.stuck_since = Some(Instant::now());
+                    conn.live.stuck_since = Some(Instant::now());
                     while n > 0 {
                         let Some(front) = conn.out.front_mut() else {
                             break;
@@ -852,7 +840,7 @@ impl Loop {
             }
         }
         if conn.out.is_empty() {
-            conn.stuck_since = None;
+            conn.live.stuck_since = None;
             if matches!(conn.stage, Stage::Closing { .. }) {
                 let _ = conn.sock.shutdown(std::net::Shutdown::Write);
             }
@@ -915,33 +903,16 @@ impl Loop {
                     }
                 }
                 Stage::Member { .. } => {
-                    if c.stuck_since
-                        .is_some_and(|t| now.duration_since(t) >= window)
-                    {
-                        lost.push((
-                            slot,
-                            format!(
-                                "its launcher read nothing for {:.0} s ({} KiB queued for it)",
-                                window.as_secs_f64(),
-                                c.queued.div_ceil(1024)
-                            ),
-                        ));
-                    } else if let Some(unread) = watch_unread(c, now, window) {
-                        lost.push((
-                            slot,
-                            format!(
-                                "its launcher read nothing for {:.0} s ({} KiB sent to it unread)",
-                                window.as_secs_f64(),
-                                unread.div_ceil(1024)
-                            ),
-                        ));
-                    } else if !c.paused && now.duration_since(c.heard) >= window {
-                        lost.push((slot, why_closed(Some(&timed_out()), window)));
-                    } else if now >= c.next_beat {
-                        c.next_beat = now + self.heartbeat;
-                        if c.out.is_empty() {
-                            beat.push(slot);
-                        }
+                    let sock = &c.sock;
+                    let due = c
+                        .live
+                        .due(now, window, self.heartbeat, c.queued, c.paused, || {
+                            unacked(sock)
+                        });
+                    match due {
+                        Some(Due::Lost(why)) => lost.push((slot, why)),
+                        Some(Due::Beat) => beat.push(slot),
+                        None => {}
                     }
                     if c.paused && self.partial < READ_BUDGET / 2 {
                         c.paused = false;
@@ -995,26 +966,185 @@ fn unacked(sock: &TcpStream) -> usize {
     }
 }
 
-/// A member whose kernel send queue has not shrunk for the loss window since a message was sent
-/// to it: the bytes left unread. Looked at only while a message is unacknowledged.
-fn watch_unread(c: &mut Conn, now: Instant, window: Duration) -> Option<usize> {
-    let (last, since) = c.unread?;
-    let left = unacked(&c.sock);
-    if left == 0 {
-        c.unread = if c.out.is_empty() {
-            None
-        } else {
-            Some((0, now))
-        };
-        return None;
+/// A member's clocks: what says it lives, and when node 0 beats to it next.
+struct Liveness {
+    /// When a byte was last heard from it.
+    heard: Instant,
+    /// Since when its queue has held bytes the socket took none of.
+    stuck_since: Option<Instant>,
+    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
+    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
+    /// receive window leaves them there while our own queue is empty.
+    unread: Option<(usize, Instant)>,
+    next_beat: Instant,
+}
+
+/// What a member's clocks call for.
+#[derive(Debug, PartialEq, Eq)]
+enum Due {
+    /// It is lost: why.
+    Lost(String),
+    /// A heartbeat to it.
+    Beat,
+}
+
+impl Liveness {
+    /// A member heard at `now`, and beaten to at once: from its join on, not from `start`, since
+    /// the other nodes may join up to the join timeout later.
+    fn new(now: Instant) -> Liveness {
+        Liveness {
+            heard: now,
+            stuck_since: None,
+            unread: None,
+            next_beat: now,
+        }
     }
-    if last == 0 || left < last {
-        c.unread = Some((left, now));
-        return None;
+
+    /// What is due at `now` for a member with `queued` bytes queued (a heartbeat only with none),
+    /// its reading `paused` or not; `unacked` asks the kernel what it still holds for it. Lost
+    /// after the loss `window` of a queue that did not move, of bytes sent and not read, or of
+    /// silence; else beaten to every `beat`.
+    fn due(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        beat: Duration,
+        queued: usize,
+        paused: bool,
+        unacked: impl FnOnce() -> usize,
+    ) -> Option<Due> {
+        let secs = window.as_secs_f64();
+        if self
+            .stuck_since
+            .is_some_and(|t| now.duration_since(t) >= window)
+        {
+            return Some(Due::Lost(format!(
+                "its launcher read nothing for {secs:.0} s ({} KiB queued for it)",
+                queued.div_ceil(1024)
+            )));
+        }
+        if let Some(unread) = self.unread(now, window, queued, unacked) {
+            return Some(Due::Lost(format!(
+                "its launcher read nothing for {secs:.0} s ({} KiB sent to it unread)",
+                unread.div_ceil(1024)
+            )));
+        }
+        if !paused && now.duration_since(self.heard) >= window {
+            return Some(Due::Lost(why_closed(Some(&timed_out()), window)));
+        }
+        if now < self.next_beat {
+            return None;
+        }
+        self.next_beat = now + beat;
+        (queued == 0).then_some(Due::Beat)
     }
-    (now.duration_since(since) >= window).then_some(left)
+
+    /// The bytes left unread when the kernel's send queue has not shrunk for the loss window since
+    /// a message was sent. Looked at only while a message is unacknowledged.
+    fn unread(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        queued: usize,
+        unacked: impl FnOnce() -> usize,
+    ) -> Option<usize> {
+        let (last, since) = self.unread?;
+        let left = unacked();
+        if left == 0 {
+            self.unread = if queued == 0 { None } else { Some((0, now)) };
+            return None;
+        }
+        if last == 0 || left < last {
+            self.unread = Some((left, now));
+            return None;
+        }
+        (now.duration_since(since) >= window).then_some(left)
+    }
 }
 
 fn timed_out() -> std::io::Error {
     std::io::Error::from(std::io::ErrorKind::TimedOut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(5);
+    const BEAT: Duration = Duration::from_secs(2);
+
+    /// Node 0's side of a member's liveness with its clock in the test's hands: a member that
+    /// joined and waits 30 s (six loss windows) for the others is beaten to every 2 s from its join
+    /// on, and is not lost while it beats itself.
+    #[test]
+    fn a_member_is_beaten_to_from_its_join_and_kept_while_it_beats() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut l = Liveness::new(t0);
+        let never = || -> usize { panic!("no message is unacknowledged") };
+        let mut beats = Vec::new();
+        for n in (0..=30_000).step_by(500) {
+            if n % 1_000 == 0 {
+                l.heard = ms(n);
+            }
+            match l.due(ms(n), WINDOW, BEAT, 0, false, never) {
+                Some(Due::Beat) => beats.push(n),
+                None => {}
+                Some(d) => panic!("at {n} ms: {d:?}"),
+            }
+        }
+        assert_eq!(beats, (0..=30_000).step_by(2_000).collect::<Vec<_>>());
+        // Something else queued for it says node 0 lives: no beat then, and none owed after.
+        assert_eq!(l.due(ms(32_000), WINDOW, BEAT, 100, false, never), None);
+        assert_eq!(l.due(ms(33_000), WINDOW, BEAT, 0, false, never), None);
+    }
+
+    #[test]
+    fn a_member_silent_or_not_reading_for_the_window_is_lost() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let none = || 0;
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        assert_eq!(l.due(s(4), WINDOW, BEAT, 0, false, none), None);
+        assert_eq!(
+            l.due(s(5), WINDOW, BEAT, 0, false, none),
+            Some(Due::Lost(
+                "no heartbeat for 5 s (network cut, or the host is down)".into()
+            ))
+        );
+        // Its reading paused by node 0 (the read budget), its silence is node 0's doing.
+        assert_eq!(l.due(s(9), WINDOW, BEAT, 0, true, none), None);
+        // A queue the socket took nothing of.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.stuck_since = Some(s(1));
+        assert_eq!(l.due(s(5), WINDOW, BEAT, 2_000, true, none), None);
+        assert_eq!(
+            l.due(s(6), WINDOW, BEAT, 2_000, true, none),
+            Some(Due::Lost(
+                "its launcher read nothing for 5 s (2 KiB queued for it)".into()
+            ))
+        );
+        // A message the kernel holds unacknowledged, not shrinking for the window.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.unread = Some((0, t0));
+        assert_eq!(l.due(s(1), WINDOW, BEAT, 0, true, || 4_096), None);
+        assert_eq!(l.due(s(5), WINDOW, BEAT, 0, true, || 4_096), None);
+        assert_eq!(
+            l.due(s(6), WINDOW, BEAT, 0, true, || 4_096),
+            Some(Due::Lost(
+                "its launcher read nothing for 5 s (4 KiB sent to it unread)".into()
+            ))
+        );
+        // Shrinking, it reads: the window starts again; once all is read, nothing is watched.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.unread = Some((4_096, t0));
+        assert_eq!(l.due(s(6), WINDOW, BEAT, 0, true, || 1_024), None);
+        assert_eq!(l.unread, Some((1_024, s(6))));
+        assert_eq!(l.due(s(7), WINDOW, BEAT, 0, true, || 0), None);
+        assert_eq!(l.unread, None);
+    }
 }
