@@ -198,6 +198,58 @@ impl Coordinator {
     /// A node's join: `Err` is the reason it is refused. Once the run has started, only a launcher
     /// replacing a lost node may join, for the next attempt.
     pub fn join(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
+        self.fits(j)?;
+        match self.phase {
+            Phase::Joining => {}
+            Phase::Finished => {
+                let why = self
+                    .failure
+                    .as_ref()
+                    .map(|f| format!(": {}", f.headline()))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "the run has ended (attempt {}){why}; node {} cannot join it",
+                    self.attempt, j.node
+                ));
+            }
+            Phase::Running | Phase::Waiting => return self.replace(j),
+        }
+        if let Some(m) = self.members.get(&j.node) {
+            return Err(duplicate(j, &m.host));
+        }
+        if let Some(w) = j.world_size {
+            let given = self.world_sizes.values().next().copied();
+            if let Some(other) = given.filter(|o| *o != w) {
+                return Err(format!(
+                    "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
+                ));
+            }
+        }
+        self.run_id = Some(j.run_id.clone());
+        self.max_restarts = Some(j.max_restarts);
+        self.hang_timeout_ms = Some(j.hang_timeout_ms);
+        self.ranks_joined += u64::from(j.local_ranks);
+        if let Some(w) = j.world_size {
+            self.world_sizes.insert(j.node, w);
+        }
+        self.members.insert(j.node, Member::of(j));
+        if self.members.len() as u32 == self.nodes {
+            if let Some(reason) = self.wrong_total() {
+                // Every node is told, and the run ends before any rank starts.
+                self.phase = Phase::Finished;
+                return Ok(vec![(To::All, Msg::Reject { reason })]);
+            }
+            self.phase = Phase::Running;
+            self.arm_world();
+            return Ok(self.starts());
+        }
+        Ok(Vec::new())
+    }
+
+    /// Whether a join fits the run at all, whatever its phase: the same protocol, node count, run
+    /// id, restarts and hang timeout as node 0, a rank count a node may have and a world torch can
+    /// hold.
+    fn fits(&self, j: &Join) -> Result<(), String> {
         if j.protocol != PROTOCOL {
             return Err(format!(
                 "protocol {} (this server speaks {PROTOCOL}): run the same accel-launch on every node",
@@ -257,51 +309,7 @@ impl Coordinator {
                 say(h)
             ));
         }
-        match self.phase {
-            Phase::Joining => {}
-            Phase::Finished => {
-                let why = self
-                    .failure
-                    .as_ref()
-                    .map(|f| format!(": {}", f.headline()))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "the run has ended (attempt {}){why}; node {} cannot join it",
-                    self.attempt, j.node
-                ));
-            }
-            Phase::Running | Phase::Waiting => return self.replace(j),
-        }
-        if let Some(m) = self.members.get(&j.node) {
-            return Err(duplicate(j, &m.host));
-        }
-        if let Some(w) = j.world_size {
-            let given = self.world_sizes.values().next().copied();
-            if let Some(other) = given.filter(|o| *o != w) {
-                return Err(format!(
-                    "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
-                ));
-            }
-        }
-        self.run_id = Some(j.run_id.clone());
-        self.max_restarts = Some(j.max_restarts);
-        self.hang_timeout_ms = Some(j.hang_timeout_ms);
-        self.ranks_joined += u64::from(j.local_ranks);
-        if let Some(w) = j.world_size {
-            self.world_sizes.insert(j.node, w);
-        }
-        self.members.insert(j.node, Member::of(j));
-        if self.members.len() as u32 == self.nodes {
-            if let Some(reason) = self.wrong_total() {
-                // Every node is told, and the run ends before any rank starts.
-                self.phase = Phase::Finished;
-                return Ok(vec![(To::All, Msg::Reject { reason })]);
-            }
-            self.phase = Phase::Running;
-            self.arm_world();
-            return Ok(self.starts());
-        }
-        Ok(Vec::new())
+        Ok(())
     }
 
     /// With uneven nodes (`--nproc_per_node`), a `--num_processes` given is the world's total: the
