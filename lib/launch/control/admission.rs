@@ -1,7 +1,7 @@
 //! Who node 0 lets into the run: one connection's handshake ([`super::auth`]: hello, challenge,
-//! proof, join) as a pure state machine. Node 0's server ([`super::server`]) feeds it the messages
+//! proof, join) as a pure state machine. Node 0's server (`server`) feeds it the messages
 //! a connection sends and munged's answers, and carries out what it says (send the challenge, seal
-//! the connection, hand a join to the [`Coordinator`](super::Coordinator), refuse); it owns no
+//! the connection, hand a join to the `Coordinator`, refuse); it owns no
 //! socket and reads no clock, so each stage and each refusal is unit-tested.
 
 use std::net::SocketAddr;
@@ -11,8 +11,7 @@ use ring::hmac;
 
 use super::auth::{nonce, random32, Credentials, Handshake, Secret, CLIENT, SERVER};
 use super::munge::Decoded;
-use super::protocol::{Join, Msg};
-use super::PROTOCOL;
+use super::protocol::{Join, Msg, PROTOCOL};
 
 /// A connection has this long to say hello, prove itself and join.
 pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);

@@ -1,6 +1,6 @@
 //! Who may take part in a run: the shared-secret handshake between a node's launcher and node 0's
 //! server, and the session key every later line of that connection is sealed with
-//! ([`super::frame`] seals them).
+//! (`frame` seals them).
 //!
 //! Neither torch's TCPStore nor torchrun's c10d rendezvous authenticates, and a cluster network is
 //! shared: anyone who reaches node 0's control port could otherwise join as a missing node (and be

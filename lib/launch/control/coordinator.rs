@@ -1,13 +1,12 @@
 //! The control plane's decisions, as a pure state machine over joins, messages, closed connections
 //! and time (the join's deadline, the wait for replacements, each node's deadline after a stop, the
-//! world's hang): node 0's server ([`super::server`]) only carries its messages and its clock.
+//! world's hang): node 0's server (`server`) only carries its messages and its clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::super::hang::verdict::{self, NodeInfo, World};
-use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable, NOT_EVERY_NODE};
-use super::PROTOCOL;
+use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable, NOT_EVERY_NODE, PROTOCOL};
 use crate::launch::supervise::KILL_WAIT;
 
 /// Beyond a node's grace period and [`KILL_WAIT`], what its launcher may take to report its ranks'

@@ -1,8 +1,8 @@
 //! How a line travels on a control-plane connection: cut from the bytes a socket gives (each line
 //! capped, so that a peer cannot make the other side hold an endless one), and, once a handshake has
 //! given the connection its session key ([`super::auth`]), sealed with an HMAC of its direction and
-//! sequence number. Node 0's event loop ([`super::server`]) and every node's peer
-//! ([`super::peer`]) frame their lines here, and nowhere else.
+//! sequence number. Node 0's event loop (`server`) and every node's peer
+//! (`peer`) frame their lines here, and nowhere else.
 
 use ring::hmac;
 

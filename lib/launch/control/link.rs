@@ -16,9 +16,10 @@ use super::super::hang::verdict::WireStack;
 use super::auth::{Credentials, Secret};
 use super::munge::Munge;
 use super::peer::{End, Event, Peer, Sender};
+use super::protocol::lost_after;
 use super::protocol::{FailureReport, Join, LostNode, Msg, Place, Unkillable};
 use super::server::{start_server, Server, ServerSettings};
-use super::{lost_after, ControlError};
+use super::ControlError;
 
 /// This node's settings for the control plane.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@
 //!   next attempt together (the same global restart count everywhere), or all are told how the run
 //!   ended;
 //! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
-//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::verdict)).
+//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::hang::verdict)).
 //!
 //! Each node beats to node 0 every [`HEARTBEAT`], node 0 to each node every two (its fan-out is N);
 //! a side that hears nothing for [`MISSES`] intervals (5 s) counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
@@ -45,8 +45,6 @@ pub mod peer;
 mod protocol;
 mod server;
 
-use std::time::Duration;
-
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
@@ -54,14 +52,9 @@ pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
 pub use link::{Decision, Link, Settings, Waiting};
 pub use munge::Munge;
-pub use protocol::{FailureReport, Join, LostNode, Msg, Place, Unkillable};
-
-/// Time between heartbeats, each way.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// Heartbeat intervals without a word before the other side counts as lost.
-pub const MISSES: u32 = 5;
-/// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 5;
+pub use protocol::{
+    lost_after, FailureReport, Join, LostNode, Msg, Place, Unkillable, HEARTBEAT, MISSES, PROTOCOL,
+};
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.
@@ -91,11 +84,6 @@ pub fn run_id(env: &crate::env_vars::Environment, cp: &ControlPlane) -> String {
         (Some(job), None) => format!("slurm:{job}"),
         _ => format!("port:{}", cp.port),
     }
-}
-
-/// How long a side waits for a word from the other before counting it as lost.
-pub fn lost_after(heartbeat: Duration) -> Duration {
-    heartbeat * MISSES
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! the time: the hello, node 0's challenge checked and answered ([`super::auth`]: secret, MUNGE or
 //! none), the join, the wait for node 0's `start` (bounded by the join timeout and by node 0's
 //! silence), then the run's messages. It owns no socket and reads no clock. Every node's launcher
-//! drives one over its blocking connection ([`super::link`]); one process drives thousands over
+//! drives one over its blocking connection (`link`); one process drives thousands over
 //! non-blocking ones — `examples/control-sim.rs`, the `--simulate N` benchmark of
 //! scripts/bench/control, speaks the real protocol to a real node-0 launcher this way — and a test
 //! can play a node that joins and then misbehaves (never reads, never ends).
@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use super::auth::{answer, nonce, Answer, Credentials, Handshake};
 use super::frame::{Lines, Seal, Way, MAX_LINE};
-use super::protocol::{why_closed, FailureReport, Join, Msg, Place, NOT_EVERY_NODE};
-use super::{lost_after, ControlError, HEARTBEAT};
+use super::protocol::{
+    lost_after, why_closed, FailureReport, Join, Msg, Place, HEARTBEAT, NOT_EVERY_NODE,
+};
+use super::ControlError;
 
 /// How long a node waits for node 0's challenge after its hello (node 0 gives a whole handshake
 /// as long).
@@ -378,7 +380,7 @@ impl Peer {
 #[cfg(test)]
 mod tests {
     use super::super::auth::Secret;
-    use super::super::PROTOCOL;
+    use super::super::protocol::PROTOCOL;
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef-the-secret";

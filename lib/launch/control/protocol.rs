@@ -1,5 +1,5 @@
 //! The control plane's wire: one JSON object per line ([`Msg`]), what each side says, and what a
-//! node learns from node 0's `start` ([`Place`]). How a line is cut and sealed is [`super::frame`]'s.
+//! node learns from node 0's `start` ([`Place`]). How a line is cut and sealed is `frame`'s.
 
 use std::time::Duration;
 
@@ -7,6 +7,18 @@ use serde::{Deserialize, Serialize};
 
 use super::super::hang::verdict::WireStack;
 use crate::exit_status::ExitStatus;
+
+/// Time between heartbeats, each way.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Heartbeat intervals without a word before the other side counts as lost.
+pub const MISSES: u32 = 5;
+/// The protocol's version: a launcher of another version is refused at the join.
+pub const PROTOCOL: u32 = 5;
+
+/// How long a side waits for a word from the other before counting it as lost.
+pub fn lost_after(heartbeat: Duration) -> Duration {
+    heartbeat * MISSES
+}
 
 /// A node's join.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,7 +191,7 @@ pub enum Msg {
     Finish { failure: Option<FailureReport> },
     /// Node → server: leaving after `Finish`.
     Bye,
-    /// From each node every [`HEARTBEAT`](super::HEARTBEAT), from node 0 every two.
+    /// From each node every [`HEARTBEAT`], from node 0 every two.
     Hb,
     /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
     /// (`None`) move again ([`Reporter`](super::super::hang::verdict::Reporter)).

@@ -46,8 +46,9 @@ use super::auth::Credentials;
 use super::coordinator::{Coordinator, To};
 use super::frame::{Lines, Seal, Way, MAX_LINE};
 use super::munge::{Decoded, Munge};
+use super::protocol::lost_after;
 use super::protocol::{why_closed, Join, Msg};
-use super::{lost_after, ControlError};
+use super::ControlError;
 use crate::launch::hang::verdict::WireStack;
 
 /// Connections still in their handshake, at most: more are closed at once.
