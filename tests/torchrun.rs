@@ -153,6 +153,8 @@ enum Script {
 
 struct Case {
     name: &'static str,
+    /// The launchers' environment beyond the test's own (torchrun's `PET_<OPTION>` defaults).
+    env: &'static [(&'static str, &'static str)],
     /// torchrun's flags; `{port}` is a free port, `{node}` the launcher's node rank.
     flags: &'static [&'static str],
     /// Launchers started side by side (node ranks 0..n).
@@ -170,8 +172,32 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    // Kubeflow Trainer's way: torchrun's flags as PET_<OPTION> variables, none on the command line.
+    Case {
+        name: "pet_variables",
+        env: &[
+            ("PET_NPROC_PER_NODE", "2"),
+            ("PET_STANDALONE", "1"),
+            ("PET_ROLE", "trainer"),
+            ("PET_MAX_RESTARTS", "2"),
+            ("PET_LOG_DIR", "logs"),
+            ("PET_TEE", "3"),
+        ],
+        flags: &[],
+        launchers: 1,
+        script: Script::Path,
+        mode: "fail_first",
+        local: true,
+        logs: true,
+        files: &[
+            "<side>/logs/<run id>_X/attempt_0/0/stdout.log",
+            "<side>/logs/<run id>_X/attempt_1/1/stderr.log",
+        ],
+        lines: &["[trainer1]:out rank 1 attempt 1"],
+    },
     Case {
         name: "standalone",
+        env: &[],
         flags: &["--standalone", "--nproc-per-node", "2"],
         launchers: 1,
         script: Script::Path,
@@ -183,6 +209,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "auto",
+        env: &[],
         flags: &["--nproc-per-node", "auto"],
         launchers: 1,
         script: Script::Path,
@@ -194,6 +221,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "cpu",
+        env: &[],
         flags: &["--nproc_per_node=cpu", "--role", "trainer"],
         launchers: 1,
         script: Script::Path,
@@ -205,6 +233,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "two_nodes_master",
+        env: &[],
         flags: &[
             "--nnodes",
             "2",
@@ -227,6 +256,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "two_nodes_endpoint",
+        env: &[],
         flags: &[
             "--nnodes=2",
             "--node_rank={node}",
@@ -245,6 +275,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "max_restarts",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -266,6 +297,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "redirects_tee",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -295,6 +327,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "local_ranks_filter",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -322,6 +355,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "local_addr",
+        env: &[],
         flags: &["--nproc-per-node", "2", "--local-addr", "127.0.0.1"],
         launchers: 1,
         script: Script::Path,
@@ -333,6 +367,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "run_path",
+        env: &[],
         flags: &["--nproc-per-node", "2", "--run-path"],
         launchers: 1,
         script: Script::Path,
@@ -344,6 +379,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "module",
+        env: &[],
         flags: &["--nproc-per-node", "2", "-m"],
         launchers: 1,
         script: Script::Module,
@@ -355,6 +391,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "no_python",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -380,6 +417,7 @@ fn commands(case: &Case, program: &Path, side: &Path, port: u16) -> Vec<Command>
     (0..case.launchers)
         .map(|node| {
             let mut c = base(program, side, None);
+            c.envs(case.env.iter().copied());
             for f in case.flags {
                 c.arg(
                     f.replace("{port}", &port.to_string())
@@ -505,7 +543,7 @@ fn compare_rank(
             ));
         }
     }
-    for field in ["argv", "name"] {
+    for field in ["argv", "name", "path0"] {
         if vt[field] != va[field] {
             p(format!(
                 "rank {k}: {field}: torchrun {} / accel-launch {}",
@@ -1162,8 +1200,12 @@ fn contradictions_and_refusals_are_named() {
         ),
         (&["--nnodes", "1:2", "x.py"], &["elastic range"]),
         (
-            &["--start-method", "fork", "x.py"],
+            &["--start-method", "fork", "--run-path", "x.py"],
             &["--start_method fork is not supported"],
+        ),
+        (
+            &["--start-method", "thread", "x.py"],
+            &["invalid value 'thread'"],
         ),
         (
             &["--logs-specs", "mine", "x.py"],
@@ -1370,4 +1412,65 @@ fn every_torchrun_flag_is_accepted_in_both_spellings() {
         "torchrun flags accel-launch lacks: {missing:?}"
     );
     eprintln!("{} torchrun options, all accepted", theirs.len());
+}
+
+/// torchrun's `PET_<OPTION>` variables are torchrun's command line (issue 41 item 10): without any
+/// flag they give torchrun's run (its rank count, role, restarts, no accelerate variable); a flag
+/// given wins over its variable; an accelerate flag makes the run accelerate's, which reads none of
+/// them but Kubeflow's placement; a value its flag refuses is refused naming the variable.
+#[test]
+fn pet_variables_are_torchruns_command_line() {
+    let d = tempfile::tempdir().unwrap();
+    let ranks = |pet: &[(&str, &str)],
+                 args: &[&str]|
+     -> (Option<i32>, Vec<BTreeMap<String, String>>, String) {
+        let mut c = base(Path::new(BIN), d.path(), None);
+        c.envs(pet.iter().copied())
+            .args(["--dry-run", "--json"])
+            .args(args)
+            .arg("x.py");
+        let o = c.output_within(WAIT);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let envs = serde_json::from_slice::<Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v["ranks"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|r| serde_json::from_value(r["env"].clone()).unwrap())
+            .collect();
+        (o.status.code(), envs, err)
+    };
+    let pet = [
+        ("PET_NPROC_PER_NODE", "3"),
+        ("PET_STANDALONE", "1"),
+        ("PET_ROLE", "trainer"),
+        ("PET_MAX_RESTARTS", "2"),
+    ];
+    let (code, envs, err) = ranks(&pet, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(envs.len(), 3, "PET_NPROC_PER_NODE=3: {envs:?}");
+    for e in &envs {
+        assert_eq!(e["ROLE_NAME"], "trainer");
+        assert_eq!(e["TORCHELASTIC_MAX_RESTARTS"], "2");
+        assert!(is_uuid4(&e["TORCHELASTIC_RUN_ID"]), "standalone: {e:?}");
+        assert!(
+            e.keys()
+                .all(|k| !k.starts_with("ACCELERATE_") && !k.starts_with("KMP_")),
+            "torchrun sets no accelerate variable: {e:?}"
+        );
+    }
+    // A flag given wins over its variable.
+    let (code, envs, err) = ranks(&pet, &["--nproc-per-node", "2", "--role", "r"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!((envs.len(), envs[0]["ROLE_NAME"].as_str()), (2, "r"));
+    // accelerate's run (an accelerate flag): none of them but the placement.
+    let (code, envs, err) = ranks(&pet, &["--num_processes", "2", "--cpu"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(envs.len(), 2);
+    assert_eq!(envs[0]["ROLE_NAME"], "default");
+    assert_eq!(envs[0]["ACCELERATE_USE_CPU"], "True");
+    // Refused naming the variable.
+    let (code, _, err) = ranks(&[("PET_TEE", "9")], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("invalid PET_TEE"), "{err}");
 }
