@@ -2526,3 +2526,202 @@ fn a_state_space_model_is_told_it_has_no_kv_cache() {
         stderr(&out)
     );
 }
+
+/// Issue 41 item 5: an activation transformers' ACT2FN lacks (`hidden_act`, T5's
+/// `feed_forward_proj`, the towers' and projector's keys) makes its modelling code raise: refused,
+/// naming the file and the key; what it builds — learnable activations (PReLU's weight, xIELU's
+/// alphas), a Mixtral without experts (its routers and empty experts, no dense MLP), a
+/// Qwen2-MoE without experts (dense) — is sized as it builds it.
+#[test]
+fn activations_transformers_lacks_are_refused_and_what_it_builds_is_sized() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Every size given: the families' own defaults are not what is tested here.
+    let small = json!({"vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":4});
+    let with = |base: &Value, changes: Value| {
+        let mut v = base.clone();
+        for (k, x) in changes.as_object().expect("object") {
+            v[k] = x.clone();
+        }
+        v
+    };
+    let t5 = json!({"model_type":"t5","vocab_size":100,"d_model":64,"d_ff":128,"num_layers":2,"num_heads":4});
+    let clip = json!({"model_type":"clip_vision_model","num_hidden_layers":1,"hidden_size":32,"intermediate_size":64,"num_attention_heads":2});
+    let refused = [
+        (
+            "llama-act",
+            with(&small, json!({"model_type":"llama","hidden_act":"nope"})),
+            "`hidden_act` is `nope`",
+        ),
+        (
+            "llama-act-number",
+            with(&small, json!({"model_type":"llama","hidden_act":5})),
+            "`hidden_act` is not a string",
+        ),
+        (
+            "gemma2-act",
+            with(
+                &small,
+                json!({"model_type":"gemma2","hidden_activation":"nope"}),
+            ),
+            "`hidden_activation` is `nope`",
+        ),
+        (
+            "gpt2-act",
+            json!({"model_type":"gpt2","n_layer":1,"n_embd":64,"n_head":4,"activation_function":"nope"}),
+            "`activation_function` is `nope`",
+        ),
+        (
+            "t5-gated-nope",
+            with(&t5, json!({"feed_forward_proj":"gated-nope"})),
+            "`feed_forward_proj` is `gated-nope`",
+        ),
+        (
+            "t5-nope",
+            with(&t5, json!({"feed_forward_proj":"nope"})),
+            "`feed_forward_proj` is `nope`",
+        ),
+        (
+            "llava-projector",
+            json!({"model_type":"llava","projector_hidden_act":"nope","text_config":with(&small, json!({"model_type":"llama"})),"vision_config":clip}),
+            "`projector_hidden_act` is `nope`",
+        ),
+        (
+            "llava-vision",
+            json!({"model_type":"llava","text_config":with(&small, json!({"model_type":"llama"})),"vision_config":with(&clip, json!({"hidden_act":"nope"}))}),
+            "(vision_config)`: invalid model config: `hidden_act` is `nope`",
+        ),
+        (
+            "qwen2-vl-vision",
+            with(
+                &small,
+                json!({"model_type":"qwen2_vl","vision_config":{"hidden_act":"nope","depth":1,"embed_dim":32,"num_heads":2,"hidden_size":64}}),
+            ),
+            "(vision_config)`: invalid model config: `hidden_act` is `nope`",
+        ),
+    ];
+    let accepted = [
+        // The issue's: MixtralSparseMoeBlock whatever `num_local_experts`, so 1.47 B, not the
+        // 7.11 B of a dense MLP.
+        (
+            "mixtral-experts0",
+            json!({"model_type":"mixtral","num_local_experts":0,"vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8}),
+        ),
+        (
+            "qwen2-moe-experts0",
+            with(&small, json!({"model_type":"qwen2_moe","num_experts":0})),
+        ),
+        (
+            "llama-prelu",
+            with(&small, json!({"model_type":"llama","hidden_act":"prelu"})),
+        ),
+        (
+            "llama-xielu",
+            with(&small, json!({"model_type":"llama","hidden_act":"xielu"})),
+        ),
+        (
+            "mixtral-prelu",
+            with(
+                &small,
+                json!({"model_type":"mixtral","hidden_act":"prelu","num_local_experts":2}),
+            ),
+        ),
+        (
+            "qwen2-moe-prelu",
+            with(
+                &small,
+                json!({"model_type":"qwen2_moe","hidden_act":"prelu","num_experts":2,"moe_intermediate_size":8,"shared_expert_intermediate_size":8}),
+            ),
+        ),
+        // Gemma 2 reads `hidden_activation`; a `hidden_act` beside it is not used.
+        (
+            "gemma2-prelu",
+            with(
+                &small,
+                json!({"model_type":"gemma2","hidden_activation":"prelu","hidden_act":"nope"}),
+            ),
+        ),
+        (
+            "gpt2-prelu",
+            json!({"model_type":"gpt2","n_layer":2,"n_embd":64,"n_head":4,"activation_function":"prelu"}),
+        ),
+        (
+            "gpt-neox-prelu",
+            with(
+                &small,
+                json!({"model_type":"gpt_neox","hidden_act":"prelu"}),
+            ),
+        ),
+        (
+            "bert-prelu",
+            with(&small, json!({"model_type":"bert","hidden_act":"prelu"})),
+        ),
+        (
+            "t5-gated-prelu",
+            with(&t5, json!({"feed_forward_proj":"gated-prelu"})),
+        ),
+        ("t5-prelu", with(&t5, json!({"feed_forward_proj":"prelu"}))),
+        (
+            "llava-prelu",
+            json!({"model_type":"llava","projector_hidden_act":"prelu","text_config":with(&small, json!({"model_type":"llama"})),"vision_config":with(&clip, json!({"hidden_act":"prelu"}))}),
+        ),
+        (
+            "gemma3-prelu",
+            json!({"model_type":"gemma3","text_config":with(&small, json!({"model_type":"gemma3_text","hidden_activation":"prelu"})),"vision_config":{"model_type":"siglip_vision_model","hidden_act":"prelu","num_hidden_layers":1,"hidden_size":32,"intermediate_size":64,"num_attention_heads":2}}),
+        ),
+        (
+            "qwen2-vl-prelu",
+            with(
+                &small,
+                json!({"model_type":"qwen2_vl","hidden_act":"prelu","vision_config":{"hidden_act":"prelu","depth":1,"embed_dim":32,"num_heads":2,"hidden_size":64}}),
+            ),
+        ),
+        (
+            "qwen2-5-vl-prelu",
+            with(
+                &small,
+                json!({"model_type":"qwen2_5_vl","vision_config":{"hidden_act":"prelu","depth":1,"hidden_size":32,"num_heads":2,"out_hidden_size":64,"intermediate_size":16}}),
+            ),
+        ),
+    ];
+    let mut jobs = Vec::new();
+    for (name, config) in refused
+        .iter()
+        .map(|(n, c, _)| (n, c))
+        .chain(accepted.iter().map(|(n, c)| (n, c)))
+    {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+        jobs.push(json!({"config": dir, "class": "AutoModel", "dtype": "float32", "catch": true}));
+    }
+    let transformers = trained_reference(tmp.path(), &Value::Array(jobs));
+    for ((name, _, key), t) in refused.iter().zip(&transformers) {
+        assert!(
+            t.get("error").is_some(),
+            "{name}: transformers built it: {t}"
+        );
+        let config = tmp.path().join(name).join("config.json");
+        let out = run(&[&config.display().to_string()]);
+        assert_eq!(out.status.code(), Some(3), "{name}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(key) && err.contains(&config.display().to_string()),
+            "{name}: {err}\n(transformers: {t})"
+        );
+    }
+    for ((name, _), t) in accepted.iter().zip(&transformers[refused.len()..]) {
+        assert!(t.get("error").is_none(), "{name}: {t}");
+        let config = tmp.path().join(name).join("config.json");
+        let (v, code) = run_json(&["--json", &config.display().to_string()]);
+        assert_eq!(code, Some(0), "{name}: {v}");
+        // T5Model ties both stacks' embed_tokens to `shared`, which accelerate's untied empty
+        // model (`parameters`) counts three times; the trained model counts it once.
+        let ours = if name.starts_with("t5") {
+            "trained_parameters"
+        } else {
+            "parameters"
+        };
+        assert_eq!(v[ours], t["parameters"], "{name}");
+    }
+    assert_eq!(transformers[refused.len()]["parameters"], 1_473_515_520u64);
+}

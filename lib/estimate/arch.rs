@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use super::activation::{self, Activation};
 use super::error::EstimateError;
 use super::tensors::{DType, NoSplit, Tensor};
 
@@ -431,6 +432,23 @@ impl Config {
         }
     }
 
+    /// The activation `key` names (`hidden_act`, Gemma 2's `hidden_activation`...), `default` where
+    /// the config leaves it out. transformers' config classes refuse a value that is not a string,
+    /// null included (their fields are typed `str`: `StrictDataclassFieldValidationError`), and its
+    /// modelling code a name `ACT2FN` lacks (`KeyError` when the model is built).
+    fn activation(&self, key: &str, default: &str) -> Result<Activation, EstimateError> {
+        let name = match self.map.get(key) {
+            None => default,
+            Some(Value::String(name)) => name.as_str(),
+            Some(other) => {
+                return Err(self.refuse(format!("`{key}` is not a string: {other}")));
+            }
+        };
+        Activation::parse(name).ok_or_else(|| {
+            self.refuse(format!("`{key}` is `{name}`: {}", unknown_activation(name)))
+        })
+    }
+
     pub fn flag(&self, key: &str, default: bool) -> bool {
         self.get(key).and_then(Value::as_bool).unwrap_or(default)
     }
@@ -462,6 +480,14 @@ impl Config {
             .map(|a| a.iter().filter_map(Value::as_u64).collect())
             .unwrap_or_default()
     }
+}
+
+/// Why transformers cannot build activation `name`.
+fn unknown_activation(name: &str) -> String {
+    format!(
+        "transformers has no activation `{name}` (its ACT2FN: {})",
+        activation::NAMES.join(", ")
+    )
 }
 
 /// The base model's tensors, its no-split modules and its dimensions.
@@ -529,6 +555,24 @@ impl Out {
     /// `nn.LayerNorm` with bias (vision towers).
     fn layer_norm(&mut self, prefix: &str, h: u64) {
         self.norm(prefix, h, true);
+    }
+    /// The activation module `prefix` (`layers.0.mlp.act_fn`): only the learnable ones hold
+    /// tensors. xIELU's are bfloat16 whatever the model's dtype (`XIELUActivation.__init__`).
+    fn activation(&mut self, prefix: &str, act: Activation) {
+        match act {
+            Activation::Plain => {}
+            Activation::PReLU => self.w(format!("{prefix}.weight"), &[1]),
+            Activation::XIeLU => {
+                for p in ["alpha_p", "alpha_n"] {
+                    let name = format!("{prefix}.{p}");
+                    self.0.push(Tensor::of(name, DType::BF16, &[1], false));
+                }
+                for b in ["beta", "eps"] {
+                    let name = format!("{prefix}.{b}");
+                    self.0.push(Tensor::buffer(name, DType::BF16, &[]));
+                }
+            }
+        }
     }
 }
 
@@ -677,7 +721,8 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
         _ => 0,
     };
     let mlp_size = match t {
-        "qwen2_moe" => shared_expert_size(c)?,
+        "mixtral" => 0,
+        "qwen2_moe" if s.experts > 0 => shared_expert_size(c)?,
         _ if s.experts > 0 => 0,
         _ => s.inter,
     };
@@ -752,6 +797,8 @@ struct DecoderShape<'c> {
     /// Every `sparse_step`-th layer has experts, except those of `mlp_only`.
     sparse_step: u64,
     mlp_only: Vec<u64>,
+    /// The MLP's (and each expert's) activation.
+    act: Activation,
 }
 
 impl<'c> DecoderShape<'c> {
@@ -800,6 +847,13 @@ impl<'c> DecoderShape<'c> {
         };
         let sparse_step = c.uint(&["decoder_sparse_step"], Some(1))?.max(1);
         let mlp_only = c.uint_list("mlp_only_layers");
+        // Gemma 2 and 3 read `hidden_activation` (a `hidden_act` beside it is not used); the
+        // Gemma family defaults to the tanh GELU, the others to SiLU.
+        let act = match t {
+            "gemma2" | "gemma3_text" => c.activation("hidden_activation", "gelu_pytorch_tanh")?,
+            "gemma" => c.activation("hidden_act", "gelu_pytorch_tanh")?,
+            _ => c.activation("hidden_act", "silu")?,
+        };
         // LlamaConfig, Gemma2Config and Gemma3TextConfig check the width (`validate_architecture`);
         // the others derive head_dim by floor division and build.
         let whole_heads = matches!(t, "llama" | "gemma2" | "gemma3_text");
@@ -826,6 +880,7 @@ impl<'c> DecoderShape<'c> {
             moe_inter,
             sparse_step,
             mlp_only,
+            act,
         })
     }
 
@@ -834,12 +889,13 @@ impl<'c> DecoderShape<'c> {
         matches!(self.t, "gemma2" | "gemma3_text")
     }
 
-    /// Whether layer `i`'s MLP is a mixture of experts: every layer of Mixtral, every
-    /// `decoder_sparse_step`-th of Qwen's MoE but those of `mlp_only_layers`.
+    /// Whether layer `i`'s MLP is a mixture of experts: every layer of Mixtral (its
+    /// `MixtralSparseMoeBlock` whatever `num_local_experts`, 0 included: a router and experts of
+    /// no rows, no dense MLP), every `decoder_sparse_step`-th of Qwen's MoE but those of
+    /// `mlp_only_layers`, where there are experts (`Qwen2MoeDecoderLayer`: dense without).
     fn sparse(&self, i: u64) -> bool {
-        self.experts > 0
-            && (self.t == "mixtral"
-                || (!self.mlp_only.contains(&i) && (i + 1) % self.sparse_step == 0))
+        self.t == "mixtral"
+            || (self.experts > 0 && !self.mlp_only.contains(&i) && (i + 1) % self.sparse_step == 0)
     }
 }
 
@@ -889,20 +945,24 @@ fn decoder_mlp(
             &[experts, 2 * moe_inter, h],
         );
         o.w(format!("{m}.experts.down_proj"), &[experts, h, moe_inter]);
+        o.activation(&format!("{m}.experts.act_fn"), s.act);
         if s.t == "qwen2_moe" {
             let shared = shared_expert_size(c)?;
             o.linear(&format!("{m}.shared_expert.gate_proj"), h, shared, false);
             o.linear(&format!("{m}.shared_expert.up_proj"), h, shared, false);
             o.linear(&format!("{m}.shared_expert.down_proj"), shared, h, false);
+            o.activation(&format!("{m}.shared_expert.act_fn"), s.act);
             o.linear(&format!("{m}.shared_expert_gate"), h, 1, false);
         }
     } else if s.t == "phi3" {
         o.linear(&format!("{m}.gate_up_proj"), h, 2 * inter, false);
         o.linear(&format!("{m}.down_proj"), inter, h, false);
+        o.activation(&format!("{m}.activation_fn"), s.act);
     } else {
         o.linear(&format!("{m}.gate_proj"), h, inter, s.mlp_bias);
         o.linear(&format!("{m}.up_proj"), h, inter, s.mlp_bias);
         o.linear(&format!("{m}.down_proj"), inter, h, s.mlp_bias);
+        o.activation(&format!("{m}.act_fn"), s.act);
     }
     Ok(())
 }
@@ -956,6 +1016,7 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
         "num_attention_heads"
     };
     c.check_attention((width_key, h), (heads_key, heads), true)?;
+    let act = c.activation("activation_function", "gelu_new")?;
     let mut o = Out(Vec::new());
     o.w("wte.weight".into(), &[v, h]);
     o.w("wpe.weight".into(), &[positions, h]);
@@ -967,6 +1028,7 @@ fn gpt2(c: &Config) -> Result<Built, EstimateError> {
         o.norm(&format!("{p}.ln_2"), h, true);
         o.conv1d(&format!("{p}.mlp.c_fc"), h, inner);
         o.conv1d(&format!("{p}.mlp.c_proj"), inner, h);
+        o.activation(&format!("{p}.mlp.act"), act);
     }
     o.norm("ln_f", h, true);
     Ok(Built {
@@ -1004,6 +1066,7 @@ fn gpt_neox(c: &Config) -> Result<Built, EstimateError> {
     let inter = c.uint(&["intermediate_size"], None)?;
     let bias = c.flag("attention_bias", true);
     c.check_attention(("hidden_size", h), ("num_attention_heads", heads), true)?;
+    let act = c.activation("hidden_act", "gelu")?;
     let hd = h / heads.max(1);
     let mut o = Out(Vec::new());
     o.w("embed_in.weight".into(), &[v, h]);
@@ -1015,6 +1078,7 @@ fn gpt_neox(c: &Config) -> Result<Built, EstimateError> {
         o.linear(&format!("{p}.attention.dense"), h, h, bias);
         o.linear(&format!("{p}.mlp.dense_h_to_4h"), h, inter, true);
         o.linear(&format!("{p}.mlp.dense_4h_to_h"), inter, h, true);
+        o.activation(&format!("{p}.mlp.act"), act);
     }
     o.norm("final_layer_norm", h, true);
     o.rotary("rotary_emb", hd, c.partial_rotary_factor(0.25));
@@ -1064,6 +1128,7 @@ fn bert(c: &Config) -> Result<Built, EstimateError> {
         ("num_attention_heads", heads),
         c.get("embedding_size").is_none(),
     )?;
+    let act = c.activation("hidden_act", "gelu")?;
     let mut o = Out(Vec::new());
     o.w("embeddings.word_embeddings.weight".into(), &[v, h]);
     o.w(
@@ -1083,6 +1148,7 @@ fn bert(c: &Config) -> Result<Built, EstimateError> {
         o.linear(&format!("{p}.attention.output.dense"), h, h, true);
         o.norm(&format!("{p}.attention.output.LayerNorm"), h, true);
         o.linear(&format!("{p}.intermediate.dense"), h, inter, true);
+        o.activation(&format!("{p}.intermediate.intermediate_act_fn"), act);
         o.linear(&format!("{p}.output.dense"), inter, h, true);
         o.norm(&format!("{p}.output.LayerNorm"), h, true);
     }
@@ -1133,7 +1199,8 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
     let dec_layers = c.uint(&["num_decoder_layers"], Some(enc_layers))?;
     let heads = c.uint(&["num_heads"], Some(8))?;
     let buckets = c.uint(&["relative_attention_num_buckets"], Some(32))?;
-    let proj = match c.get("feed_forward_proj") {
+    // A typed `str` field of T5Config: null is refused too.
+    let proj = match c.map.get("feed_forward_proj") {
         None => "relu",
         Some(v) => v
             .as_str()
@@ -1147,6 +1214,18 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
         )));
     }
     let gated = parts.len() == 2;
+    // T5Config.__post_init__: the activation is the last part (`gated-gelu` means `gelu_new`),
+    // which T5DenseActDense takes from ACT2FN.
+    let dense = match proj {
+        "gated-gelu" => "gelu_new",
+        _ => parts.last().copied().unwrap_or(proj),
+    };
+    let act = Activation::parse(dense).ok_or_else(|| {
+        c.refuse(format!(
+            "`feed_forward_proj` is `{proj}`: {}",
+            unknown_activation(dense)
+        ))
+    })?;
     // T5Attention reshapes by `num_heads`; with none there is no attention to run.
     c.check_attention(("d_model", d), ("num_heads", heads), false)?;
     let inner = heads * dkv;
@@ -1188,6 +1267,7 @@ fn t5(c: &Config) -> Result<Built, EstimateError> {
                 o.linear(&format!("{f}.DenseReluDense.wi"), d, ff, false);
             }
             o.linear(&format!("{f}.DenseReluDense.wo"), ff, d, false);
+            o.activation(&format!("{f}.DenseReluDense.act"), act);
             o.norm(&format!("{f}.layer_norm"), d, false);
         }
         o.norm(&format!("{stack}.final_layer_norm"), d, false);
@@ -1339,7 +1419,7 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
             // The vision embeddings (CLIP/SigLIP) and SigLIP's pooling head are no-split
             // modules of their own.
             patterns.extend(["embeddings", "head"]);
-            projector(&mut o, c, vh, th);
+            projector(&mut o, c, vh, th)?;
         }
     }
     let mut tensors = o.0;
@@ -1500,20 +1580,23 @@ fn vision_tower(
 /// The projector from the vision tower's width `vh` to the language model's `th`: Gemma 3's
 /// projection and soft-embedding norm, or Llava's two linear layers (over every feature layer
 /// taken).
-fn projector(o: &mut Out, c: &Config, vh: u64, th: u64) {
+fn projector(o: &mut Out, c: &Config, vh: u64, th: u64) -> Result<(), EstimateError> {
     let p = "multi_modal_projector";
     if c.model_type == "gemma3" {
         o.mm(format!("{p}.mm_input_projection_weight"), &[vh, th]);
         o.norm(&format!("{p}.mm_soft_emb_norm"), vh, false);
     } else {
+        let act = c.activation("projector_hidden_act", "gelu")?;
         let layers = match c.get("vision_feature_layer") {
             Some(Value::Array(list)) => list.len() as u64,
             _ => 1,
         };
         let bias = c.flag("multimodal_projector_bias", true);
         o.linear(&format!("{p}.linear_1"), vh * layers, th, bias);
+        o.activation(&format!("{p}.act"), act);
         o.linear(&format!("{p}.linear_2"), th, th, bias);
     }
+    Ok(())
 }
 
 fn is_multimodal(model_type: &str) -> bool {
@@ -1529,6 +1612,14 @@ fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
     let channels = c.uint(&["num_channels"], Some(3))?;
     let image = c.uint(&["image_size"], Some(224))?;
     let patch = c.uint(&["patch_size"], Some(if siglip { 16 } else { 32 }))?;
+    let act = c.activation(
+        "hidden_act",
+        if siglip {
+            "gelu_pytorch_tanh"
+        } else {
+            "quick_gelu"
+        },
+    )?;
     let side = image / patch.max(1);
     let patches = side * side;
     // CLIP prepends a class token; SigLIP has none.
@@ -1562,6 +1653,8 @@ fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
             o.linear(&format!("{l}.self_attn.{x}"), h, h, true);
         }
         o.layer_norm(&format!("{l}.layer_norm1"), h);
+        // CLIPMLP and SiglipMLP define their activation before fc1.
+        o.activation(&format!("{l}.mlp.activation_fn"), act);
         o.linear(&format!("{l}.mlp.fc1"), h, inter, true);
         o.linear(&format!("{l}.mlp.fc2"), inter, h, true);
         o.layer_norm(&format!("{l}.layer_norm2"), h);
@@ -1575,6 +1668,7 @@ fn vit(o: &mut Out, c: &Config, siglip: bool) -> Result<u64, EstimateError> {
         o.w(format!("{hp}.attention.in_proj_bias"), &[3 * h]);
         o.linear(&format!("{hp}.attention.out_proj"), h, h, true);
         o.layer_norm(&format!("{hp}.layernorm"), h);
+        o.activation(&format!("{hp}.mlp.activation_fn"), act);
         o.linear(&format!("{hp}.mlp.fc1"), h, inter, true);
         o.linear(&format!("{hp}.mlp.fc2"), inter, h, true);
     }
@@ -1591,6 +1685,7 @@ fn qwen2_vl_vision(o: &mut Out, c: &Config, v2_5: bool) -> Result<(), EstimateEr
     let patch = c.uint(&["patch_size"], Some(14))?;
     let temporal = c.uint(&["temporal_patch_size"], Some(2))?;
     let merge = c.uint(&["spatial_merge_size"], Some(2))?;
+    let act = c.activation("hidden_act", if v2_5 { "silu" } else { "quick_gelu" })?;
     let (e, out, mlp) = if v2_5 {
         let e = c.uint(&["hidden_size"], Some(3584))?;
         let out = c.uint(&["out_hidden_size"], Some(3584))?;
@@ -1617,8 +1712,10 @@ fn qwen2_vl_vision(o: &mut Out, c: &Config, v2_5: bool) -> Result<(), EstimateEr
             o.linear(&format!("{b}.mlp.gate_proj"), e, mlp, true);
             o.linear(&format!("{b}.mlp.up_proj"), e, mlp, true);
             o.linear(&format!("{b}.mlp.down_proj"), mlp, e, true);
+            o.activation(&format!("{b}.mlp.act_fn"), act);
         } else {
             o.linear(&format!("{b}.mlp.fc1"), e, mlp, true);
+            o.activation(&format!("{b}.mlp.act"), act);
             o.linear(&format!("{b}.mlp.fc2"), mlp, e, true);
         }
     }

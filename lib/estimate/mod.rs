@@ -2,6 +2,7 @@
 //! a config.json by formula) becomes one tensor list; accelerate's arithmetic and table run over it
 //! unchanged, and the per-GPU estimates (strategies, activations, KV cache, fit) build on it.
 
+pub mod activation;
 pub mod arch;
 pub mod error;
 pub mod hub;
