@@ -1197,6 +1197,84 @@ fn validate_refuses_what_accel_launch_refuses() {
         .success();
 }
 
+/// Issue 41 item 7: a file without `num_processes` (passed at launch) is judged by every other
+/// launch rule too, where `validate` once stopped at the missing count and called it valid; the
+/// count it lacks is said, and the launch given one refuses the file for the same reason.
+#[test]
+fn validate_checks_every_launch_rule_without_num_processes() {
+    let home = tempdir();
+    let base = "compute_environment: LOCAL_MACHINE\nmixed_precision: 'no'\nuse_cpu: false\n";
+    let cases = [
+        (
+            "fsdp2.yaml",
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: shard_grad_op\n",
+            "FSDP2 takes true or false",
+        ),
+        (
+            "rank.yaml",
+            "distributed_type: MULTI_CPU\nnum_machines: 1\nmachine_rank: 3\n",
+            "machine_rank (3) must be below num_machines (1)",
+        ),
+        (
+            "fsdp.yaml",
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: false\n",
+            "fsdp_sync_module_states",
+        ),
+        (
+            "minus-one.yaml",
+            "distributed_type: FSDP\nnum_processes: -1\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: FULL_SHARD\n",
+            "FSDP2 takes true or false",
+        ),
+    ];
+    for (name, body, why) in cases {
+        let file = home.path().join(name);
+        fs::write(&file, format!("{base}{body}")).unwrap();
+        Run::new("accel-config", home.path())
+            .arg("validate")
+            .arg(&file)
+            .run()
+            .code_is(1)
+            .stderr_contains("accel-launch would refuse")
+            .stderr_contains(why)
+            .stderr_contains("--num_processes");
+        let launch = Run::new("accel-launch", home.path())
+            .args(["--dry-run", "--num_processes", "2", "--config_file"])
+            .arg(&file)
+            .arg("train.py")
+            .run();
+        assert_ne!(launch.code, Some(0), "{name}: accel-launch started it");
+        launch.stderr_contains(why);
+    }
+    // Valid but for the count: valid, and told to pass it; launched with it, it starts.
+    let good = home.path().join("good.yaml");
+    fs::write(
+        &good,
+        format!("{base}distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"),
+    )
+    .unwrap();
+    Run::new("accel-config", home.path())
+        .arg("validate")
+        .arg(&good)
+        .run()
+        .code_is(0)
+        .stdout_contains("valid (accel and accelerate read the same values)")
+        .stderr_contains("sets no `num_processes`")
+        .stderr_contains("--num_processes");
+    Run::new("accel-launch", home.path())
+        .args(["--dry-run", "--num_processes", "2", "--config_file"])
+        .arg(&good)
+        .arg("train.py")
+        .run()
+        .success();
+    Run::new("accel-launch", home.path())
+        .args(["--dry-run", "--config_file"])
+        .arg(&good)
+        .arg("train.py")
+        .run()
+        .code_is(2)
+        .stderr_contains("manually pass in `--num_processes`");
+}
+
 /// FSDP1 and FSDP2 take different keys and values: an FSDP1 file (SHARD_GRAD_OP) switched to
 /// `fsdp_version 2` by `set` once passed `validate` and then killed every rank (`invalid truth
 /// value shard_grad_op`); a hand-written FSDP1 strategy launched as FSDP2 silently became full

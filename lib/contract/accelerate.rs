@@ -25,6 +25,10 @@ use crate::exit_status::ExitStatus;
 pub enum ArgsError {
     #[error("{0}")]
     Invalid(String),
+    /// A config file without `num_processes` (or with -1) and none on the command line: what
+    /// accelerate's `_validate_launch_command` raises then, verbatim.
+    #[error("You need to manually pass in `--num_processes` using this config yaml.")]
+    NumProcessesNeeded,
     #[error("{0} is not supported by accel-launch")]
     Unsupported(&'static str),
 }
@@ -35,7 +39,7 @@ impl Diagnostic for ArgsError {
             ArgsError::Unsupported(_) => {
                 vec!["use `accelerate launch` for TPU and SageMaker jobs".into()]
             }
-            ArgsError::Invalid(_) => Vec::new(),
+            ArgsError::Invalid(_) | ArgsError::NumProcessesNeeded => Vec::new(),
         }
     }
     fn exit_status(&self) -> ExitStatus {
@@ -486,11 +490,7 @@ impl LaunchArgs {
             return Err(ArgsError::Invalid("Less than two GPU ids were configured and tried to run on multiple GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.".into()));
         }
         match np_value {
-            Some(-1) | None => {
-                return Err(ArgsError::Invalid(
-                    "You need to manually pass in `--num_processes` using this config yaml.".into(),
-                ))
-            }
+            Some(-1) | None => return Err(ArgsError::NumProcessesNeeded),
             Some(n) => a.num_processes = u32::try_from(n).unwrap_or(1),
         }
         Ok(())

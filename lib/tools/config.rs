@@ -442,6 +442,16 @@ fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStat
         }
     };
     print_warnings(&loaded.warnings, env);
+    if needs_num_processes(&loaded) {
+        warn(
+            TOOL,
+            &format!(
+                "{}: sets no `num_processes`: accel-launch, as accelerate launch, needs `--num_processes N` with this file",
+                path.display()
+            ),
+            env,
+        );
+    }
     if let Some(why) = launch_refusal(&loaded) {
         let err = Error::msg_hint(
             ExitStatus::Failure,
@@ -488,11 +498,62 @@ fn validate(path: &Path, accel_only: bool, env: &Environment) -> Result<ExitStat
 /// What accel-launch would refuse in this file alone (no flags, no environment), by the launch's own
 /// rules (`LaunchArgs::merge`, accelerate's `_validate_launch_command` and accel's own), so that a file
 /// `validate` passes is never refused at launch. A missing `num_processes` is not a refusal here: the
-/// launch takes it as a flag.
+/// launch takes it as a flag ([`needs_num_processes`] says so).
 fn launch_refusal(loaded: &config::Loaded) -> Option<String> {
-    use crate::contract::accelerate::{ArgsError, LaunchArgs, Machine, MergeInput, Paradigm};
+    use crate::contract::accelerate::ArgsError;
+    match launch_check(loaded, None)? {
+        Err(ArgsError::NumProcessesNeeded) => {
+            // Judged as launched with a count, so that every other rule is checked too: two
+            // ranks per machine, which satisfies the rules on the count itself (at least 2 for
+            // multi-GPU, a multiple of num_machines) whatever the file says.
+            let machines = launch_view(loaded)?.config.num_machines.max(1);
+            match launch_check(loaded, Some(2 * u64::from(machines)))? {
+                Err(e @ ArgsError::Invalid(_)) => Some(e.to_string()),
+                _ => None,
+            }
+        }
+        Err(e @ ArgsError::Invalid(_)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether accel-launch needs `--num_processes` with this file: it sets none (or -1).
+fn needs_num_processes(loaded: &config::Loaded) -> bool {
+    use crate::contract::accelerate::ArgsError;
+    matches!(
+        launch_check(loaded, None),
+        Some(Err(ArgsError::NumProcessesNeeded))
+    )
+}
+
+/// The file's values as a launch with no environment reads them, with `--num_processes`
+/// when `num_processes` is given.
+fn launch_resolved(loaded: &config::Loaded, num_processes: Option<u64>) -> Option<Resolved> {
     let env = Environment::from_pairs(Vec::<(String, String)>::new());
-    let resolved = Resolved::resolve(Some(loaded), &env, &[]).ok()?;
+    let cli: Vec<config::CliValue> = num_processes
+        .map(|n| config::CliValue {
+            key: "num_processes".into(),
+            value: Value::from(n),
+            flag: "--num_processes".into(),
+        })
+        .into_iter()
+        .collect();
+    Resolved::resolve(Some(loaded), &env, &cli).ok()
+}
+
+fn launch_view(loaded: &config::Loaded) -> Option<config::View> {
+    launch_resolved(loaded, None)?.view().ok()
+}
+
+/// `LaunchArgs::merge` over the file alone (and `--num_processes` when given), on a machine of
+/// no GPUs; None where the file does not resolve (its own loading reports that).
+fn launch_check(
+    loaded: &config::Loaded,
+    num_processes: Option<u64>,
+) -> Option<std::result::Result<(), crate::contract::accelerate::ArgsError>> {
+    use crate::contract::accelerate::{LaunchArgs, Machine, MergeInput, Paradigm};
+    let env = Environment::from_pairs(Vec::<(String, String)>::new());
+    let resolved = launch_resolved(loaded, num_processes)?;
     let view = resolved.view().ok()?;
     let merged = LaunchArgs::merge(MergeInput {
         view: &view,
@@ -508,12 +569,7 @@ fn launch_refusal(loaded: &config::Loaded) -> Option<String> {
         },
         env: &env,
     });
-    match merged {
-        Err(ArgsError::Invalid(why)) if !why.contains("manually pass in `--num_processes`") => {
-            Some(why)
-        }
-        _ => None,
-    }
+    Some(merged.map(|_| ()))
 }
 
 /// `accelerate to-fsdp2` (`accelerate/commands/to_fsdp2.py::to_fsdp2_command`): the same checks in the
