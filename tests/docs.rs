@@ -142,3 +142,29 @@ fn man_pages_name_only_existing_flags() {
     unknown.dedup();
     assert!(unknown.is_empty(), "flags no tool has: {unknown:#?}");
 }
+
+/// `TOOL -h` opens with the tool's own one-liner (its NAME line), not the package's sentence.
+#[test]
+fn every_tools_short_help_opens_with_its_own_one_liner() {
+    let blurb = env!("CARGO_PKG_DESCRIPTION");
+    let d = crate::util::tempdir();
+    for tool in accel::cli::tools() {
+        let o = crate::util::Run::new(tool.name, d.path())
+            .args(["-h"])
+            .run();
+        let first = o
+            .stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let expected = accel::docs::one_liner(&(tool.command)()).unwrap();
+        assert_eq!(first, expected, "{} -h", tool.name);
+        assert!(
+            !o.stdout.contains(blurb),
+            "{} -h shows the package sentence",
+            tool.name
+        );
+    }
+}
