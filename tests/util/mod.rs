@@ -1,5 +1,9 @@
-//! A small fluent runner for the built binaries: isolated environment (a temp HOME, no ACCEL_*/ACCELERATE_*
-//! leaking in from the developer's shell), arguments, stdin, then assertions on code/stdout/stderr.
+//! The one way the integration tests reach what they run: the built tools ([`bin`], [`tool`]), the
+//! project's venv and fixtures, a cleared environment that keeps the test's mark ([`isolated`]), a
+//! skip that fails under CI ([`skip`]), and a small fluent runner for the built binaries ([`Run`]):
+//! isolated environment (a temp HOME, no ACCEL_*/ACCELERATE_* leaking in from the developer's
+//! shell), arguments, stdin, then assertions on code/stdout/stderr. accel-launch's environment is
+//! in [`launcher`], the check that nothing of a run survives in [`survivors`].
 
 #![allow(dead_code)]
 
