@@ -95,34 +95,37 @@ fn man_pages_name_only_existing_flags() {
         }
     }
     known.extend(["help", "version"].map(String::from));
-    // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
-    // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py), the
-    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid).
-    known.extend(
-        [
-            "include",
-            "exclude",
-            "gpus-per-task",
-            "ntasks-per-node",
-            "virtual-local-rank",
-            "nnodes",
-            "node_rank",
-            "master_addr",
-            "master_port",
-            "cap-add",
-            "lr",
-            "checkpoint_dir",
-            "signal",
-            "requeue",
-            "no-requeue",
-            "grid",
-            // the control plane's benchmark (scripts/bench/control --simulate).
-            "simulate",
-            // numactl's (torch's NUMA binding).
-            "physcpubind",
-        ]
-        .map(String::from),
+    // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, docker, a user
+    // script's (examples/train.py), the estimate benchmark's (scripts/bench/estimate-vs-measured
+    // --grid). torchrun's flags are accel-launch's own now, and checked as such.
+    let others = [
+        "include",
+        "exclude",
+        "gpus-per-task",
+        "ntasks-per-node",
+        "cap-add",
+        "lr",
+        "checkpoint_dir",
+        "signal",
+        "requeue",
+        "no-requeue",
+        "grid",
+        // the control plane's benchmark (scripts/bench/control --simulate).
+        "simulate",
+        // numactl's (torch's NUMA binding).
+        "physcpubind",
+    ];
+    // An entry that is a tool's own flag would let that flag vanish from the tool unnoticed.
+    let own: Vec<&str> = others
+        .iter()
+        .copied()
+        .filter(|f| known.contains(*f))
+        .collect();
+    assert!(
+        own.is_empty(),
+        "flags listed as other programs' that are a tool's own: {own:?}"
     );
+    known.extend(others.map(String::from));
     let mut unknown = Vec::new();
     for tool in accel::cli::tools() {
         let page = String::from_utf8(accel::docs::man_page(&tool))

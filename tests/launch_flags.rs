@@ -221,7 +221,7 @@ fn counts_out_of_range_are_refused() {
 /// children ranks.
 #[test]
 fn stacks_refuses_a_process_that_is_not_accel_launch() {
-    use crate::util::ChildExt as _;
+    use crate::util::{ChildExt as _, CommandExt as _};
     let d = tempdir();
     let mut parent = std::process::Command::new(crate::util::venv_python())
         .args([
@@ -231,10 +231,8 @@ fn stacks_refuses_a_process_that_is_not_accel_launch() {
              print('up', flush=True)\n\
              time.sleep(60)\n",
         ])
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     let _reaper = crate::util::proc::Reaper(parent.id() as i32);
     let mut line = String::new();
     std::io::BufRead::read_line(
