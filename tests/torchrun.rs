@@ -1406,7 +1406,7 @@ fn pet_variables_are_torchruns_command_line() {
     let ranks = |pet: &[(&str, &str)],
                  args: &[&str]|
      -> (Option<i32>, Vec<BTreeMap<String, String>>, String) {
-        let mut c = base(Path::new(BIN), d.path(), None);
+        let mut c = base(&bin("accel-launch"), d.path(), None);
         c.envs(pet.iter().copied())
             .args(["--dry-run", "--json"])
             .args(args)
