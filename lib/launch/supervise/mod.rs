@@ -30,9 +30,10 @@ pub use error::SuperviseError;
 pub use failure::{exit_code_of, Failure};
 pub use options::{
     Capture, Captured, Console, OnFailure, Options, RankEnd, RankResult, RunOutcome,
+    DEFAULT_LOG_TEMPLATE,
 };
-pub use output::{render_template, DEFAULT_LOG_TEMPLATE};
-pub use signals::{stopped_between_attempts, SignalSet, Signals, FORWARDED, JOB_CONTROL, STOPPING};
+pub use output::render_template;
+pub use signals::{SignalSet, Signals, FORWARDED, JOB_CONTROL, STOPPING};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -53,6 +54,7 @@ use super::plan::Plan;
 use super::ports;
 use crate::env_vars::{self, Environment};
 use crate::error::Result;
+use crate::exit_status::{signal_name, ExitStatus};
 
 /// Starts every rank of `plan`, supervises them and returns how every rank and the run ended.
 ///
@@ -358,6 +360,56 @@ impl Supervisor<'_> {
 /// This host's name, as the plan gives it to every report.
 fn plan_host() -> String {
     crate::host::hostname()
+}
+
+/// A signal to a launcher that has no rank running (joining, or waiting for the world's decision):
+/// the report it leaves the run with, when the signal stops it. `None` for a signal that does not.
+pub fn stopped_between_attempts(
+    opts: &Options,
+    node: u32,
+    host: &str,
+    sig: i32,
+) -> Option<FailureReport> {
+    if sig == libc::SIGCHLD {
+        return None;
+    }
+    if Some(sig) == opts.requeue_signal {
+        note(
+            opts,
+            &format!(
+                "{}: SLURM's warning while no rank runs: leaving the run; the job is requeued",
+                signal_name(sig)
+            ),
+        );
+        return Some(FailureReport {
+            what: format!("received {} (SLURM's warning)", signal_name(sig)),
+            signal: Some(sig),
+            requeue: true,
+            status: Some(ExitStatus::Requeued.code()),
+            ..FailureReport::lost(node, host, "")
+        });
+    }
+    if sig == libc::SIGTSTP {
+        // No rank to stop first: the launcher stops as the terminal asks.
+        let _ = signal_hook::low_level::emulate_default_handler(libc::SIGTSTP);
+        return None;
+    }
+    if !STOPPING.contains(&sig) && !FORWARDED.contains(&sig) {
+        return None;
+    }
+    note(
+        opts,
+        &format!(
+            "{}: leaving the run (no rank of this node runs)",
+            signal_name(sig)
+        ),
+    );
+    Some(FailureReport {
+        what: format!("left the run: its launcher received {}", signal_name(sig)),
+        signal: Some(sig),
+        status: Some(ExitStatus::Signal(sig).code()),
+        ..FailureReport::lost(node, host, "")
+    })
 }
 
 #[cfg(test)]

@@ -9,11 +9,14 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::output::DEFAULT_LOG_TEMPLATE;
 use super::signals::{SignalSet, Signals};
 use crate::exit_status::ExitStatus;
 use crate::launch::control::{self, FailureReport};
 use crate::launch::torchrun::logs::LogsSpec;
+
+/// `--log_template`'s default: each attempt's logs under `attempt_N/`, each local rank's in its own
+/// folder.
+pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
 /// How to print a rank's console lines.
 #[derive(Debug, Clone, Default)]

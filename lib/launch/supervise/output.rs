@@ -30,12 +30,10 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::error::SuperviseError;
-use super::options::Captured;
+use super::options::{Captured, DEFAULT_LOG_TEMPLATE};
 use crate::error::{IoError, Result};
 use crate::launch::plan::{Plan, RankSpec};
 use crate::launch::torchrun::logs::Duplicate;
-
-pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
 /// How long an unfinished line waits for its end before the console gets it anyway.
 pub(super) const PARTIAL_DELAY: Duration = Duration::from_millis(200);

@@ -1,8 +1,8 @@
 //! The launcher's signals and what each means: which are handed on to the ranks and which stop the
 //! run ([`SignalSet`], torchrun's `--signals-to-handle`), their delivery to the supervisor as events
-//! ([`Signals`], caught before the run by a launcher that joins other nodes first), and what a signal
-//! means while no rank runs ([`stopped_between_attempts`]). What a signal means while ranks run is the
-//! attempt's decision ([`super::attempt`]).
+//! ([`Signals`], caught before the run by a launcher that joins other nodes first). What a signal
+//! means while ranks run is the attempt's decision ([`super::attempt`]); while none runs, the
+//! attempts loop's ([`super::stopped_between_attempts`]).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -11,11 +11,8 @@ use std::sync::{Arc, Mutex};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::error::SuperviseError;
-use super::options::{note, Options};
 use crate::env_vars::{self, Environment};
 use crate::error::Result;
-use crate::exit_status::{signal_name, ExitStatus};
-use crate::launch::control::FailureReport;
 
 /// Signals forwarded to every rank's group.
 pub const FORWARDED: &[i32] = &[
@@ -193,54 +190,4 @@ impl Signals {
             }
         }
     }
-}
-
-/// A signal to a launcher that has no rank running (joining, or waiting for the world's decision):
-/// the report it leaves the run with, when the signal stops it. `None` for a signal that does not.
-pub fn stopped_between_attempts(
-    opts: &Options,
-    node: u32,
-    host: &str,
-    sig: i32,
-) -> Option<FailureReport> {
-    if sig == libc::SIGCHLD {
-        return None;
-    }
-    if Some(sig) == opts.requeue_signal {
-        note(
-            opts,
-            &format!(
-                "{}: SLURM's warning while no rank runs: leaving the run; the job is requeued",
-                signal_name(sig)
-            ),
-        );
-        return Some(FailureReport {
-            what: format!("received {} (SLURM's warning)", signal_name(sig)),
-            signal: Some(sig),
-            requeue: true,
-            status: Some(ExitStatus::Requeued.code()),
-            ..FailureReport::lost(node, host, "")
-        });
-    }
-    if sig == libc::SIGTSTP {
-        // No rank to stop first: the launcher stops as the terminal asks.
-        let _ = signal_hook::low_level::emulate_default_handler(libc::SIGTSTP);
-        return None;
-    }
-    if !STOPPING.contains(&sig) && !FORWARDED.contains(&sig) {
-        return None;
-    }
-    note(
-        opts,
-        &format!(
-            "{}: leaving the run (no rank of this node runs)",
-            signal_name(sig)
-        ),
-    );
-    Some(FailureReport {
-        what: format!("left the run: its launcher received {}", signal_name(sig)),
-        signal: Some(sig),
-        status: Some(ExitStatus::Signal(sig).code()),
-        ..FailureReport::lost(node, host, "")
-    })
 }
