@@ -29,12 +29,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::{Captured, SuperviseError};
+use super::error::SuperviseError;
+use super::options::{Captured, DEFAULT_LOG_TEMPLATE};
 use crate::error::{IoError, Result};
-use crate::launch::plan::RankSpec;
+use crate::launch::plan::{Plan, RankSpec};
 use crate::launch::torchrun::logs::Duplicate;
-
-pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
 /// How long an unfinished line waits for its end before the console gets it anyway.
 pub(super) const PARTIAL_DELAY: Duration = Duration::from_millis(200);
@@ -158,6 +157,29 @@ impl LogFiles {
         self.created.insert(path.to_path_buf());
         Ok(f)
     }
+}
+
+/// The log file template for this node. Nodes of one run often share `--log_dir` (a network file
+/// system), so on many nodes the default layout goes under `node_N/`, and a template of one's own must
+/// name `{node}` — else the nodes would write each other's files.
+pub(super) fn node_log_template(plan: &Plan, template: &str) -> Result<String> {
+    let Some(t) = plan.topology.as_ref().filter(|t| t.num_nodes > 1) else {
+        return Ok(template.to_string());
+    };
+    if template == DEFAULT_LOG_TEMPLATE {
+        return Ok(format!("node_{{node}}/{template}"));
+    }
+    if !template.contains("{node}") {
+        return Err(SuperviseError::LogCollision {
+            template: template.to_string(),
+            path: format!("(the same path on each of the {} nodes)", t.num_nodes),
+            first: "node 0".into(),
+            second: "the other nodes".into(),
+            missing: "{node}",
+        }
+        .into());
+    }
+    Ok(template.to_string())
 }
 
 /// The last bytes a rank wrote to stderr.
