@@ -71,6 +71,31 @@ fn a_rank_exit_code_passes_through_and_the_others_stop() {
         err.contains("| rank 1 failing on purpose"),
         "the failing rank's stderr tail: {err}"
     );
+    // What torchrun's ChildFailedError summary holds: when, which pid, the error file, and how the
+    // other ranks here ended (it printed none of them before).
+    let when = err
+        .lines()
+        .find_map(|l| l.strip_prefix("  time: "))
+        .unwrap_or_else(|| panic!("no time line: {err}"));
+    let (stamp, rest) = when
+        .split_once(", pid ")
+        .unwrap_or_else(|| panic!("{when}"));
+    assert!(
+        stamp.len() == 19 && stamp.as_bytes()[10] == b'_' && stamp.as_bytes()[4] == b'-',
+        "time as torchrun's %Y-%m-%d_%H:%M:%S: {when}"
+    );
+    let (pid, file) = rest
+        .split_once(", error file: ")
+        .unwrap_or_else(|| panic!("{when}"));
+    assert!(pid.parse::<u32>().is_ok(), "{when}");
+    assert!(
+        file.ends_with("/1/error.json"),
+        "rank 1's error file: {when}"
+    );
+    assert!(
+        err.contains("  the other ranks here: rank 0 (local rank 0) was stopped (SIGTERM)"),
+        "{err}"
+    );
     // The other rank honours SIGTERM at once: nowhere near the 20 s grace.
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert_no_survivors(d.path(), Duration::from_secs(2));

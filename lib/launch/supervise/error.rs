@@ -37,6 +37,10 @@ pub enum SuperviseError {
     },
     #[error("{path} is left from an earlier run: accel-launch does not overwrite logs")]
     LogExists { path: String },
+    #[error(
+        "log file {path} would be written through the symbolic link {link}, which leaves --log_dir"
+    )]
+    LogThroughLink { path: String, link: String },
     #[error("cannot {what}")]
     Launcher {
         what: String,
@@ -73,6 +77,9 @@ impl Diagnostic for SuperviseError {
             SuperviseError::LogCollision { missing, .. } => {
                 vec![format!("add {missing} to the template")]
             }
+            SuperviseError::LogThroughLink { .. } => vec![
+                "every log file stays inside --log_dir: remove the link, or give --log_dir the directory it points to".into(),
+            ],
             SuperviseError::LogExists { .. } => vec![
                 "give each run its own --log_dir (e.g. --log_dir logs/$(date +%Y%m%d-%H%M%S)), or move the old logs away".into(),
             ],
@@ -87,6 +94,7 @@ impl Diagnostic for SuperviseError {
             SuperviseError::CannotExecute { .. } => ExitStatus::CannotExecute,
             SuperviseError::LogCollision { .. } => ExitStatus::Usage,
             SuperviseError::LogExists { .. } => ExitStatus::Output,
+            SuperviseError::LogThroughLink { .. } => ExitStatus::Output,
             SuperviseError::Launcher { .. } => ExitStatus::LauncherFailed,
         }
     }

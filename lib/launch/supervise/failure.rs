@@ -4,10 +4,10 @@
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::options::Options;
+use super::options::{Options, RankResult};
 use super::processes::Running;
 use crate::exit_status::signal_name;
 use crate::launch::control::FailureReport;
@@ -21,6 +21,11 @@ pub struct Failure {
     pub status: std::process::ExitStatus,
     pub stderr_tail: String,
     pub error_message: Option<String>,
+    pub pid: u32,
+    /// When its end was seen.
+    pub ended_at: Option<SystemTime>,
+    /// Its torchelastic error file (TORCHELASTIC_ERROR_FILE), where it had one.
+    pub error_file: Option<PathBuf>,
 }
 
 impl Failure {
@@ -33,6 +38,9 @@ impl Failure {
             status: r.status_or_failure(),
             stderr_tail: r.tail.lock().map(|t| t.text()).unwrap_or_default(),
             error_message: r.error_file.as_ref().and_then(|p| read_error_file(p)),
+            pid: r.child.id(),
+            ended_at: r.ended_at,
+            error_file: r.error_file.clone(),
         }
     }
     pub fn exit_code(&self) -> u8 {
@@ -85,9 +93,11 @@ pub(super) fn told(r: &Running, host: &str, node: u32) -> FailureReport {
     Failure::of(r, host).to_report(node)
 }
 
-/// This node's failure, as it prints it: the rank and its host, the error file's message, the last
-/// `--tail_lines` lines of its stderr.
-pub(super) fn report(opts: &Options, f: &Failure) {
+/// This node's failure, as it prints it — what torchrun's ChildFailedError summary holds
+/// (`torch/distributed/elastic/multiprocessing/errors/__init__.py`): the root-cause rank and its
+/// host, when it ended and its pid, its error file and the file's message, the last `--tail_lines`
+/// lines of its stderr, and how this node's other ranks ended.
+pub(super) fn report(opts: &Options, f: &Failure, ranks: &[RankResult]) {
     let mut out = format!(
         "{}: rank {} (local rank {}) on {} {}\n",
         opts.tool,
@@ -96,6 +106,15 @@ pub(super) fn report(opts: &Options, f: &Failure) {
         f.host,
         f.describe()
     );
+    let when = f.ended_at.map(local_time).unwrap_or_else(|| "-".into());
+    let file = f
+        .error_file
+        .as_ref()
+        .map_or_else(|| "<N/A>".to_string(), |p| p.display().to_string());
+    out.push_str(&format!(
+        "  time: {when}, pid {}, error file: {file}\n",
+        f.pid
+    ));
     if let Some(m) = &f.error_message {
         out.push_str(&format!("  error: {m}\n"));
     }
@@ -107,7 +126,53 @@ pub(super) fn report(opts: &Options, f: &Failure) {
             out.push_str(&format!("  | {l}\n"));
         }
     }
+    out.push_str(&others(f, ranks));
     let _ = std::io::stderr().write_all(out.as_bytes());
+}
+
+/// How this node's other ranks ended, one line (torchrun's "Failures" besides the root cause).
+fn others(f: &Failure, ranks: &[RankResult]) -> String {
+    let ends: Vec<String> = ranks
+        .iter()
+        .filter(|r| r.rank != f.rank)
+        .map(|r| {
+            let s = &r.end.status;
+            let how = match (s.code(), s.signal()) {
+                (Some(0), _) => "succeeded".to_string(),
+                (Some(c), _) => format!("exited with status {c}"),
+                (None, Some(sig)) if r.end.stopped => format!("was stopped ({})", signal_name(sig)),
+                (None, Some(sig)) => format!("was killed by {}", signal_name(sig)),
+                _ => "ended".into(),
+            };
+            format!("rank {} (local rank {}) {how}", r.rank, r.local_rank)
+        })
+        .collect();
+    if ends.is_empty() {
+        String::new()
+    } else {
+        format!("  the other ranks here: {}\n", ends.join("; "))
+    }
+}
+
+/// A time as torchrun's summary prints it (`time.strftime("%Y-%m-%d_%H:%M:%S")`, local time).
+fn local_time(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as libc::time_t;
+    // SAFETY: localtime_r writes the broken-down time into `tm`, which lives for the call.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return secs.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02}_{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 /// Another node's failure, as this node prints it: the headline first, then the failing rank's stderr.

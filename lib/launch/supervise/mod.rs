@@ -204,7 +204,8 @@ impl Supervisor<'_> {
                     }
                     Decision::Finish(global) => {
                         link.close();
-                        let (end, elsewhere) = self.world_finished(link, &outcome, global, node);
+                        let (end, elsewhere) =
+                            self.world_finished(link, &outcome, &ranks, global, node);
                         let mut out = end.outcome(ranks, left);
                         out.unkillable.extend(elsewhere);
                         return Ok(out);
@@ -246,7 +247,7 @@ impl Supervisor<'_> {
                 _ => {}
             }
             if let (Outcome::Failed(f), None) = (&outcome, &opts.capture) {
-                report(opts, f);
+                report(opts, f, &ranks);
             }
             return Ok(restart::alone(&outcome, node).outcome(ranks, left));
         }
@@ -258,12 +259,13 @@ impl Supervisor<'_> {
         &self,
         link: &control::Link,
         outcome: &Outcome<Failure>,
+        ranks: &[RankResult],
         global: Option<FailureReport>,
         node: u32,
     ) -> (restart::End, Vec<control::Unkillable>) {
         let opts = self.opts;
         if let Outcome::Failed(f) = outcome {
-            report(opts, f);
+            report(opts, f, ranks);
         }
         let (end, said) = restart::world(outcome, global, node);
         if let Some(said) = said {

@@ -120,6 +120,7 @@ impl LogFiles {
                         }
                         .into());
                     }
+                    self.inside(&path)?;
                     if path.exists() {
                         return Err(SuperviseError::LogExists {
                             path: path.display().to_string(),
@@ -132,11 +133,41 @@ impl LogFiles {
         Ok(())
     }
 
-    /// Creates a log file; one that appeared since [`LogFiles::check`] is not overwritten.
+    /// A file of the template stays inside the log directory: the template cannot name `..` or an
+    /// absolute path (its parser refuses them), and no directory of its path below the log
+    /// directory may be a symbolic link, which would lead the file anywhere (`--log_dir logs` with
+    /// `logs/0 -> /etc`). The log directory itself may be a link (a scratch file system's).
+    fn inside(&self, path: &Path) -> Result<()> {
+        let Ok(rel) = path.strip_prefix(&self.dir) else {
+            return Ok(());
+        };
+        let mut at = self.dir.clone();
+        for c in rel.components() {
+            at.push(c);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(SuperviseError::LogThroughLink {
+                        path: path.display().to_string(),
+                        link: at.display().to_string(),
+                    }
+                    .into())
+                }
+                Ok(_) => {}
+                // What does not exist yet is made by accel-launch, as a directory or the file.
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a log file; one that appeared since [`LogFiles::check`] is not overwritten, and none
+    /// is written through a link that leaves the log directory.
     pub(super) fn create(&mut self, path: &Path) -> Result<File> {
+        self.inside(path)?;
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).map_err(|e| IoError::new("create", d, e))?;
         }
+        self.inside(path)?;
         let mut o = std::fs::OpenOptions::new();
         o.write(true);
         if self.created.contains(path) {

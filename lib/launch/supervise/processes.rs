@@ -35,6 +35,8 @@ pub(super) struct Running {
     pub(super) pgid: Pid,
     pub(super) guard: Option<Pid>,
     pub(super) status: Option<ExitStatus>,
+    /// When its end was seen, for the failure report (torchrun's `time`).
+    pub(super) ended_at: Option<std::time::SystemTime>,
     /// Ended by a signal after the run began stopping.
     pub(super) stopped: bool,
     pub(super) tail: Arc<Mutex<Tail>>,
@@ -58,6 +60,7 @@ pub(super) fn reap(running: &mut [Running]) -> Vec<(usize, ExitStatus)> {
         }
         if let Ok(Some(st)) = r.child.try_wait() {
             r.status = Some(st);
+            r.ended_at = Some(std::time::SystemTime::now());
             ended.push((i, st));
         }
     }

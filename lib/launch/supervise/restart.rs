@@ -158,6 +158,9 @@ mod tests {
             status: std::process::ExitStatus::from_raw(code << 8),
             stderr_tail: stderr_tail.into(),
             error_message: None,
+            pid: 7,
+            ended_at: None,
+            error_file: None,
         })
     }
 

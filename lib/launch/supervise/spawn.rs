@@ -124,6 +124,7 @@ impl<'a> Spawner<'a> {
             pgid: pid,
             guard,
             status: None,
+            ended_at: None,
             stopped: false,
             tail,
             readers,
