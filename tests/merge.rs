@@ -1618,3 +1618,71 @@ fn every_catchable_stopping_signal_removes_what_was_staged() {
         assert!(!out.exists(), "{name}: {} left", out.display());
     }
 }
+
+/// Starts a merge of the 256 MiB checkpoint into `out` with `flags`, and stops it (SIGSTOP) once its
+/// staging directory holds the laid-out output: the checkpoint read and checked, nothing renamed
+/// into place yet. Returns the stopped child.
+fn stopped_at_staging(out: &Path, flags: &[&str]) -> std::process::Child {
+    let mut child = Command::new(BIN)
+        .arg(fixture("mid"))
+        .arg(out)
+        .args(flags)
+        .env("ACCEL_NO_PROGRESS", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_staging(&mut child, out);
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    child
+}
+
+/// Sends `sig` to a child stopped by [`stopped_at_staging`] and lets it go on: the signal is
+/// delivered before it runs on, so it is caught before the merge's last check.
+fn signal_stopped(child: std::process::Child, sig: i32) -> Output {
+    // SAFETY: signals to the child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+        libc::kill(child.id() as i32, libc::SIGCONT);
+    }
+    child.output_within(WAIT)
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_interrupted_merge_keeps_what_others_put_into_the_directory_it_created() {
+    // A merge into a new directory, interrupted while a user had added a file and a folder there:
+    // the whole directory was deleted with them (`remove_dir_all` of the output on any error) before.
+    let out = out_dir("others");
+    let child = stopped_at_staging(&out, &[]);
+    std::fs::write(out.join("README.txt"), b"the user's").unwrap();
+    std::fs::create_dir(out.join("notes")).unwrap();
+    std::fs::write(out.join("notes/a.txt"), b"a").unwrap();
+    let o = signal_stopped(child, libc::SIGINT);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted by SIGINT; nothing was written"),
+        "{err}"
+    );
+    assert!(out.is_dir(), "the output directory was removed: {err}");
+    assert_eq!(names_in(&out), ["README.txt", "notes"], "{err}");
+    assert_eq!(
+        std::fs::read(out.join("README.txt")).unwrap(),
+        b"the user's"
+    );
+    assert_eq!(std::fs::read(out.join("notes/a.txt")).unwrap(), b"a");
+    // Alone in it, the interrupted merge still removes the directory it created.
+    let alone = out_dir("others-alone");
+    let o = signal_stopped(stopped_at_staging(&alone, &[]), libc::SIGINT);
+    assert_eq!(o.status.code(), Some(130));
+    assert!(!alone.exists());
+}

@@ -84,35 +84,36 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         None => Vec::new(),
     };
     let names = output_names(&plan, &hf);
-    let created = !out_dir.exists();
-    if !created && !out_dir.is_dir() {
-        return Err(MergeError::OutputNotADirectory(out_dir).into());
-    }
     let interrupted = stop_on_signals();
-    if !created {
-        remove_abandoned_staging(&out_dir);
-    }
-    if !cli.force {
-        refuse_existing(&out_dir, &names)?;
-    }
-    std::fs::create_dir_all(&out_dir).map_err(|e| MergeError::io("create", &out_dir, e))?;
+    let created = make_output_dir(&out_dir)?;
     let staging = write::staging_dir(&out_dir, std::process::id());
-    let result = write_staged(
-        &cli,
-        env,
-        &ckpt,
-        &sel,
-        &plan,
-        &out_dir,
-        &staging,
-        &hf,
-        &names,
-        &interrupted,
-    );
+    let mut staged = None;
+    let result = (|| {
+        if !created {
+            remove_abandoned_staging(&out_dir);
+        }
+        if !cli.force {
+            refuse_existing(&out_dir, &names)?;
+        }
+        std::fs::create_dir(&staging).map_err(|e| MergeError::io("create", &staging, e))?;
+        staged = Some(staging.as_path());
+        write_staged(
+            &cli,
+            env,
+            &ckpt,
+            &sel,
+            &plan,
+            &out_dir,
+            &staging,
+            &hf,
+            &names,
+            &interrupted,
+        )
+    })();
     let (elapsed, bytes) = match result {
         Ok(done) => done,
         Err(e) => {
-            discard_failed(&staging, &out_dir, created);
+            discard_failed(staged, &out_dir, created);
             let replaced = if cli.force {
                 replaced_bytes(&out_dir, &names)
             } else {
@@ -220,11 +221,36 @@ fn refuse_existing(out_dir: &Path, names: &[String]) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// What a failed merge removes: its staging directory, and the output directory if it created it.
-fn discard_failed(staging: &Path, out_dir: &Path, created: bool) {
-    let _ = std::fs::remove_dir_all(staging);
+/// Makes the output directory if it is missing (and its parents); says whether this merge made it.
+/// Only a directory this call's own `mkdir` made counts: one that appears meanwhile is someone
+/// else's, as is one that was there.
+fn make_output_dir(out_dir: &Path) -> Result<bool, MergeError> {
+    if let Some(parent) = out_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| MergeError::io("create", parent, e))?;
+    }
+    match std::fs::create_dir(out_dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::metadata(out_dir) {
+                Ok(m) if m.is_dir() => Ok(false),
+                Ok(_) => Err(MergeError::OutputNotADirectory(out_dir.to_path_buf())),
+                Err(e) => Err(MergeError::io("create", out_dir, e)),
+            }
+        }
+        Err(e) => Err(MergeError::io("create", out_dir, e)),
+    }
+}
+
+/// What a failed merge removes: the staging directory it made (`None` if it made none), and the output directory if it made it and nothing
+/// else is in it. Whatever others put into the directory meanwhile (a user's file, another merge's
+/// output) stays, and with it the directory: `rmdir` removes only an empty one, in one step, so
+/// nothing written there at any moment is lost.
+fn discard_failed(staging: Option<&Path>, out_dir: &Path, created: bool) {
+    if let Some(staging) = staging {
+        let _ = std::fs::remove_dir_all(staging);
+    }
     if created {
-        let _ = std::fs::remove_dir_all(out_dir);
+        let _ = std::fs::remove_dir(out_dir);
     }
 }
 
@@ -308,7 +334,6 @@ fn write_staged(
     names: &[String],
     interrupted: &std::sync::atomic::AtomicUsize,
 ) -> Result<(f64, u64), MergeError> {
-    std::fs::create_dir(staging).map_err(|e| MergeError::io("create", staging, e))?;
     let start = Instant::now();
     let bar = progress_bar(cli, env, plan.tensor_bytes);
     let tick = |n: u64| {
