@@ -1686,3 +1686,71 @@ fn an_interrupted_merge_keeps_what_others_put_into_the_directory_it_created() {
     assert_eq!(o.status.code(), Some(130));
     assert!(!alone.exists());
 }
+
+/// Lets a child stopped by [`stopped_at_staging`] go on, to its end.
+fn resume(child: std::process::Child) -> Output {
+    signal_stopped(child, libc::SIGCONT)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn two_merges_into_one_output_at_once_are_serialised() {
+    // A sharded merge, and meanwhile a bf16 single-file one into the same new directory: both
+    // exited 0, leaving the shards, their index and a `model.safetensors` (which from_pretrained
+    // loads first) before.
+    let out = out_dir("twice");
+    let first = stopped_at_staging(&out, &["--max_shard_size", "64MiB"]);
+    let holder = format!("process {} on {}", first.id(), hostname());
+    let o = merge(&[&fixture("plain"), &out], &["--dtype", "bf16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!(
+            "`{}` is being written by another merge ({holder})",
+            out.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "the lock on `{}/.accel-merge.lock`",
+            out.display()
+        )),
+        "{err}"
+    );
+    let o = resume(first);
+    ok(&o);
+    let names = names_in(&out);
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("model-000") || n == "model.safetensors.index.json"),
+        "{names:?}"
+    );
+    assert!(names.len() > 2, "{names:?}");
+    // With --force: the second merge's output, reported written, vanished when the first one
+    // replaced it at its end, before.
+    let out = out_dir("twice-force");
+    let first = stopped_at_staging(&out, &["-f"]);
+    let o = merge(
+        &[&fixture("plain"), &out],
+        &["-f", "--unsafe_serialization"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("is being written by another merge"), "{err}");
+    ok(&resume(first));
+    assert_eq!(names_in(&out), ["model.safetensors"]);
+    // Once the first has ended, its lock is gone and the second merge runs.
+    ok(&merge(
+        &[&fixture("plain"), &out],
+        &["-f", "--unsafe_serialization"],
+    ));
+    assert_eq!(names_in(&out), ["pytorch_model.bin"]);
+}

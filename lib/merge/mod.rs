@@ -7,6 +7,7 @@
 pub mod copy;
 pub mod dcp;
 pub mod input;
+pub mod lock;
 pub mod pickle;
 pub mod remove;
 pub mod select;
@@ -203,6 +204,12 @@ pub enum MergeError {
     Unsupported(String),
     #[error("`{0}` already exists")]
     Exists(PathBuf),
+    #[error("`{}` is being written by another merge ({})", .dir.display(), .holder.as_ref().map_or_else(|| "whose process is not recorded yet".to_string(), lock::Holder::describe))]
+    Locked {
+        dir: PathBuf,
+        lock: PathBuf,
+        holder: Option<lock::Holder>,
+    },
     #[error("{0}")]
     Selection(String),
     #[error("--remove_checkpoint_dir would delete what this merge does not read: `{}` also holds {}", .dir.display(), .others.join(", "))]
@@ -285,6 +292,7 @@ impl Diagnostic for MergeError {
     fn exit_status(&self) -> ExitStatus {
         match self {
             MergeError::Exists(_)
+            | MergeError::Locked { .. }
             | MergeError::Verify { .. }
             | MergeError::OutputNotADirectory(_)
             | MergeError::DiskFull { .. } => ExitStatus::Output,
@@ -292,6 +300,7 @@ impl Diagnostic for MergeError {
                 if action.starts_with("write")
                     || action.starts_with("create")
                     || action.starts_with("rename")
+                    || action.starts_with("lock")
                     || action.starts_with("remove") =>
             {
                 ExitStatus::Output
@@ -304,6 +313,13 @@ impl Diagnostic for MergeError {
     fn hints(&self) -> Vec<String> {
         match self {
             MergeError::Exists(_) => vec!["pass --force to replace it".into()],
+            MergeError::Locked { lock, .. } => vec![
+                format!(
+                    "one merge at a time writes into a directory: it holds the lock on `{}`, released when it ends, however it ends",
+                    lock.display()
+                ),
+                "wait for that merge to end and run this one again, or merge into another directory".into(),
+            ],
             MergeError::RemoveRefused { hints, .. } => hints.clone(),
             MergeError::NotACheckpoint { hint, .. } => vec![hint.clone()],
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {

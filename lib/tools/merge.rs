@@ -9,6 +9,7 @@ use crate::cli::merge::{DtypeArg, MergeCli};
 use crate::env_vars::{Environment, ACCEL_NO_PROGRESS};
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
+use crate::merge::lock::OutputLock;
 use crate::merge::select::{self, Selection};
 use crate::merge::tensor::DType;
 use crate::merge::write::{self, Format};
@@ -85,7 +86,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     };
     let names = output_names(&plan, &hf);
     let interrupted = stop_on_signals();
-    let created = make_output_dir(&out_dir)?;
+    let (created, lock) = lock_output_dir(&out_dir)?;
     let staging = write::staging_dir(&out_dir, std::process::id());
     let mut staged = None;
     let result = (|| {
@@ -111,9 +112,12 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         )
     })();
     let (elapsed, bytes) = match result {
-        Ok(done) => done,
+        Ok(done) => {
+            drop(lock);
+            done
+        }
         Err(e) => {
-            discard_failed(staged, &out_dir, created);
+            discard_failed(staged, lock, &out_dir, created);
             let replaced = if cli.force {
                 replaced_bytes(&out_dir, &names)
             } else {
@@ -241,14 +245,40 @@ fn make_output_dir(out_dir: &Path) -> Result<bool, MergeError> {
     }
 }
 
+/// Makes the output directory if need be ([`make_output_dir`]) and takes its lock, which this merge
+/// holds until its output is in place or discarded: whether it made the directory, and the lock.
+fn lock_output_dir(out_dir: &Path) -> Result<(bool, OutputLock), MergeError> {
+    let mut tries = 0;
+    loop {
+        let created = make_output_dir(out_dir)?;
+        match OutputLock::take(out_dir) {
+            Ok(lock) => return Ok((created, lock)),
+            // Removed between the two steps, emptied, by a merge that had made it and failed.
+            Err(MergeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
+            {
+                tries += 1;
+            }
+            Err(e) => {
+                if created {
+                    let _ = std::fs::remove_dir(out_dir);
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
 /// What a failed merge removes: the staging directory it made (`None` if it made none), and the output directory if it made it and nothing
 /// else is in it. Whatever others put into the directory meanwhile (a user's file, another merge's
 /// output) stays, and with it the directory: `rmdir` removes only an empty one, in one step, so
 /// nothing written there at any moment is lost.
-fn discard_failed(staging: Option<&Path>, out_dir: &Path, created: bool) {
+/// The lock goes (with its file) before the directory, which it would keep from being empty.
+fn discard_failed(staging: Option<&Path>, lock: OutputLock, out_dir: &Path, created: bool) {
     if let Some(staging) = staging {
         let _ = std::fs::remove_dir_all(staging);
     }
+    drop(lock);
     if created {
         let _ = std::fs::remove_dir(out_dir);
     }
