@@ -1011,16 +1011,20 @@ fn staging_dirs_of_dead_merges_are_removed() {
     let dead = out.join(format!(".accel-merge-{}.tmp", dead_pid()));
     std::fs::create_dir_all(&dead).unwrap();
     std::fs::write(dead.join("model.safetensors"), vec![0u8; 4096]).unwrap();
-    // A live process's staging directory (this test's own pid) is left alone.
-    let live = out.join(format!(".accel-merge-{}.tmp", std::process::id()));
-    std::fs::create_dir_all(&live).unwrap();
-    let err = ok(&merge(&[&ckpt, &out], &["-q"]));
+    // A live merge's staging directory is left alone: a merge into the directory meanwhile is
+    // refused (the output's lock, not the pid in the name, tells a live merge from a gone one).
+    let first = stopped_at_staging(&out, &["-f"]);
+    let live = out.join(format!(".accel-merge-{}.tmp", first.id()));
+    let o = merge(&[&ckpt, &out], &["-q"]);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(live.exists());
+    let err = ok(&resume(first));
     assert!(
         err.contains(&format!("removed `{}`", dead.display())) && err.contains("that is gone"),
         "{err}"
     );
     assert!(!dead.exists());
-    assert!(live.exists());
+    ok(&merge(&[&ckpt, &out], &["-q", "-f"]));
     check(&ckpt, &out, &[]);
 }
 
@@ -1753,4 +1757,132 @@ fn two_merges_into_one_output_at_once_are_serialised() {
         &["-f", "--unsafe_serialization"],
     ));
     assert_eq!(names_in(&out), ["pytorch_model.bin"]);
+}
+
+/// The pids of the processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: the command name may hold spaces and parentheses.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
+}
+
+/// The pid, here, of the merge that `unshare` (the child `top`) runs below it.
+fn merge_below(top: u32) -> u32 {
+    let mut todo = vec![top];
+    while let Some(p) = todo.pop() {
+        let exe = std::fs::read_link(format!("/proc/{p}/exe")).unwrap_or_default();
+        if exe == Path::new(BIN) {
+            return p;
+        }
+        todo.extend(children_of(p));
+    }
+    panic!("no merge runs below process {top}")
+}
+
+/// Starts a merge of the 256 MiB checkpoint into `out` in a new pid namespace, where `prelude` (a
+/// shell command) runs first, and waits until its staging directory, named for its pid `ns_pid`
+/// there, holds the laid-out output; returns `unshare` and the merge's pid here.
+fn merge_in_pid_namespace(
+    out: &Path,
+    prelude: &str,
+    ns_pid: u32,
+    flags: &[&str],
+) -> (std::process::Child, u32) {
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
+        .arg(format!("{prelude}\"$0\" \"$@\"; exit $?"))
+        .arg(BIN)
+        .arg(fixture("mid"))
+        .arg(out)
+        .args(flags)
+        .env("ACCEL_NO_PROGRESS", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let staging = out.join(format!(".accel-merge-{ns_pid}.tmp"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while write_size(&staging) == 0 {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the merge ended ({st}) before its staging directory was seen");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {}",
+            staging.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = merge_below(child.id());
+    (child, pid)
+}
+
+fn write_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn staging_directories_are_judged_by_the_lock_not_by_a_pid_across_pid_namespaces() {
+    // A live merge in another pid namespace (a container), with a pid no process has here: a merge
+    // into the same directory removed its staging directory as "left by a merge that is gone", and
+    // the first then failed with exit 3, before.
+    let out = out_dir("pidns");
+    std::fs::create_dir_all(&out).unwrap();
+    let ns_pid = dead_pid();
+    let prelude = format!("echo {} > /proc/sys/kernel/ns_last_pid && ", ns_pid - 1);
+    let (first, pid) = merge_in_pid_namespace(&out, &prelude, ns_pid, &["-f"]);
+    let staging = out.join(format!(".accel-merge-{ns_pid}.tmp"));
+    // SAFETY: signals to a process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let o = merge(&[&fixture("plain"), &out], &["-f"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("removed"), "{err}");
+    assert!(
+        staging.exists(),
+        "a live merge's staging was removed: {err}"
+    );
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!(
+            "(process {ns_pid} on {}, in another pid namespace)",
+            hostname()
+        )),
+        "{err}"
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    ok(&first.output_within(WAIT));
+    assert_eq!(names_in(&out), ["model.safetensors"]);
+    // A merge killed in another pid namespace, where it was pid 1 (a pid that is always alive
+    // here): its staging directory was kept for ever, taken for a live merge's, before.
+    let (first, pid) = merge_in_pid_namespace(&out, "exec ", 1, &["-f"]);
+    let staging = out.join(".accel-merge-1.tmp");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    first.output_within(WAIT);
+    assert!(staging.exists());
+    let err = ok(&merge(&[&fixture("plain"), &out], &["-f"]));
+    assert!(
+        err.contains(&format!("removed `{}`", staging.display())),
+        "{err}"
+    );
+    assert!(!staging.exists());
+    assert_eq!(names_in(&out), ["model.safetensors"]);
 }

@@ -150,7 +150,8 @@ pub enum MergeError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
-        /// Staging directories of other merges in the output directory, with their sizes.
+        /// Staging directories of merges that are gone, left in the output directory (they could not
+        /// be removed), with their sizes.
         leftovers: Vec<(PathBuf, u64)>,
         /// The bytes of earlier output that --force replaces, kept until the new output is complete.
         replaced: u64,
@@ -248,8 +249,8 @@ impl MergeError {
             source,
         }
     }
-    /// A full disk names the staging directories of other merges in `out_dir`, which may be what
-    /// filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
+    /// A full disk names the staging directories of gone merges left in `out_dir`, which may be
+    /// what filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
     pub fn with_leftovers(self, out_dir: &Path, replaced: u64) -> Self {
         match self {
             MergeError::Io {
@@ -339,8 +340,8 @@ impl Diagnostic for MergeError {
                 }
                 for (dir, size) in leftovers {
                     h.push(format!(
-                        "`{}` ({size} bytes) is the staging directory of another merge, still running; \
-                         it is removed when that merge ends (or by the next merge into this directory once that process is gone)",
+                        "`{}` ({size} bytes) is the staging directory of a merge that is gone, which could not be removed: \
+                         deleting it frees that space",
                         dir.display()
                     ));
                 }

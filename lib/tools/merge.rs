@@ -91,7 +91,7 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
     let mut staged = None;
     let result = (|| {
         if !created {
-            remove_abandoned_staging(&out_dir);
+            remove_abandoned_staging(&out_dir, &lock);
         }
         if !cli.force {
             refuse_existing(&out_dir, &names)?;
@@ -195,12 +195,13 @@ fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
     interrupted
 }
 
-/// Removes the staging directories in `out_dir` of merges whose process is gone.
-fn remove_abandoned_staging(out_dir: &Path) {
+/// Removes the staging directories in `out_dir` of merges that are gone: all there are, as the
+/// output's lock, held here, says that no other merge writes there. Not the pid in a staging
+/// directory's name: it is a pid of the host and pid namespace the merge ran in, which may be another
+/// (a container, another node over NFS), where a live merge's pid is no process here and a dead
+/// one's can be a live process's (pid 1, in a container).
+fn remove_abandoned_staging(out_dir: &Path, _held: &OutputLock) {
     for (dir, pid) in write::staging_dirs(out_dir) {
-        if write::pid_alive(pid) {
-            continue;
-        }
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => eprintln!(
                 "{TOOL}: removed `{}`, left by a merge (process {pid}) that is gone",
