@@ -1886,3 +1886,53 @@ fn staging_directories_are_judged_by_the_lock_not_by_a_pid_across_pid_namespaces
     assert!(!staging.exists());
     assert_eq!(names_in(&out), ["model.safetensors"]);
 }
+
+#[test]
+fn symlink_loops_are_reported_as_symlink_loops() {
+    // A symlink loop as the checkpoint directory, the output directory or its parent, the
+    // checkpoint's `.metadata`, the --hf-reference directory or a file in it, or a DeepSpeed `latest`
+    // was reported as "No such file or directory", "File exists", a checkpoint without `.metadata`,
+    // "not a directory" or a missing file, before.
+    const ELOOP: &str = "Too many levels of symbolic links";
+    let d = root().join(format!("loops-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let lp = d.join("loop");
+    std::os::unix::fs::symlink("loop", &lp).unwrap();
+    let plain = fixture("plain");
+    let fails_with = |args: &[&Path], flags: &[&str], code: i32, path: &Path| {
+        let o = merge(args, flags);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert!(err.contains(&format!("`{}`", path.display())), "{err}");
+        assert!(err.contains(ELOOP), "{err}");
+    };
+    fails_with(&[&lp, &d.join("out")], &[], 3, &lp);
+    assert!(!d.join("out").exists());
+    fails_with(&[&plain, &lp], &[], 4, &lp);
+    fails_with(&[&plain, &lp.join("out")], &[], 4, &lp);
+    let ck = copy_of("plain", "loop-metadata");
+    let meta = ck.join(".metadata");
+    std::fs::remove_file(&meta).unwrap();
+    std::os::unix::fs::symlink(".metadata", &meta).unwrap();
+    fails_with(&[&ck, &d.join("out")], &[], 3, &meta);
+    let hf = lp.to_str().unwrap();
+    fails_with(&[&plain, &d.join("out")], &["--hf-reference", hf], 3, &lp);
+    // A looping `config.json` in the reference was left out as if missing.
+    let hf = d.join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::os::unix::fs::symlink("config.json", hf.join("config.json")).unwrap();
+    let hf_flag = ["--hf-reference", hf.to_str().unwrap()];
+    fails_with(
+        &[&plain, &d.join("out")],
+        &hf_flag,
+        3,
+        &hf.join("config.json"),
+    );
+    // A DeepSpeed save directory whose `latest` loops was "no known checkpoint".
+    let ds = d.join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    std::os::unix::fs::symlink("latest", ds.join("latest")).unwrap();
+    fails_with(&[&ds, &d.join("out")], &[], 3, &ds.join("latest"));
+    assert!(!d.join("out").exists());
+}

@@ -8,6 +8,7 @@ pub mod copy;
 pub mod dcp;
 pub mod input;
 pub mod lock;
+pub mod lookup;
 pub mod pickle;
 pub mod remove;
 pub mod select;
@@ -389,15 +390,16 @@ pub fn open(
     include_bytes: bool,
     verify: bool,
 ) -> Result<Checkpoint, MergeError> {
-    if !dir.is_dir() {
-        if dir.exists() {
-            return Err(MergeError::NotADirectory(dir.to_path_buf()));
+    match lookup::stat(dir)? {
+        Some(m) if m.is_dir() => {}
+        Some(_) => return Err(MergeError::NotADirectory(dir.to_path_buf())),
+        None => {
+            return Err(MergeError::io(
+                "read",
+                dir,
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ))
         }
-        return Err(MergeError::io(
-            "read",
-            dir,
-            std::io::Error::from_raw_os_error(libc::ENOENT),
-        ));
     }
     let ckpt = read(dir, tag, include_bytes).map_err(input::explain)?;
     for e in &ckpt.entries {
@@ -421,15 +423,9 @@ pub fn open(
 
 /// Reads whatever checkpoint `dir` holds.
 fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
-    Ok(if let Some(meta) = dcp::metadata_path(dir) {
+    Ok(if let Some(meta) = dcp::metadata_path(dir)? {
         dcp::read(dir, &meta, include_bytes)?
-    } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
-        .iter()
-        .map(|s| dir.join(s))
-        .find(|p| dcp::metadata_path(p).is_some())
-    {
-        // accelerate's save_state directory: the model's DCP checkpoint is one level down.
-        let meta = sub.join(".metadata");
+    } else if let Some((sub, meta)) = save_state_model(dir)? {
         let mut c = dcp::read(&sub, &meta, include_bytes)?;
         c.notes.push(format!(
             "accelerate's save_state layout: the model is read from `{}`",
@@ -441,6 +437,17 @@ fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint
     } else {
         return Err(not_a_checkpoint(dir));
     })
+}
+
+/// accelerate's save_state directory: the model's DCP checkpoint is one level down, the directory
+/// and its `.metadata`.
+fn save_state_model(dir: &Path) -> Result<Option<(PathBuf, PathBuf)>, MergeError> {
+    for sub in ["pytorch_model_fsdp_0", "pytorch_model_fsdp"].map(|s| dir.join(s)) {
+        if let Some(meta) = dcp::metadata_path(&sub)? {
+            return Ok(Some((sub, meta)));
+        }
+    }
+    Ok(None)
 }
 
 /// Says what a directory that is no known checkpoint contains, and what is missing.

@@ -10,6 +10,7 @@ use crate::env_vars::{Environment, ACCEL_NO_PROGRESS};
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
 use crate::merge::lock::OutputLock;
+use crate::merge::lookup;
 use crate::merge::select::{self, Selection};
 use crate::merge::tensor::DType;
 use crate::merge::write::{self, Format};
@@ -231,7 +232,8 @@ fn refuse_existing(out_dir: &Path, names: &[String]) -> Result<(), MergeError> {
 /// else's, as is one that was there.
 fn make_output_dir(out_dir: &Path) -> Result<bool, MergeError> {
     if let Some(parent) = out_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| MergeError::io("create", parent, e))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| MergeError::io("create", parent, lookup::mkdir_error(parent, e)))?;
     }
     match std::fs::create_dir(out_dir) {
         Ok(()) => Ok(true),
@@ -523,14 +525,15 @@ fn replaced_files(out_dir: &Path, names: &[String]) -> Vec<PathBuf> {
 }
 
 fn hf_files(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
-    if !dir.is_dir() {
+    if !lookup::is_dir(dir)? {
         return Err(MergeError::NotADirectory(dir.to_path_buf()));
     }
-    let found: Vec<PathBuf> = HF_FILES
-        .iter()
-        .map(|n| dir.join(n))
-        .filter(|p| p.is_file())
-        .collect();
+    let mut found = Vec::new();
+    for p in HF_FILES.iter().map(|n| dir.join(n)) {
+        if lookup::is_file(&p)? {
+            found.push(p);
+        }
+    }
     if found.is_empty() {
         return Err(MergeError::NotACheckpoint {
             path: dir.to_path_buf(),
