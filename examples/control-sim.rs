@@ -1,6 +1,7 @@
 //! `control-sim`: N simulated nodes in one process, each a real, authenticated connection to a real
-//! node-0 `accel-launch`, speaking the real protocol through the library's own [`Peer`] (hello,
-//! challenge answered, join, heartbeats every second, a failure report, `ended`, `bye`). It is the
+//! node-0 `accel-launch`, speaking the real protocol through the library's own [`Peer`], the one
+//! every launcher's link drives (hello, challenge answered, join, heartbeats every second, a failure
+//! report, `ended`, `bye`). It is the
 //! engine of `scripts/bench/control --simulate N`; it prints one JSON object of what it measured.
 //!
 //!   control-sim --port CONTROL_PORT --nodes N [--addr 127.0.0.1] [--run-id port:CONTROL_PORT]
@@ -21,7 +22,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use accel::launch::control::peer::{Event, Peer};
+use accel::launch::control::peer::{Event, Peer, Sender};
 use accel::launch::control::{Credentials, FailureReport, Join, Msg, Munge, Secret, PROTOCOL};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -44,6 +45,8 @@ struct Node {
     node: u32,
     sock: Option<TcpStream>,
     peer: Option<Peer>,
+    /// The sending side, once joined.
+    tx: Option<Sender>,
     out: VecDeque<u8>,
     state: State,
     next_beat: Instant,
@@ -194,6 +197,7 @@ impl Sim {
             let _ = self.poll.registry().deregister(&mut s);
         }
         n.peer = None;
+        n.tx = None;
         n.out.clear();
         if n.state == State::Handshake {
             self.in_flight -= 1;
@@ -219,8 +223,8 @@ impl Sim {
 
     fn send(&mut self, i: usize, m: &Msg) {
         let n = &mut self.nodes[i];
-        if let Some(p) = n.peer.as_mut() {
-            let line = p.line(m);
+        if let Some(tx) = n.tx.as_mut() {
+            let line = tx.line(m);
             n.out.extend(line);
         }
         self.flush(i);
@@ -253,13 +257,17 @@ impl Sim {
             let Some(p) = n.peer.as_mut() else { return };
             let (back, events) = p.feed(&buf[..got]);
             n.out.extend(back);
-            if n.state == State::Handshake && p.joined() {
-                n.state = State::Joined;
-                self.in_flight -= 1;
-            }
             for e in events {
                 match e {
-                    Event::Started(_) => {
+                    Event::Joined(tx) => {
+                        n.tx = Some(tx);
+                        if n.state == State::Handshake {
+                            n.state = State::Joined;
+                            self.in_flight -= 1;
+                        }
+                    }
+                    // A later attempt's `start` counts as the first did.
+                    Event::Started(_) | Event::Msg(Msg::Start { .. }) => {
                         if n.state == State::Joined {
                             self.started += 1;
                         }
@@ -275,9 +283,9 @@ impl Sim {
                         self.finished += 1;
                     }
                     Event::Msg(_) => {}
-                    Event::Refused(why) => {
+                    Event::Over(end) => {
                         if self.refusals.len() < 5 {
-                            self.refusals.push(why);
+                            self.refusals.push(end.to_string());
                         }
                         if n.state == State::Handshake {
                             return self.reset(i);
@@ -364,6 +372,7 @@ fn main() {
                 node,
                 sock: None,
                 peer: None,
+                tx: None,
                 out: VecDeque::new(),
                 state: State::Idle,
                 next_beat: Instant::now(),

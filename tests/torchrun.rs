@@ -14,34 +14,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn venv_bin() -> PathBuf {
-    Path::new(ROOT).join(".venv/bin")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(ROOT).join("tests/fixtures/torchrun").join(name)
-}
+use crate::util::{bin, fixture, isolated, repo, venv_bin};
 
 /// The one environment both launchers get: the venv first on PATH, a HOME and a TMPDIR of their
 /// own, a UTF-8 locale (Python would otherwise add LC_CTYPE to torchrun's workers), the test's mark.
 fn base(program: &Path, dir: &Path, path_front: Option<&Path>) -> Command {
-    let mut c = Command::new(program);
-    let mut path = format!(
-        "{}:{}",
-        venv_bin().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let mut path = crate::util::venv_path();
     if let Some(p) = path_front {
         path = format!("{}:{path}", p.display());
     }
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", path)
+    let mut c = isolated(program);
+    c.env("PATH", path)
         .env("HOME", dir)
         .env("LANG", "C.UTF-8")
         .env("TMPDIR", &tmp)
@@ -153,6 +138,8 @@ enum Script {
 
 struct Case {
     name: &'static str,
+    /// The launchers' environment beyond the test's own (torchrun's `PET_<OPTION>` defaults).
+    env: &'static [(&'static str, &'static str)],
     /// torchrun's flags; `{port}` is a free port, `{node}` the launcher's node rank.
     flags: &'static [&'static str],
     /// Launchers started side by side (node ranks 0..n).
@@ -170,8 +157,32 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    // Kubeflow Trainer's way: torchrun's flags as PET_<OPTION> variables, none on the command line.
+    Case {
+        name: "pet_variables",
+        env: &[
+            ("PET_NPROC_PER_NODE", "2"),
+            ("PET_STANDALONE", "1"),
+            ("PET_ROLE", "trainer"),
+            ("PET_MAX_RESTARTS", "2"),
+            ("PET_LOG_DIR", "logs"),
+            ("PET_TEE", "3"),
+        ],
+        flags: &[],
+        launchers: 1,
+        script: Script::Path,
+        mode: "fail_first",
+        local: true,
+        logs: true,
+        files: &[
+            "<side>/logs/<run id>_X/attempt_0/0/stdout.log",
+            "<side>/logs/<run id>_X/attempt_1/1/stderr.log",
+        ],
+        lines: &["[trainer1]:out rank 1 attempt 1"],
+    },
     Case {
         name: "standalone",
+        env: &[],
         flags: &["--standalone", "--nproc-per-node", "2"],
         launchers: 1,
         script: Script::Path,
@@ -183,6 +194,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "auto",
+        env: &[],
         flags: &["--nproc-per-node", "auto"],
         launchers: 1,
         script: Script::Path,
@@ -194,6 +206,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "cpu",
+        env: &[],
         flags: &["--nproc_per_node=cpu", "--role", "trainer"],
         launchers: 1,
         script: Script::Path,
@@ -205,6 +218,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "two_nodes_master",
+        env: &[],
         flags: &[
             "--nnodes",
             "2",
@@ -227,6 +241,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "two_nodes_endpoint",
+        env: &[],
         flags: &[
             "--nnodes=2",
             "--node_rank={node}",
@@ -245,6 +260,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "max_restarts",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -266,6 +282,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "redirects_tee",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -295,6 +312,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "local_ranks_filter",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -322,6 +340,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "local_addr",
+        env: &[],
         flags: &["--nproc-per-node", "2", "--local-addr", "127.0.0.1"],
         launchers: 1,
         script: Script::Path,
@@ -333,6 +352,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "run_path",
+        env: &[],
         flags: &["--nproc-per-node", "2", "--run-path"],
         launchers: 1,
         script: Script::Path,
@@ -344,6 +364,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "module",
+        env: &[],
         flags: &["--nproc-per-node", "2", "-m"],
         launchers: 1,
         script: Script::Module,
@@ -355,6 +376,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "no_python",
+        env: &[],
         flags: &[
             "--nproc-per-node",
             "2",
@@ -376,10 +398,11 @@ const CASES: &[Case] = &[
 fn commands(case: &Case, program: &Path, side: &Path, port: u16) -> Vec<Command> {
     let out = side.join("out");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::copy(fixture("trprobe.py"), side.join("trprobe.py")).unwrap();
+    std::fs::copy(fixture("torchrun/trprobe.py"), side.join("trprobe.py")).unwrap();
     (0..case.launchers)
         .map(|node| {
             let mut c = base(program, side, None);
+            c.envs(case.env.iter().copied());
             for f in case.flags {
                 c.arg(
                     f.replace("{port}", &port.to_string())
@@ -409,8 +432,7 @@ fn run_side(mut cmds: Vec<Command>) -> Result<Vec<(String, String)>, String> {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+                .start()
         })
         .collect();
     let mut outs = Vec::new();
@@ -505,7 +527,7 @@ fn compare_rank(
             ));
         }
     }
-    for field in ["argv", "name"] {
+    for field in ["argv", "name", "path0"] {
         if vt[field] != va[field] {
             p(format!(
                 "rank {k}: {field}: torchrun {} / accel-launch {}",
@@ -523,7 +545,7 @@ fn compare_case(case: &Case, root: &Path) -> Vec<String> {
     let (pt, pa) = (crate::util::free_port(), crate::util::free_port());
     let (ct, ca) = (
         commands(case, &torchrun(), &t, pt),
-        commands(case, Path::new(BIN), &a, pa),
+        commands(case, &bin("accel-launch"), &a, pa),
     );
     let (rt, ra) = std::thread::scope(|s| {
         let ht = s.spawn(|| run_side(ct));
@@ -676,7 +698,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
     let variants = [None, Some("3,1,2,0")];
     let mut started = Vec::new();
     for (n, visible) in variants.iter().enumerate() {
-        for (who, program) in [("torchrun", torchrun()), ("accel", PathBuf::from(BIN))] {
+        for (who, program) in [("torchrun", torchrun()), ("accel", bin("accel-launch"))] {
             let side = d.path().join(format!("{n}{who}"));
             std::fs::create_dir_all(side.join("out")).unwrap();
             let mut c = base(&program, &side, Some(&smi));
@@ -690,9 +712,9 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
                 "--log-dir",
                 "logs",
             ])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "--tag=${local_rank}"]);
-            started.push((side, c.marked().spawn().unwrap()));
+            started.push((side, c.marked().start()));
         }
     }
     let mut got = Vec::new();
@@ -723,7 +745,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
         }
     }
     // `gpu` counts the visible GPUs, and a rank without a GPU in the list is refused as torchrun does.
-    let v = dry_json(base(Path::new(BIN), d.path(), Some(&smi)).args([
+    let v = dry_json(base(&bin("accel-launch"), d.path(), Some(&smi)).args([
         "--dry-run",
         "--json",
         "--nproc-per-node",
@@ -734,7 +756,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
     let ranks = v["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 4);
     assert_eq!(ranks[3]["env"]["CUDA_VISIBLE_DEVICES"], "3");
-    let o = base(Path::new(BIN), d.path(), Some(&smi))
+    let o = base(&bin("accel-launch"), d.path(), Some(&smi))
         .env("CUDA_VISIBLE_DEVICES", "0,1")
         .args([
             "--dry-run",
@@ -805,7 +827,7 @@ fn fake_sysfs(root: &Path, pcis: &[String]) {
 /// index → its CPU list, or `error: …`.
 fn torch_binding(root: &Path, specs: &[(&str, Vec<String>)]) -> Vec<BTreeMap<usize, String>> {
     let o = Command::new(venv_bin().join("python"))
-        .arg(fixture("numa_reference.py"))
+        .arg(fixture("torchrun/numa_reference.py"))
         .arg(root)
         .args(specs.iter().map(|(m, p)| format!("{m}:{}", p.join(","))))
         .output_within(WAIT);
@@ -858,7 +880,7 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
     for visible in visibles {
         for mode in modes {
             let want = wants.next().unwrap();
-            let mut c = base(Path::new(BIN), d.path(), Some(&smi));
+            let mut c = base(&bin("accel-launch"), d.path(), Some(&smi));
             c.env("ACCEL_SYSFS_ROOT", &root);
             if let Some(v) = visible {
                 c.env("CUDA_VISIBLE_DEVICES", v);
@@ -888,7 +910,7 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
     // With accelerate's enable_cpu_affinity, the binding wins: accelerate would pin each rank's main
     // thread again when it starts.
     for numa in [false, true] {
-        let mut c = base(Path::new(BIN), d.path(), Some(&smi));
+        let mut c = base(&bin("accel-launch"), d.path(), Some(&smi));
         c.env("ACCEL_SYSFS_ROOT", &root).args([
             "--dry-run",
             "--json",
@@ -942,10 +964,10 @@ fn numa_binding_is_applied_to_each_rank() {
     for (mode, want) in modes.into_iter().zip(wants) {
         let side = d.path().join(mode);
         std::fs::create_dir_all(side.join("out")).unwrap();
-        let o = base(Path::new(BIN), &side, Some(&smi))
+        let o = base(&bin("accel-launch"), &side, Some(&smi))
             .env("ACCEL_SYSFS_ROOT", &root)
             .args(["--nproc-per-node", "2", "--numa-binding", mode])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .arg("out")
             .output_within(WAIT);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -1002,14 +1024,13 @@ fn signals_to_handle_forwards_only_what_it_names() {
         let side = d.path().join(n.to_string());
         let out = side.join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let ch = base(Path::new(BIN), &side, None)
+        let ch = base(&bin("accel-launch"), &side, None)
             .args(["--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "signals"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         let _reaper = crate::util::proc::Reaper(ch.id() as i32);
         wait_for(&out.join("ready.0"));
         wait_for(&out.join("ready.1"));
@@ -1047,7 +1068,7 @@ fn shutdown_timeout_is_the_grace_period() {
         let side = d.path().join(n.to_string());
         let out = side.join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let mut c = base(Path::new(BIN), &side, None);
+        let mut c = base(&bin("accel-launch"), &side, None);
         if flag {
             c.args(["--shutdown-timeout", "7"]);
         } else {
@@ -1055,12 +1076,11 @@ fn shutdown_timeout_is_the_grace_period() {
         }
         let mut ch = c
             .args(["--nproc-per-node", "1", "--report_json", "report.json"])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "hold_term"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         let _reaper = crate::util::proc::Reaper(ch.id() as i32);
         wait_for(&out.join("ready.0"));
         kill(ch.id(), libc::SIGTERM);
@@ -1092,7 +1112,7 @@ fn shutdown_timeout_is_the_grace_period() {
         );
         eprintln!("lived {lived:.2} s after SIGTERM");
     }
-    let o = base(Path::new(BIN), d.path(), None)
+    let o = base(&bin("accel-launch"), d.path(), None)
         .args(["--grace_period", "5", "--shutdown-timeout", "7", "x.py"])
         .output_within(WAIT);
     assert_eq!(o.status.code(), Some(2));
@@ -1104,7 +1124,7 @@ fn shutdown_timeout_is_the_grace_period() {
 }
 
 fn dry(dir: &Path, args: &[&str]) -> std::process::Output {
-    base(Path::new(BIN), dir, None)
+    base(&bin("accel-launch"), dir, None)
         .arg("--dry-run")
         .args(args)
         .output_within(WAIT)
@@ -1162,8 +1182,12 @@ fn contradictions_and_refusals_are_named() {
         ),
         (&["--nnodes", "1:2", "x.py"], &["elastic range"]),
         (
-            &["--start-method", "fork", "x.py"],
+            &["--start-method", "fork", "--run-path", "x.py"],
             &["--start_method fork is not supported"],
+        ),
+        (
+            &["--start-method", "thread", "x.py"],
+            &["invalid value 'thread'"],
         ),
         (
             &["--logs-specs", "mine", "x.py"],
@@ -1320,7 +1344,7 @@ fn only_torchrun_flags_read_no_config_and_export_no_accelerate_variables() {
 /// `--flag` in each spelling it has, and its short options) is an option of accel-launch.
 #[test]
 fn every_torchrun_flag_is_accepted_in_both_spellings() {
-    let site = Path::new(ROOT).join(".venv/lib");
+    let site = repo().join(".venv/lib");
     let run_py = std::fs::read_dir(&site)
         .unwrap()
         .map(|e| {
@@ -1370,4 +1394,65 @@ fn every_torchrun_flag_is_accepted_in_both_spellings() {
         "torchrun flags accel-launch lacks: {missing:?}"
     );
     eprintln!("{} torchrun options, all accepted", theirs.len());
+}
+
+/// torchrun's `PET_<OPTION>` variables are torchrun's command line (issue 41 item 10): without any
+/// flag they give torchrun's run (its rank count, role, restarts, no accelerate variable); a flag
+/// given wins over its variable; an accelerate flag makes the run accelerate's, which reads none of
+/// them but Kubeflow's placement; a value its flag refuses is refused naming the variable.
+#[test]
+fn pet_variables_are_torchruns_command_line() {
+    let d = tempfile::tempdir().unwrap();
+    let ranks = |pet: &[(&str, &str)],
+                 args: &[&str]|
+     -> (Option<i32>, Vec<BTreeMap<String, String>>, String) {
+        let mut c = base(&bin("accel-launch"), d.path(), None);
+        c.envs(pet.iter().copied())
+            .args(["--dry-run", "--json"])
+            .args(args)
+            .arg("x.py");
+        let o = c.output_within(WAIT);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let envs = serde_json::from_slice::<Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v["ranks"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|r| serde_json::from_value(r["env"].clone()).unwrap())
+            .collect();
+        (o.status.code(), envs, err)
+    };
+    let pet = [
+        ("PET_NPROC_PER_NODE", "3"),
+        ("PET_STANDALONE", "1"),
+        ("PET_ROLE", "trainer"),
+        ("PET_MAX_RESTARTS", "2"),
+    ];
+    let (code, envs, err) = ranks(&pet, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(envs.len(), 3, "PET_NPROC_PER_NODE=3: {envs:?}");
+    for e in &envs {
+        assert_eq!(e["ROLE_NAME"], "trainer");
+        assert_eq!(e["TORCHELASTIC_MAX_RESTARTS"], "2");
+        assert!(is_uuid4(&e["TORCHELASTIC_RUN_ID"]), "standalone: {e:?}");
+        assert!(
+            e.keys()
+                .all(|k| !k.starts_with("ACCELERATE_") && !k.starts_with("KMP_")),
+            "torchrun sets no accelerate variable: {e:?}"
+        );
+    }
+    // A flag given wins over its variable.
+    let (code, envs, err) = ranks(&pet, &["--nproc-per-node", "2", "--role", "r"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!((envs.len(), envs[0]["ROLE_NAME"].as_str()), (2, "r"));
+    // accelerate's run (an accelerate flag): none of them but the placement.
+    let (code, envs, err) = ranks(&pet, &["--num_processes", "2", "--cpu"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(envs.len(), 2);
+    assert_eq!(envs[0]["ROLE_NAME"], "default");
+    assert_eq!(envs[0]["ACCELERATE_USE_CPU"], "True");
+    // Refused naming the variable.
+    let (code, _, err) = ranks(&[("PET_TEE", "9")], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("invalid PET_TEE"), "{err}");
 }

@@ -28,14 +28,12 @@ use crate::env_vars::Group;
 /// torchrun's command line is taken too (--nnodes, --nproc-per-node, --standalone, …): given only
 /// torchrun's flags, the ranks get exactly torchrun's environment and log layout.
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-launch",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-launch", version, max_term_width = 100)]
 pub struct LaunchCli {
+    /// Which options the command line itself gave (first: the fields after it take their values
+    /// out of clap's matches).
+    #[command(flatten)]
+    pub given: Given,
     /// The config file (default: ACCEL_CONFIG_FILE, else accelerate's default config path).
     #[arg(long = "config_file", visible_alias = "config-file", value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
     pub config_file: Option<PathBuf>,
@@ -579,6 +577,44 @@ impl ConfigFlags {
     }
 }
 
+/// The ids of the options the command line itself gave (clap's value source), not a default: a
+/// default that torchrun takes from `PET_<OPTION>` never overrides a flag given, as in torchrun.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Given(pub Vec<String>);
+
+impl Given {
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.iter().any(|g| g == id)
+    }
+}
+
+impl clap::FromArgMatches for Given {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut given = Given::default();
+        given.update_from_arg_matches(matches)?;
+        Ok(given)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for id in matches.ids() {
+            if matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
+                self.0.push(id.as_str().to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for Given {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+}
+
 impl clap::FromArgMatches for ConfigFlags {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
         let mut flags = ConfigFlags::default();
@@ -774,7 +810,7 @@ pub fn doc() -> ToolDoc {
                 "Ports: on one node, without --main_process_port (or with 0), a free port is picked; should another process take it before rank 0 binds it, the run is retried on a new port. A port that is given and already in use is an error. On many nodes the port is --main_process_port, else one derived from SLURM_JOB_ID (15000 + 2 × (id mod 8500): the control plane takes the next one, so jobs sharing a node never collide), else 29500.",
                 "Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank's process group and stop the run (accel-launch says \"stopping N ranks (Ctrl-C again to kill)\"); SIGUSR1 and SIGUSR2 are forwarded only (e.g. SLURM's warning before the time limit; with --slurm_requeue see SLURM REQUEUE); --signals_to_handle changes the set (see TORCHRUN COMMAND LINE). Ranks get --grace_period (or --shutdown_timeout) seconds (default 30) to exit before SIGKILL; a second stop signal (Ctrl-C again) kills them at once. When a rank fails, the others get SIGTERM the same way. Ctrl-Z (SIGTSTP) stops the ranks with accel-launch, and fg/bg (SIGCONT) resumes them. Nothing a run started outlives it: accel-launch is a child subreaper, so even daemons a rank double-forks are killed when the run ends, and ranks, their children and those daemons are killed if accel-launch itself is SIGKILLed.",
                 "Output: the console gets whole lines of each rank, never cut by another rank's; a line left unfinished (a prompt, a progress bar redrawn with \\r) is shown after 0.2 s or every 64 KiB. --log_dir files are named by --log_template, which must give every rank, stream (and attempt, with --max_restarts) a file of its own (else exit 2); a run never overwrites the files of an earlier one (exit 4: use a new --log_dir per run). The template is a path relative to --log_dir without `..` and holds only the placeholders above (else exit 2), so every log file stays inside --log_dir. On many nodes, which often share --log_dir over a network file system, the default layout goes under node_N/ and a template of one's own must contain {node}.",
-                "Terminal: when accel-launch's stdout (or stderr) is a terminal, each rank's stdout (or stderr) that reaches the console is a pty of its own rather than a pipe, so a rank sees a terminal as under torchrun and accelerate launch, whose ranks write to the terminal itself: isatty() is true, and the window size (shutil.get_terminal_size(), tqdm's bar width) is the terminal's. When the terminal is resized, every rank's pty takes the new size and the rank's process group gets SIGWINCH (torchrun's ranks, in a session of their own, get none). The pty is not the rank's controlling terminal, so /dev/tty (getpass, prompts) is still the one accel-launch was started from, and it passes the bytes unchanged (no \\n to \\r\\n): the console lines stay whole and prefixed as above, and --log_dir files get what the rank wrote. A stream accel-launch writes to a pipe or a file, and a rank --local_ranks_filter leaves off the console, get pipes as before.",
+                "Terminal: when accel-launch's stdout (or stderr) is a terminal, each rank's stdout (or stderr) that reaches the console is a pty of its own rather than a pipe, so a rank sees a terminal as under torchrun and accelerate launch, whose ranks write to the terminal itself: isatty() is true, and the window size (shutil.get_terminal_size(), tqdm's bar width) is the terminal's. When the terminal is resized, every rank's pty takes the new size and the rank's process group gets SIGWINCH (torchrun's ranks, in a session of their own, get none). The pty is not the rank's controlling terminal: each rank runs in a session of its own, as torchrun's workers do, so it has no controlling terminal and opening /dev/tty fails (ENXIO: getpass and prompts cannot read the terminal; give the script its input another way), and the pty passes the bytes unchanged (no \\n to \\r\\n): the console lines stay whole and prefixed as above, and --log_dir files get what the rank wrote. A stream accel-launch writes to a pipe or a file, and a rank --local_ranks_filter leaves off the console, get pipes as before.",
             ]),
             ("HANGS", &[
                 "--hang_timeout SECONDS (or ACCEL_LAUNCH_HANG_TIMEOUT) watches the ranks from outside, with no code in the training script, and declares the run hung when no rank has made progress for that long. A rank is still while nothing observable about it changes, whatever CPU it uses: a rank spinning in one C call (a GPU sync waiting on a hung NCCL kernel, a regex, a busy-polling collective) or in a Python loop is still. What counts as progress: (1) its Python execution: from the start of the run, each rank's stacks, with the frames' local variables, are taken with `py-spy dump` every timeout/3 seconds (2 to 30 s), in the background, all ranks at once, unless the rank's I/O (2, 3) moved since its stacks were last due (it is progressing; a rank in collectives over TCP costs no dump); progress is a change of its set of Python threads, or of any frame (function, file, line) or local variable (name and value as py-spy shows it: a step counter, a batch, a tensor's address) of its main thread or of a thread running the user's code (threads made only of library frames, such as a DataLoader's pin-memory thread, count by their presence only). A rank whose stacks came out the same twice, or whose dump failed, is sampled again every timeout/10 seconds (at least 1 s) until they change. A rank that spends 95% of every step in one call is moving: its step counter changes. (2) Its I/O, with its child processes: rchar, wchar, read_bytes and write_bytes of /proc/PID/io (data read or written, pages dirtied for storage), the TCP bytes received and acknowledged on its sockets (tcp_info through sock_diag, for the sockets in /proc/PID/fd: data streamed with recv(), a send to a slow peer), and, while one of its threads is in fsync, fdatasync or sync_file_range on a file of a block device, that device's written sectors (/sys/dev/block/M:m/stat). A single write into a pipe counts through the child that drains it. (3) A rank or a child process appearing or ending. CPU time counts (at 5% of a core) only for a rank whose stacks cannot be read: py-spy missing (a warning says so), not a Python process, not permitted, or its last two dumps failed (one failure now and then, as on a loaded machine, changes nothing). Cost: at most one py-spy dump (about 20 ms of CPU) per rank per timeout/3, and a few /proc reads per rank and one sock_diag query every timeout/10 (0.2 to 2 s): with 8 ranks and --hang_timeout 60, measured on 2 cores (scripts/bench/hang), the watch adds 0.2% of a core when the ranks' collectives move TCP bytes and 0.5% when every rank's stacks are sampled. Limits: one C call longer than the timeout that neither moves its locals nor does I/O the above sees (a flush to NFS or Lustre, which have no block device; a GPU kernel that really takes that long) is judged still; a thread whose locals keep changing (a polling loop of the user's with a counter) keeps its rank moving; a module-level loop has no locals to compare, only its line. A rank waiting in a collective does not move, so one rank computing while the others wait keeps the run alive; only a run in which every rank is still is declared hung.",

@@ -31,13 +31,7 @@ use crate::env_vars::Group;
 /// the other's, or, with --force, replace them. The kernel releases the lock when its merge ends,
 /// however it ends; on NFS, when its host does.
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-merge-weights",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-merge-weights", version, max_term_width = 100)]
 pub struct MergeCli {
     /// The checkpoint directory: a DCP directory with `.metadata`, accelerate's save_state directory
     /// (the model is read from its `pytorch_model_fsdp_0/`), or a DeepSpeed save directory (with

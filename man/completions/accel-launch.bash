@@ -1503,17 +1503,11 @@ _accel__launch() {
                     return 0
                     ;;
                 --start_method)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
+                    COMPREPLY=($(compgen -W "spawn fork forkserver" -- "${cur}"))
                     return 0
                     ;;
                 --start-method)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
+                    COMPREPLY=($(compgen -W "spawn fork forkserver" -- "${cur}"))
                     return 0
                     ;;
                 --logs_specs)

@@ -214,7 +214,9 @@ complete -c accel-launch -l numa_binding -l numa-binding -d 'Pin each rank to th
 socket\t'Every CPU of the NUMA nodes of the GPU\'s socket'
 exclusive\t'An exclusive share of the physical cores of the GPU\'s NUMA node'
 core-complex\t'One core complex (the CPUs sharing a last-level cache) of the GPU\'s NUMA node'"
-complete -c accel-launch -l start_method -l start-method -d 'torchrun\'s start method: only `spawn` (its default, and what every rank here is: a fresh process); fork and forkserver are refused' -r -f
+complete -c accel-launch -l start_method -l start-method -d 'torchrun\'s start method (spawn, fork, forkserver): no effect for a script, as in torchrun (every rank is a fresh process); with --run_path only spawn, its default' -r -f -a "spawn\t''
+fork\t''
+forkserver\t''"
 complete -c accel-launch -l logs_specs -l logs-specs -d 'Refused: a torchrun.logs_specs entry point is Python code loaded into torchrun\'s agent' -r -f
 complete -c accel-launch -l event_log_handler -l event-log-handler -d 'torchrun\'s event log handler: only `null` (its default); a named handler is Python code in torchrun\'s agent' -r -f
 complete -c accel-launch -s q -l quiet -d 'Print only the failing rank\'s report, no launcher notes'

@@ -266,8 +266,8 @@ core-complex\:"One core complex (the CPUs sharing a last-level cache) of the GPU
 socket\:"Every CPU of the NUMA nodes of the GPU'\''s socket"
 exclusive\:"An exclusive share of the physical cores of the GPU'\''s NUMA node"
 core-complex\:"One core complex (the CPUs sharing a last-level cache) of the GPU'\''s NUMA node"))' \
-'--start_method=[torchrun'\''s start method\: only \`spawn\` (its default, and what every rank here is\: a fresh process); fork and forkserver are refused]:METHOD:' \
-'--start-method=[torchrun'\''s start method\: only \`spawn\` (its default, and what every rank here is\: a fresh process); fork and forkserver are refused]:METHOD:' \
+'--start_method=[torchrun'\''s start method (spawn, fork, forkserver)\: no effect for a script, as in torchrun (every rank is a fresh process); with --run_path only spawn, its default]:METHOD:(spawn fork forkserver)' \
+'--start-method=[torchrun'\''s start method (spawn, fork, forkserver)\: no effect for a script, as in torchrun (every rank is a fresh process); with --run_path only spawn, its default]:METHOD:(spawn fork forkserver)' \
 '--logs_specs=[Refused\: a torchrun.logs_specs entry point is Python code loaded into torchrun'\''s agent]:NAME:' \
 '--logs-specs=[Refused\: a torchrun.logs_specs entry point is Python code loaded into torchrun'\''s agent]:NAME:' \
 '--event_log_handler=[torchrun'\''s event log handler\: only \`null\` (its default); a named handler is Python code in torchrun'\''s agent]:NAME:' \

@@ -1,12 +1,12 @@
 //! The control plane's decisions, as a pure state machine over joins, messages, closed connections
-//! and time: node 0's server ([`super::server`]) only carries its messages.
+//! and time (the join's deadline, the wait for replacements, each node's deadline after a stop, the
+//! world's hang): node 0's server (`server`) only carries its messages and its clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::super::hang::verdict::{self, NodeInfo, World};
-use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
-use super::PROTOCOL;
+use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable, NOT_EVERY_NODE, PROTOCOL};
 use crate::launch::supervise::KILL_WAIT;
 
 /// Beyond a node's grace period and [`KILL_WAIT`], what its launcher may take to report its ranks'
@@ -95,8 +95,8 @@ pub struct Coordinator {
     ended: BTreeSet<u32>,
     /// Nodes whose connection is gone (after `Bye`, or lost).
     gone: BTreeSet<u32>,
-    /// A node was lost: the world cannot restart without it.
-    /// `--hang_timeout`, as the first node to join gave it (every node must give the same).
+    /// `--hang_timeout`, as node 0's join (the reference) or else the first node to join gave it:
+    /// every node must give the same.
     hang_timeout_ms: Option<Option<u64>>,
     /// The world's hang judgement of the running attempt ([`verdict`]).
     world: Option<World>,
@@ -104,8 +104,15 @@ pub struct Coordinator {
     now: Instant,
     /// Nodes lost and not replaced yet: the next attempt waits for a launcher of each.
     lost: BTreeMap<u32, String>,
-    /// How long the survivors wait for replacements (the server's join timeout).
-    replace_within: Duration,
+    /// The join timeout (`--rdzv_timeout`): how long the first join and each wait for
+    /// replacements last.
+    join_timeout: Duration,
+    /// When the first join gives up on the nodes still missing (`None`: never).
+    join_until: Option<Instant>,
+    /// When the running wait for replacements gives up.
+    wait_until: Option<Instant>,
+    /// The join timed out: the nodes joined were told, and node 0 serves no longer.
+    timed_out: bool,
     /// When the running attempt was stopped: every node then has [`Member::ended_within`] to
     /// report its ranks' end.
     stopped_at: Option<Instant>,
@@ -140,7 +147,10 @@ impl Coordinator {
             world: None,
             now: Instant::now(),
             lost: BTreeMap::new(),
-            replace_within: Duration::from_secs(300),
+            join_timeout: Duration::from_secs(300),
+            join_until: None,
+            wait_until: None,
+            timed_out: false,
             stopped_at: None,
             due: BTreeSet::new(),
             no_restart: None,
@@ -157,9 +167,13 @@ impl Coordinator {
         self
     }
 
-    /// How long the survivors of a lost node wait for its replacement (default 300 s).
-    pub fn replacing_within(mut self, d: Duration) -> Coordinator {
-        self.replace_within = d;
+    /// The join timeout (`--rdzv_timeout`), counted from `start`: every node must have joined
+    /// by `start + d` (else every node joined is refused, naming those missing), and each wait for
+    /// replacements of lost nodes lasts `d` (else the run ends). Without it, the join waits for
+    /// ever and a replacement 300 s.
+    pub fn join_timeout(mut self, start: Instant, d: Duration) -> Coordinator {
+        self.join_timeout = d;
+        self.join_until = start.checked_add(d);
         self
     }
 
@@ -169,24 +183,72 @@ impl Coordinator {
     }
 
     /// The nodes not joined yet, while joining.
-    pub fn missing(&self) -> Vec<u32> {
+    fn missing(&self) -> Vec<u32> {
         (0..self.nodes)
             .filter(|n| !self.members.contains_key(n))
             .collect()
     }
 
-    pub fn joining(&self) -> bool {
-        self.phase == Phase::Joining
-    }
-
-    /// Every node has left after the run finished.
+    /// Nothing more to serve: every node has left after the run finished, or the join timed out.
     pub fn done(&self) -> bool {
-        self.phase == Phase::Finished && self.gone.len() == self.members.len()
+        self.phase == Phase::Finished && (self.timed_out || self.gone.len() == self.members.len())
     }
 
     /// A node's join: `Err` is the reason it is refused. Once the run has started, only a launcher
     /// replacing a lost node may join, for the next attempt.
     pub fn join(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
+        self.fits(j)?;
+        match self.phase {
+            Phase::Joining => {}
+            Phase::Finished => {
+                let why = self
+                    .failure
+                    .as_ref()
+                    .map(|f| format!(": {}", f.headline()))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "the run has ended (attempt {}){why}; node {} cannot join it",
+                    self.attempt, j.node
+                ));
+            }
+            Phase::Running | Phase::Waiting => return self.replace(j),
+        }
+        if let Some(m) = self.members.get(&j.node) {
+            return Err(duplicate(j, &m.host));
+        }
+        if let Some(w) = j.world_size {
+            let given = self.world_sizes.values().next().copied();
+            if let Some(other) = given.filter(|o| *o != w) {
+                return Err(format!(
+                    "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
+                ));
+            }
+        }
+        self.run_id = Some(j.run_id.clone());
+        self.max_restarts = Some(j.max_restarts);
+        self.hang_timeout_ms = Some(j.hang_timeout_ms);
+        self.ranks_joined += u64::from(j.local_ranks);
+        if let Some(w) = j.world_size {
+            self.world_sizes.insert(j.node, w);
+        }
+        self.members.insert(j.node, Member::of(j));
+        if self.members.len() as u32 == self.nodes {
+            if let Some(reason) = self.wrong_total() {
+                // Every node is told, and the run ends before any rank starts.
+                self.phase = Phase::Finished;
+                return Ok(vec![(To::All, Msg::Reject { reason })]);
+            }
+            self.phase = Phase::Running;
+            self.arm_world();
+            return Ok(self.starts());
+        }
+        Ok(Vec::new())
+    }
+
+    /// Whether a join fits the run at all, whatever its phase: the same protocol, node count, run
+    /// id, restarts and hang timeout as node 0, a rank count a node may have and a world torch can
+    /// hold.
+    fn fits(&self, j: &Join) -> Result<(), String> {
         if j.protocol != PROTOCOL {
             return Err(format!(
                 "protocol {} (this server speaks {PROTOCOL}): run the same accel-launch on every node",
@@ -246,51 +308,7 @@ impl Coordinator {
                 say(h)
             ));
         }
-        match self.phase {
-            Phase::Joining => {}
-            Phase::Finished => {
-                let why = self
-                    .failure
-                    .as_ref()
-                    .map(|f| format!(": {}", f.headline()))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "the run has ended (attempt {}){why}; node {} cannot join it",
-                    self.attempt, j.node
-                ));
-            }
-            Phase::Running | Phase::Waiting => return self.replace(j),
-        }
-        if let Some(m) = self.members.get(&j.node) {
-            return Err(duplicate(j, &m.host));
-        }
-        if let Some(w) = j.world_size {
-            let given = self.world_sizes.values().next().copied();
-            if let Some(other) = given.filter(|o| *o != w) {
-                return Err(format!(
-                    "it says --num_processes {w} but another node says {other}: --num_processes is the world's total"
-                ));
-            }
-        }
-        self.run_id = Some(j.run_id.clone());
-        self.max_restarts = Some(j.max_restarts);
-        self.hang_timeout_ms = Some(j.hang_timeout_ms);
-        self.ranks_joined += u64::from(j.local_ranks);
-        if let Some(w) = j.world_size {
-            self.world_sizes.insert(j.node, w);
-        }
-        self.members.insert(j.node, Member::of(j));
-        if self.members.len() as u32 == self.nodes {
-            if let Some(reason) = self.wrong_total() {
-                // Every node is told, and the run ends before any rank starts.
-                self.phase = Phase::Finished;
-                return Ok(vec![(To::All, Msg::Reject { reason })]);
-            }
-            self.phase = Phase::Running;
-            self.arm_world();
-            return Ok(self.starts());
-        }
-        Ok(Vec::new())
+        Ok(())
     }
 
     /// With uneven nodes (`--nproc_per_node`), a `--num_processes` given is the world's total: the
@@ -371,15 +389,31 @@ impl Coordinator {
             && self.attempt < self.max_restarts.unwrap_or(0)
     }
 
-    /// The wait for replacements passed its time: the run ends with the failure that began it.
-    pub fn give_up(&mut self) -> Vec<(To, Msg)> {
-        if self.phase != Phase::Waiting {
-            return Vec::new();
+    /// The join's and the replacement wait's deadlines, once past: the run ends.
+    fn waited(&mut self, now: Instant) -> Vec<(To, Msg)> {
+        let past = |d: Option<Instant>| d.is_some_and(|d| now >= d);
+        match self.phase {
+            Phase::Joining if past(self.join_until) => {
+                let reason = format!(
+                    "{NOT_EVERY_NODE} joined within {} s: still waiting for node rank(s) {:?}",
+                    self.join_timeout.as_secs(),
+                    self.missing()
+                );
+                self.phase = Phase::Finished;
+                self.timed_out = true;
+                vec![(To::All, Msg::Reject { reason })]
+            }
+            Phase::Waiting if past(self.wait_until) => self.give_up(),
+            _ => Vec::new(),
         }
+    }
+
+    /// The wait for replacements passed its time: the run ends with the failure that began it.
+    fn give_up(&mut self) -> Vec<(To, Msg)> {
         let why = format!(
             "; no launcher replaced {} within {} s",
             LostNode::list(&self.lost_nodes()),
-            self.replace_within.as_secs()
+            self.join_timeout.as_secs()
         );
         if let Some(f) = &mut self.failure {
             f.what.push_str(&why);
@@ -455,6 +489,7 @@ impl Coordinator {
         };
         let mut out = self.acts(acts);
         out.extend(self.overdue(now));
+        out.extend(self.waited(now));
         out
     }
 
@@ -470,10 +505,12 @@ impl Coordinator {
             .first()
             .filter(|_| self.phase == Phase::Running && self.stopped_at.is_some())
             .map(|(at, _)| *at);
-        match (world, ended) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let waited = match self.phase {
+            Phase::Joining => self.join_until,
+            Phase::Waiting => self.wait_until,
+            _ => None,
+        };
+        [world, ended, waited].into_iter().flatten().min()
     }
 
     /// The stop: every node still running has its own deadline to report its ranks' end.
@@ -812,6 +849,7 @@ impl Coordinator {
                 return self.restart();
             }
             self.phase = Phase::Waiting;
+            self.wait_until = self.now.checked_add(self.join_timeout);
             return vec![(To::All, self.wait_msg())];
         }
         self.finish()
@@ -821,6 +859,7 @@ impl Coordinator {
         self.attempt += 1;
         self.failure = None;
         self.stopped_at = None;
+        self.wait_until = None;
         self.due.clear();
         self.ended.clear();
         self.phase = Phase::Running;
@@ -842,7 +881,7 @@ impl Coordinator {
         Msg::Wait {
             attempt: self.attempt + 1,
             lost: self.lost_nodes(),
-            secs: self.replace_within.as_secs(),
+            secs: self.join_timeout.as_secs(),
         }
     }
 }
@@ -1149,7 +1188,7 @@ mod tests {
     }
 
     fn started(nodes: u32, max_restarts: u32) -> Coordinator {
-        let mut c = Coordinator::new(nodes).replacing_within(Duration::from_secs(60));
+        let mut c = Coordinator::new(nodes).join_timeout(Instant::now(), Duration::from_secs(60));
         for n in 0..nodes {
             let mut j = join(n, 2);
             j.nodes = nodes;
@@ -1252,7 +1291,9 @@ mod tests {
 
     #[test]
     fn the_wait_names_every_lost_node_and_is_bounded() {
-        let mut c = started(3, 2);
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut c = started_at(3, 2, t0);
         c.closed(2, "gone");
         ended(&mut c, 0, 0);
         let out = ended(&mut c, 1, 0);
@@ -1275,8 +1316,12 @@ mod tests {
         // One replacement is not enough.
         assert!(c.join(&join3(1)).unwrap().is_empty());
         assert!(c.waiting());
-        // Nobody replaces node 2 in time: the run ends with the failure that began it.
-        let out = c.give_up();
+        // Nobody replaces node 2 in time (the wait began at 0 s): the run ends with the failure
+        // that began it, at 60 s and not before.
+        assert_eq!(c.next_wake(), Some(s(60)));
+        assert!(c.tick(s(59)).is_empty());
+        assert!(c.waiting());
+        let out = c.tick(s(60));
         let [(To::All, Msg::Finish { failure: Some(f) })] = &out[..] else {
             panic!("{out:?}")
         };
@@ -1290,6 +1335,85 @@ mod tests {
         );
         let e = c.join(&join3(2)).unwrap_err();
         assert!(e.contains("the run has ended"), "{e}");
+    }
+
+    /// The first join is bounded by the join timeout, counted from node 0's start: a node that
+    /// joins 30 s late (six loss windows) but within it starts the world with the others; a node
+    /// that never comes ends the join at the deadline, and every node joined is told which is
+    /// missing.
+    #[test]
+    fn the_join_waits_its_timeout_for_a_late_node_and_names_a_missing_one() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut c = Coordinator::new(2).join_timeout(t0, Duration::from_secs(90));
+        c.tick(t0);
+        assert_eq!(c.next_wake(), Some(s(90)));
+        assert!(c.join(&join(0, 2)).unwrap().is_empty());
+        for n in 1..=30 {
+            assert!(c.tick(s(n)).is_empty(), "at {n}");
+        }
+        let out = c.join(&join(1, 2)).unwrap();
+        assert!(
+            matches!(
+                &out[..],
+                [
+                    (To::Node(0), Msg::Start { attempt: 0, .. }),
+                    (To::Node(1), Msg::Start { attempt: 0, .. })
+                ]
+            ),
+            "{out:?}"
+        );
+        // Started: the join's deadline is due no more.
+        assert_eq!(c.next_wake(), None);
+        assert!(c.tick(s(90)).is_empty());
+        assert!(!c.done());
+
+        let mut c = Coordinator::new(3).join_timeout(t0, Duration::from_secs(12));
+        c.join(&join3(0)).unwrap();
+        // A launcher that died while joining no longer counts as joined.
+        c.join(&join3(1)).unwrap();
+        c.closed(1, "gone");
+        c.join(&join3(2)).unwrap();
+        assert!(c.tick(s(11)).is_empty());
+        assert!(!c.done());
+        let out = c.tick(s(12));
+        assert_eq!(
+            out,
+            vec![(
+                To::All,
+                Msg::Reject {
+                    reason: "not every node joined within 12 s: still waiting for node rank(s) [1]"
+                        .into()
+                }
+            )]
+        );
+        assert!(c.done(), "node 0 serves no longer");
+        assert!(c.tick(s(13)).is_empty(), "told once");
+        let e = c.join(&join3(1)).unwrap_err();
+        assert!(e.contains("the run has ended"), "{e}");
+    }
+
+    /// The wait for replacements lasts the join timeout from its start (the last survivor's end,
+    /// not the stop), and a replacement within it restarts the world with no deadline left.
+    #[test]
+    fn the_wait_for_a_replacement_counts_from_its_start() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut c = started_at(2, 1, t0);
+        c.closed(1, "gone");
+        assert!(c.tick(s(20)).is_empty());
+        let out = ended(&mut c, 0, 0);
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Wait { secs: 60, .. })]),
+            "{out:?}"
+        );
+        assert_eq!(c.next_wake(), Some(s(80)));
+        assert!(c.tick(s(79)).is_empty());
+        let out = c.join(&join(1, 2)).unwrap();
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(!c.waiting());
+        assert_eq!(c.next_wake(), None);
+        assert!(c.tick(s(80)).is_empty());
     }
 
     fn join3(node: u32) -> Join {

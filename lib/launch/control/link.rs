@@ -1,7 +1,11 @@
 //! This launcher's connection to the control plane (every node, node 0 included): the join, the
-//! heartbeats, and the stops, decisions and hang requests the server sends.
+//! heartbeats, and the stops, decisions and hang requests the server sends. The protocol is this
+//! node's [`Peer`]'s; this is the blocking I/O around it: a thread for the join's steps (so that a
+//! signal is acted on at once, whatever the join waits for), one that reads node 0's lines once the
+//! world started, and one that beats.
 
 use std::collections::VecDeque;
+use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -9,13 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::super::hang::verdict::WireStack;
-use super::auth::{answer, nonce, Answer, Credentials, Handshake, Reader, Secret, Way, Writer};
+use super::auth::{Credentials, Secret};
 use super::munge::Munge;
-use super::protocol::{
-    read_msg, why_closed, write_msg, FailureReport, Join, LostNode, Msg, Unkillable,
-};
+use super::peer::{End, Event, Peer, Sender};
+use super::protocol::lost_after;
+use super::protocol::{FailureReport, Join, LostNode, Msg, Place, Unkillable};
 use super::server::{start_server, Server, ServerSettings};
-use super::{lost_after, ControlError};
+use super::ControlError;
 
 /// This node's settings for the control plane.
 #[derive(Debug, Clone)]
@@ -30,19 +34,9 @@ pub struct Settings {
     pub secret: Option<Secret>,
     /// MUNGE, under SLURM when munged answers.
     pub munge: Option<Munge>,
-    /// `--quiet`: no note about an unauthenticated control plane.
+    /// `--quiet`: no note about an unauthenticated control plane, nor of the connections node 0
+    /// refuses.
     pub quiet: bool,
-}
-
-/// This node's place in the world, as the rendezvous assembled it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Place {
-    pub world_size: u32,
-    pub rank_offset: u32,
-    /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
-    pub attempt: u32,
-    /// Once an attempt is stopped, node 0 decides within this (`None`: a node never SIGKILLs).
-    pub stop_within: Option<Duration>,
 }
 
 /// A launcher whose supervision has not moved for this long stops heartbeating, so that node 0
@@ -103,11 +97,40 @@ enum Incoming {
     Lost(String),
 }
 
+/// A connection's writing side: its socket, and the sealing its handshake keyed.
+struct Writer {
+    s: TcpStream,
+    tx: Sender,
+}
+
+/// Writes one message (the lock keeps each line whole, and its seal's sequence in order).
+fn send(w: &Mutex<Writer>, m: &Msg) -> std::io::Result<()> {
+    let mut w = w.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    let line = w.tx.line(m);
+    w.s.write_all(&line)
+}
+
+/// A joined node's connection: its writing side, the heartbeats' stop flag and pulse.
+#[derive(Clone)]
+struct Member {
+    writer: Arc<Mutex<Writer>>,
+    closing: Arc<AtomicBool>,
+    pulse: Arc<Pulse>,
+}
+
+impl Member {
+    /// This node leaves: its heartbeats stop, and node 0 hears goodbye (not a loss).
+    fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let _ = send(&self.writer, &Msg::Bye);
+    }
+}
+
 /// This launcher's connection to the control plane.
 pub struct Link {
     node: u32,
     addr: String,
-    writer: Arc<Mutex<Writer>>,
+    member: Member,
     inbox: Mutex<Receiver<Incoming>>,
     /// The world's hang judgement's requests and verdict (`Autopsy`, `Verdict`), read by the
     /// supervisor apart from the stops and decisions.
@@ -115,10 +138,8 @@ pub struct Link {
     pending: Mutex<VecDeque<Msg>>,
     /// Set once contact with the server is lost: its reason.
     lost: Mutex<Option<String>>,
-    closing: Arc<AtomicBool>,
     server: Option<Server>,
     first_attempt: u32,
-    pulse: Arc<Pulse>,
     /// Node 0's bound on its decision once an attempt is stopped (from `Start`).
     stop_within: Mutex<Option<Duration>>,
     /// When this node learned that the running attempt is stopped (its own failure, or node 0's stop).
@@ -148,155 +169,21 @@ impl Link {
         mut stopped: impl FnMut() -> Option<FailureReport>,
     ) -> Result<(Link, Place), ControlError> {
         resolvable(&s.addr)?;
-        let server = if s.join.node == 0 {
-            Some(start_server(ServerSettings {
-                bind: bind_address(s),
-                port: s.port,
-                join_timeout: s.join_timeout,
-                heartbeat: s.heartbeat,
-                reference: s.join.clone(),
-                creds: credentials(s),
-            })?)
-        } else {
-            None
-        };
-        if s.join.node == 0 && !s.quiet {
-            eprintln!("accel-launch: note: {}", auth_in_force(s));
-        }
-        let window = lost_after(s.heartbeat);
-        // The join's blocking steps run on a thread of their own, so that a signal is acted on at
-        // once, whatever the join is waiting for.
-        let (tx, steps) = mpsc::channel();
-        {
-            let settings = s.clone();
-            std::thread::Builder::new()
-                .name("control-join".into())
-                .spawn(move || join_steps(&settings, &tx))
-                .map_err(|source| ControlError::Io {
-                    addr: format!("{}:{}", s.addr, s.port),
-                    what: "start the join".into(),
-                    source,
-                })?;
-        }
-        let mut joined: Option<Member> = None;
-        let done = loop {
-            match steps.recv_timeout(Duration::from_millis(100)) {
-                Ok(JoinStep::Joined {
-                    writer,
-                    closing,
-                    pulse,
-                }) => joined = Some((writer, closing, pulse)),
-                Ok(JoinStep::Done(r)) => break *r,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let Some(report) = stopped() else { continue };
-                    if let Some((w, closing, _)) = &joined {
-                        let _ = write_msg(
-                            w,
-                            &Msg::Leave {
-                                failure: report.clone(),
-                            },
-                        );
-                        let _ = write_msg(w, &Msg::Bye);
-                        // Node 0 ends the join on every node with it: this launcher's own end of
-                        // it (`Finish`) says it was carried, within a few heartbeats.
-                        let until = Instant::now() + window;
-                        while Instant::now() < until {
-                            match steps.recv_timeout(Duration::from_millis(100)) {
-                                Ok(JoinStep::Done(_))
-                                | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                                _ if stopped().is_some() => break,
-                                _ => {}
-                            }
-                        }
-                        closing.store(true, Ordering::Relaxed);
-                        if let Some(server) = &server {
-                            server.wait_done(window);
-                        }
-                    }
-                    return Err(ControlError::Left {
-                        node: s.join.node,
-                        report: Box::new(report),
-                    });
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(ControlError::Io {
-                        addr: format!("{}:{}", s.addr, s.port),
-                        what: "join".into(),
-                        source: std::io::Error::other("the join's thread ended"),
-                    })
-                }
-            }
-        };
-        let closing_now = |j: &Option<Member>| {
-            if let Some((w, c, _)) = j {
-                c.store(true, Ordering::Relaxed);
-                let _ = write_msg(w, &Msg::Bye);
-            }
-        };
-        let (mut reader, place) = match done {
-            Ok(r) => r,
-            Err(e) => {
-                closing_now(&joined);
-                if let (Some(server), ControlError::Ended { .. }) = (&server, &e) {
-                    server.wait_done(window);
-                }
-                return Err(e);
-            }
-        };
-        let Some((writer, closing, pulse)) = joined else {
-            return Err(ControlError::Io {
-                addr: format!("{}:{}", s.addr, s.port),
-                what: "join".into(),
-                source: std::io::Error::other("started without a join"),
-            });
-        };
-        let _ = reader.stream().set_read_timeout(Some(window));
-        let (tx, rx) = mpsc::channel();
-        let (hang_tx, hang_rx) = mpsc::channel();
-        {
-            let closing = Arc::clone(&closing);
-            std::thread::spawn(move || loop {
-                match read_msg(&mut reader) {
-                    Ok(Some(Msg::Hb)) => {}
-                    Ok(Some(m @ (Msg::Autopsy { .. } | Msg::Verdict { .. }))) => {
-                        let _ = hang_tx.send(m);
-                    }
-                    Ok(Some(m)) => {
-                        if tx.send(Incoming::Msg(m)).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(None) => {
-                        if !closing.load(Ordering::Relaxed) {
-                            let _ = tx.send(Incoming::Lost(
-                                "its launcher's connection closed (the launcher ended or was killed)"
-                                    .into(),
-                            ));
-                        }
-                        return;
-                    }
-                    Err(e) => {
-                        if !closing.load(Ordering::Relaxed) {
-                            let _ = tx.send(Incoming::Lost(why_closed(Some(&e), window)));
-                        }
-                        return;
-                    }
-                }
-            });
-        }
+        let server = host(s)?;
+        let steps = spawn_join(s)?;
+        let (member, wire, place) = await_join(s, &steps, &mut stopped, server.as_ref())?;
+        let (inbox, hang_inbox) = spawn_reader(wire, Arc::clone(&member.closing));
         Ok((
             Link {
                 node: s.join.node,
                 addr: s.addr.clone(),
-                writer,
-                inbox: Mutex::new(rx),
-                hang_inbox: Mutex::new(hang_rx),
+                member,
+                inbox: Mutex::new(inbox),
+                hang_inbox: Mutex::new(hang_inbox),
                 pending: Mutex::new(VecDeque::new()),
                 lost: Mutex::new(None),
-                closing,
                 server,
                 first_attempt: place.attempt,
-                pulse,
                 stop_within: Mutex::new(place.stop_within),
                 stopped_at: Mutex::new(None),
                 unkillable: Mutex::new(Vec::new()),
@@ -307,7 +194,7 @@ impl Link {
 
     /// The supervision is alive: the heartbeats go on ([`STALL`]).
     pub fn pulse(&self) {
-        self.pulse.beat();
+        self.member.pulse.beat();
     }
 
     /// Ranks that did not exit after SIGKILL, as node 0 relayed them (every node's).
@@ -320,13 +207,13 @@ impl Link {
 
     /// Tells node 0 of this node's ranks left behind after SIGKILL.
     pub fn report_unkillable(&self, attempt: u32, ranks: Vec<Unkillable>) {
-        let _ = write_msg(&self.writer, &Msg::Left { attempt, ranks });
+        let _ = send(&self.member.writer, &Msg::Left { attempt, ranks });
     }
 
     /// This launcher ends the run (a local error, a signal between attempts): every node is told
     /// why and exits with `failure`'s status.
     pub fn leave(&self, failure: FailureReport) {
-        let _ = write_msg(&self.writer, &Msg::Leave { failure });
+        let _ = send(&self.member.writer, &Msg::Leave { failure });
     }
 
     fn stopped_now(&self) {
@@ -345,13 +232,7 @@ impl Link {
     }
 
     fn lost_report(&self, why: &str) -> FailureReport {
-        let mut f = FailureReport::lost(0, &self.addr, why);
-        if self.node != 0 {
-            // Unlike another node, node 0 cannot be replaced: the plane and its state die with it.
-            f.what
-                .push_str("; node 0 hosts the control plane, so the run cannot go on without it");
-        }
-        f
+        lost_report(self.node, &self.addr, why)
     }
 
     fn take(&self, wait: Option<Duration>) -> Option<Incoming> {
@@ -393,12 +274,12 @@ impl Link {
     /// Tells node 0 that this node's ranks have been still for `quiet`, or (`None`) move again.
     pub fn report_quiet(&self, attempt: u32, quiet: Option<Duration>) {
         let quiet_ms = quiet.map(|q| q.as_millis() as u64);
-        let _ = write_msg(&self.writer, &Msg::Quiet { attempt, quiet_ms });
+        let _ = send(&self.member.writer, &Msg::Quiet { attempt, quiet_ms });
     }
 
     /// Answers node 0's `Autopsy` with this node's ranks' stacks.
     pub fn send_stacks(&self, attempt: u32, stacks: Vec<WireStack>) {
-        let _ = write_msg(&self.writer, &Msg::Stacks { attempt, stacks });
+        let _ = send(&self.member.writer, &Msg::Stacks { attempt, stacks });
     }
 
     /// Node 0's request for stacks or its verdict, for `attempt`. Does not block.
@@ -418,7 +299,7 @@ impl Link {
     /// Tells every node that this one failed (its first failure of the attempt).
     pub fn local_failure(&self, attempt: u32, failure: FailureReport) {
         self.stopped_now();
-        let _ = write_msg(&self.writer, &Msg::Failed { attempt, failure });
+        let _ = send(&self.member.writer, &Msg::Failed { attempt, failure });
     }
 
     /// Every rank of `attempt` on this node is gone: waits for the world's decision.
@@ -440,45 +321,34 @@ impl Link {
         if let Some(why) = self.lost.lock().ok().and_then(|l| l.clone()) {
             return Decision::Finish(Some(self.lost_report(&why)));
         }
-        if write_msg(&self.writer, &Msg::Ended { attempt, ok }).is_err() {
+        if send(&self.member.writer, &Msg::Ended { attempt, ok }).is_err() {
             return Decision::Finish(Some(self.lost_report("its launcher's connection failed")));
         }
         if !ok {
             self.stopped_now();
         }
-        // Until when node 0's decision may take, once known.
-        let mut until: Option<Instant> = None;
-        let mut last: Option<FailureReport> = None;
+        let mut wait = Undecided::default();
         loop {
             self.pulse();
             if let Some(f) = stopped() {
                 self.leave(f.clone());
                 return Decision::Leave(f);
             }
-            if until.is_none() {
-                let at = self.stopped_at.lock().ok().and_then(|s| *s);
+            let stopped_at = self.stopped_at.lock().ok().and_then(|s| *s);
+            if wait.until.is_none() {
                 let within = self.stop_within.lock().ok().and_then(|w| *w);
-                if let (Some(at), Some(w)) = (at, within) {
-                    until = Some(at + w + DECIDE_MARGIN);
+                if let (Some(at), Some(w)) = (stopped_at, within) {
+                    wait.until = Some(at + w + DECIDE_MARGIN);
                 }
             }
-            if let Some(u) = until.filter(|u| Instant::now() >= *u) {
-                let secs = u.saturating_duration_since(
-                    self.stopped_at.lock().ok().and_then(|s| *s).unwrap_or(u),
-                );
-                let mut f = last.unwrap_or_else(|| {
-                    self.lost_report(&format!(
-                        "it gave no decision within {} s of the stop",
-                        secs.as_secs()
-                    ))
-                });
-                if f.node != 0 || f.rank.is_some() {
-                    f.what.push_str(&format!(
-                        "; node 0 gave no decision within {} s of the stop",
-                        secs.as_secs()
-                    ));
-                }
-                return Decision::Finish(Some(f));
+            if let Some(u) = wait.until.filter(|u| Instant::now() >= *u) {
+                let secs = u.saturating_duration_since(stopped_at.unwrap_or(u));
+                return Decision::Finish(Some(undecided(
+                    self.node,
+                    &self.addr,
+                    wait.last,
+                    secs.as_secs(),
+                )));
             }
             let next = self
                 .pending
@@ -487,107 +357,286 @@ impl Link {
                 .and_then(|mut p| p.pop_front())
                 .map(Incoming::Msg)
                 .or_else(|| self.take(Some(Duration::from_millis(200))));
-            match next {
-                Some(Incoming::Msg(Msg::Start {
-                    attempt: a,
-                    stop_within_ms,
-                    ..
-                })) if a > attempt => {
-                    if let Ok(mut w) = self.stop_within.lock() {
-                        *w = stop_within_ms.map(Duration::from_millis);
-                    }
-                    if let Ok(mut s) = self.stopped_at.lock() {
-                        *s = None;
-                    }
-                    return Decision::Restart(a);
+            if let Some(d) = self.decision(attempt, next, &mut wait, &mut on_wait) {
+                return d;
+            }
+        }
+    }
+
+    /// What one message (or the loss of node 0) says while this node waits for the decision on
+    /// `attempt`: the decision, when it is one.
+    fn decision(
+        &self,
+        attempt: u32,
+        next: Option<Incoming>,
+        wait: &mut Undecided,
+        on_wait: &mut impl FnMut(&Waiting),
+    ) -> Option<Decision> {
+        match next? {
+            Incoming::Msg(m @ Msg::Start { .. }) => {
+                let place = m.place().filter(|p| p.attempt > attempt)?;
+                if let Ok(mut w) = self.stop_within.lock() {
+                    *w = place.stop_within;
                 }
-                Some(Incoming::Msg(Msg::Finish { failure })) => return Decision::Finish(failure),
-                Some(Incoming::Msg(Msg::Stop { failure, .. })) => {
-                    self.stopped_now();
-                    last = Some(failure);
+                if let Ok(mut s) = self.stopped_at.lock() {
+                    *s = None;
                 }
-                Some(Incoming::Msg(Msg::Left { ranks, .. })) => {
-                    if let Ok(mut u) = self.unkillable.lock() {
-                        u.extend(ranks);
-                    }
+                Some(Decision::Restart(place.attempt))
+            }
+            Incoming::Msg(Msg::Finish { failure }) => Some(Decision::Finish(failure)),
+            Incoming::Msg(Msg::Stop { failure, .. }) => {
+                self.stopped_now();
+                wait.last = Some(failure);
+                None
+            }
+            Incoming::Msg(Msg::Left { ranks, .. }) => {
+                if let Ok(mut u) = self.unkillable.lock() {
+                    u.extend(ranks);
                 }
-                Some(Incoming::Msg(Msg::Wait {
+                None
+            }
+            Incoming::Msg(Msg::Wait {
+                attempt: a,
+                lost,
+                secs,
+            }) if a > attempt => {
+                // The wait is node 0's to end (it gives up after `secs`); this node waits that
+                // long again, and the margin, from each `Wait`.
+                wait.until = Some(
+                    Instant::now()
+                        + Duration::from_secs(secs.min(crate::duration::MAX_SECONDS))
+                        + DECIDE_MARGIN,
+                );
+                on_wait(&Waiting {
                     attempt: a,
                     lost,
                     secs,
-                })) if a > attempt => {
-                    // The wait is node 0's to end (it gives up after `secs`); this node waits that
-                    // long again, and the margin, from each `Wait`.
-                    until = Some(
-                        Instant::now()
-                            + Duration::from_secs(secs.min(crate::duration::MAX_SECONDS))
-                            + DECIDE_MARGIN,
-                    );
-                    on_wait(&Waiting {
-                        attempt: a,
-                        lost,
-                        secs,
-                    })
-                }
-                Some(Incoming::Lost(why)) => {
-                    if let Ok(mut l) = self.lost.lock() {
-                        *l = Some(why.clone());
-                    }
-                    return Decision::Finish(Some(self.lost_report(&why)));
-                }
-                _ => {}
+                });
+                None
             }
+            Incoming::Lost(why) => {
+                if let Ok(mut l) = self.lost.lock() {
+                    *l = Some(why.clone());
+                }
+                Some(Decision::Finish(Some(self.lost_report(&why))))
+            }
+            Incoming::Msg(_) => None,
         }
     }
 
     /// Leaves the control plane after `Finish`. Node 0 hosts it, so it stays (at most a few
     /// heartbeats) until the other nodes have left, so each receives the run's end.
     pub fn close(&self) {
-        self.closing.store(true, Ordering::Relaxed);
-        let _ = write_msg(&self.writer, &Msg::Bye);
+        self.member.close();
         if let Some(s) = &self.server {
             s.wait_done(Duration::from_secs(5));
         }
     }
 }
 
+/// What a node waiting for node 0's decision knows so far.
+#[derive(Default)]
+struct Undecided {
+    /// When it stops waiting, once known.
+    until: Option<Instant>,
+    /// Node 0's last stop of the attempt.
+    last: Option<FailureReport>,
+}
+
+/// Node 0 lost, as this node reports it.
+fn lost_report(node: u32, addr: &str, why: &str) -> FailureReport {
+    let mut f = FailureReport::lost(0, addr, why);
+    if node != 0 {
+        // Unlike another node, node 0 cannot be replaced: the plane and its state die with it.
+        f.what
+            .push_str("; node 0 hosts the control plane, so the run cannot go on without it");
+    }
+    f
+}
+
+/// How the run ends for a node that waited `secs` after the stop without node 0's decision: the
+/// stop's report (`last`), saying so where it names a rank or another node, or else node 0 lost.
+fn undecided(node: u32, addr: &str, last: Option<FailureReport>, secs: u64) -> FailureReport {
+    let mut f = last.unwrap_or_else(|| {
+        lost_report(
+            node,
+            addr,
+            &format!("it gave no decision within {secs} s of the stop"),
+        )
+    });
+    if f.node != 0 || f.rank.is_some() {
+        f.what.push_str(&format!(
+            "; node 0 gave no decision within {secs} s of the stop"
+        ));
+    }
+    f
+}
+
+/// Node 0 hosts the control plane, and says once how it admits launchers.
+fn host(s: &Settings) -> Result<Option<Server>, ControlError> {
+    if s.join.node != 0 {
+        return Ok(None);
+    }
+    let server = start_server(ServerSettings {
+        bind: bind_address(s),
+        port: s.port,
+        join_timeout: s.join_timeout,
+        heartbeat: s.heartbeat,
+        reference: s.join.clone(),
+        creds: credentials(s),
+        quiet: s.quiet,
+    })?;
+    if !s.quiet {
+        eprintln!("accel-launch: note: {}", auth_in_force(s));
+    }
+    Ok(Some(server))
+}
+
 /// What the join's thread reports.
 enum JoinStep {
     /// The join is sent and the heartbeats run: this node is a member now.
-    Joined {
-        writer: Arc<Mutex<Writer>>,
-        closing: Arc<AtomicBool>,
-        pulse: Arc<Pulse>,
-    },
+    Joined(Member),
     /// Every node joined (or the join failed).
-    Done(Box<Result<(Reader, Place), ControlError>>),
+    Done(Box<Result<(Wire, Place), ControlError>>),
 }
 
-/// A joined node's connection: its writing side, the heartbeats' stop flag and pulse.
-type Member = (Arc<Mutex<Writer>>, Arc<AtomicBool>, Arc<Pulse>);
+/// Starts the join's blocking steps on a thread of their own.
+fn spawn_join(s: &Settings) -> Result<Receiver<JoinStep>, ControlError> {
+    let (tx, steps) = mpsc::channel();
+    let settings = s.clone();
+    std::thread::Builder::new()
+        .name("control-join".into())
+        .spawn(move || join_steps(&settings, &tx))
+        .map_err(|source| ControlError::Io {
+            addr: format!("{}:{}", s.addr, s.port),
+            what: "start the join".into(),
+            source,
+        })?;
+    Ok(steps)
+}
 
-/// The join's blocking steps: connect and authenticate (again while the join timeout lasts when
-/// node 0 is not up yet or dropped the connection before its challenge), join, heartbeat, and wait
-/// for node 0's `start`.
+/// Waits for the join's thread, asking `stopped` every 100 ms whether this launcher was told to
+/// stop meanwhile: it then leaves the join.
+fn await_join(
+    s: &Settings,
+    steps: &Receiver<JoinStep>,
+    stopped: &mut impl FnMut() -> Option<FailureReport>,
+    server: Option<&Server>,
+) -> Result<(Member, Wire, Place), ControlError> {
+    let window = lost_after(s.heartbeat);
+    let io = |why: &str| ControlError::Io {
+        addr: format!("{}:{}", s.addr, s.port),
+        what: "join".into(),
+        source: std::io::Error::other(why),
+    };
+    let mut joined: Option<Member> = None;
+    let done = loop {
+        match steps.recv_timeout(Duration::from_millis(100)) {
+            Ok(JoinStep::Joined(m)) => joined = Some(m),
+            Ok(JoinStep::Done(r)) => break *r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let Some(report) = stopped() else { continue };
+                if let Some(m) = &joined {
+                    leave_join(m, &report, steps, stopped, server, window);
+                }
+                return Err(ControlError::Left {
+                    node: s.join.node,
+                    report: Box::new(report),
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(io("the join's thread ended")),
+        }
+    };
+    match (done, joined) {
+        (Ok((wire, place)), Some(m)) => Ok((m, wire, place)),
+        (Ok(_), None) => Err(io("started without a join")),
+        (Err(e), joined) => {
+            if let Some(m) = &joined {
+                m.close();
+            }
+            if let (Some(server), ControlError::Ended { .. }) = (server, &e) {
+                server.wait_done(window);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A stop while joined: node 0 is told, and ends the join on every node with `report`; this
+/// launcher's own end of it (`Finish`) says it was carried, within a few heartbeats.
+fn leave_join(
+    m: &Member,
+    report: &FailureReport,
+    steps: &Receiver<JoinStep>,
+    stopped: &mut impl FnMut() -> Option<FailureReport>,
+    server: Option<&Server>,
+    window: Duration,
+) {
+    let _ = send(
+        &m.writer,
+        &Msg::Leave {
+            failure: report.clone(),
+        },
+    );
+    let _ = send(&m.writer, &Msg::Bye);
+    let until = Instant::now() + window;
+    while Instant::now() < until {
+        match steps.recv_timeout(Duration::from_millis(100)) {
+            Ok(JoinStep::Done(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            _ if stopped().is_some() => break,
+            _ => {}
+        }
+    }
+    m.closing.store(true, Ordering::Relaxed);
+    if let Some(server) = server {
+        server.wait_done(window);
+    }
+}
+
+/// The join's blocking steps: connect and say hello until node 0 has answered and this node's
+/// join is sent, heartbeat from then on, and wait for node 0's `start`.
 fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
     let done = |r| {
         let _ = tx.send(JoinStep::Done(Box::new(r)));
     };
     let addr = format!("{}:{}", s.addr, s.port);
     let deadline = Instant::now() + s.join_timeout;
-    let timeout = || ControlError::JoinTimeout {
-        node: s.join.node,
-        addr: addr.clone(),
-        secs: s.join_timeout.as_secs(),
-        detail: None,
+    let (mut wire, writer) = match admitted(s, &addr, deadline) {
+        Ok(w) => w,
+        Err(e) => return done(Err(e)),
     };
+    let member = Member {
+        writer: Arc::new(Mutex::new(writer)),
+        closing: Arc::new(AtomicBool::new(false)),
+        pulse: Arc::new(Pulse::new()),
+    };
+    member.pulse.beat();
+    spawn_heartbeats(&member, s.heartbeat, s.join.node);
+    log::debug!("node {} joined the control plane at {addr}", s.join.node);
+    let pulse = Arc::clone(&member.pulse);
+    let _ = tx.send(JoinStep::Joined(member));
+    let started = loop {
+        pulse.beat();
+        match wire.event() {
+            Event::Started(place) => break Ok(place),
+            Event::Over(end) => break Err(end.error(s.join.node, &addr, s.join_timeout)),
+            Event::Joined(_) | Event::Msg(_) => {}
+        }
+    };
+    done(started.map(|place| (wire, place)));
+}
+
+/// Connects and says hello until node 0 has answered and this node's join is sent: again, while
+/// the join timeout lasts, when node 0 is not up yet or dropped the connection before its
+/// challenge.
+fn admitted(s: &Settings, addr: &str, deadline: Instant) -> Result<(Wire, Writer), ControlError> {
     let window = lost_after(s.heartbeat);
-    let (mut reader, writer) = loop {
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return done(Err(timeout()));
+            return Err(End::TimedOut(None).error(s.join.node, addr, s.join_timeout));
         }
-        let stream = match connect(&addr, left.min(Duration::from_secs(5))) {
+        let stream = match connect(addr, left.min(Duration::from_secs(5))) {
             Ok(st) => st,
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(100).min(left));
@@ -596,65 +645,141 @@ fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
         };
         let _ = stream.set_nodelay(true);
         let Ok(w) = stream.try_clone() else { continue };
-        let mut writer = Writer::new(w, Way::ToServer);
-        let _ = writer.s.set_write_timeout(Some(window));
-        let mut reader = Reader::new(stream, Way::ToNode);
-        match authenticate(s, &addr, &mut reader, &mut writer) {
-            Ok(()) => break (reader, writer),
-            Err(ControlError::Io { .. })
-                if Instant::now() + Duration::from_millis(200) < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return done(Err(e)),
+        let _ = w.set_write_timeout(Some(window));
+        let (peer, hello) = Peer::new(s.join.clone(), credentials(s))?;
+        let mut wire = Wire::new(stream, peer.until(deadline, s.heartbeat));
+        let end = match wire.hello(&hello) {
+            Ok(tx) => return Ok((wire, Writer { s: w, tx })),
+            Err(end) => end,
+        };
+        if end.again() && Instant::now() + Duration::from_millis(200) < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
         }
-    };
-    let writer = Arc::new(Mutex::new(writer));
-    if let Err(source) = write_msg(&writer, &Msg::Join(s.join.clone())) {
-        return done(Err(ControlError::Io {
-            addr,
-            what: "send the join".into(),
-            source,
-        }));
+        return Err(end.error(s.join.node, addr, s.join_timeout));
     }
-    // Heartbeats start with the join, not with `start`: node 0 loses a member silent for the
-    // heartbeat window, and the other nodes may join up to the join timeout later.
-    let closing = Arc::new(AtomicBool::new(false));
-    let pulse = Arc::new(Pulse::new());
-    pulse.beat();
-    {
-        let w = Arc::clone(&writer);
-        let closing = Arc::clone(&closing);
-        let pulse = Arc::clone(&pulse);
-        let beat = s.heartbeat;
-        let node = s.join.node;
-        std::thread::spawn(move || {
-            let mut stalled = false;
-            while !closing.load(Ordering::Relaxed) {
-                if pulse.alive(Instant::now(), STALL) {
-                    stalled = false;
-                    if write_msg(&w, &Msg::Hb).is_err() {
-                        return;
-                    }
-                } else if !stalled {
-                    stalled = true;
-                    eprintln!(
-                        "accel-launch: node {node}'s supervision has not moved for {} s: no more heartbeats, so node 0 counts this node as lost",
-                        STALL.as_secs()
-                    );
-                }
-                std::thread::sleep(beat);
-            }
-        });
-    }
-    log::debug!("node {} joined the control plane at {addr}", s.join.node);
-    let _ = tx.send(JoinStep::Joined {
+}
+
+/// Beats to node 0 every `beat` while the supervision lives ([`STALL`]), until the node closes.
+fn spawn_heartbeats(m: &Member, beat: Duration, node: u32) {
+    let Member {
         writer,
         closing,
-        pulse: Arc::clone(&pulse),
+        pulse,
+    } = m.clone();
+    std::thread::spawn(move || {
+        let mut stalled = false;
+        while !closing.load(Ordering::Relaxed) {
+            if pulse.alive(Instant::now(), STALL) {
+                stalled = false;
+                if send(&writer, &Msg::Hb).is_err() {
+                    return;
+                }
+            } else if !stalled {
+                stalled = true;
+                eprintln!(
+                    "accel-launch: node {node}'s supervision has not moved for {} s: no more heartbeats, so node 0 counts this node as lost",
+                    STALL.as_secs()
+                );
+            }
+            std::thread::sleep(beat);
+        }
     });
-    let place = wait_for_start(s, &addr, deadline, &mut reader, window, &pulse);
-    done(place.map(|p| (reader, p)));
+}
+
+/// Node 0's lines once the world started, read on a thread of their own: the hang's requests and
+/// verdict apart from the rest, heartbeats dropped, and the loss of node 0 said once (unless this
+/// node is closing).
+fn spawn_reader(mut wire: Wire, closing: Arc<AtomicBool>) -> (Receiver<Incoming>, Receiver<Msg>) {
+    let (tx, rx) = mpsc::channel();
+    let (hang_tx, hang_rx) = mpsc::channel();
+    std::thread::spawn(move || loop {
+        match wire.event() {
+            Event::Msg(Msg::Hb) | Event::Joined(_) | Event::Started(_) => {}
+            Event::Msg(m @ (Msg::Autopsy { .. } | Msg::Verdict { .. })) => {
+                let _ = hang_tx.send(m);
+            }
+            Event::Msg(m) => {
+                if tx.send(Incoming::Msg(m)).is_err() {
+                    return;
+                }
+            }
+            Event::Over(end) => {
+                if !closing.load(Ordering::Relaxed) {
+                    let _ = tx.send(Incoming::Lost(end.to_string()));
+                }
+                return;
+            }
+        }
+    });
+    (rx, hang_rx)
+}
+
+/// This node's [`Peer`] over its blocking socket.
+struct Wire {
+    stream: TcpStream,
+    peer: Peer,
+    /// What the peer made of the last read and was not asked for yet.
+    events: VecDeque<Event>,
+    buf: Vec<u8>,
+}
+
+impl Wire {
+    fn new(stream: TcpStream, peer: Peer) -> Wire {
+        Wire {
+            stream,
+            peer,
+            events: VecDeque::new(),
+            buf: vec![0; 64 << 10],
+        }
+    }
+
+    /// Says hello, and answers node 0's challenge: the sending side, once the join is sent.
+    fn hello(&mut self, hello: &[u8]) -> Result<Sender, End> {
+        self.stream
+            .write_all(hello)
+            .map_err(|source| End::Unanswered {
+                what: "send the hello",
+                source,
+            })?;
+        loop {
+            match self.event() {
+                Event::Joined(tx) => return Ok(tx),
+                Event::Over(end) => return Err(end),
+                Event::Started(_) | Event::Msg(_) => {}
+            }
+        }
+    }
+
+    /// The peer's next event, reading (each read at most until the peer's next deadline) until it
+    /// has one; the peer's answers are written back.
+    fn event(&mut self) -> Event {
+        loop {
+            if let Some(e) = self.events.pop_front() {
+                return e;
+            }
+            let now = Instant::now();
+            if let Some(end) = self.peer.tick(now) {
+                return Event::Over(end);
+            }
+            let _ = self.stream.set_read_timeout(Some(self.peer.wait(now)));
+            match self.stream.read(&mut self.buf) {
+                Ok(0) => return Event::Over(self.peer.failed(Instant::now(), None)),
+                Ok(n) => {
+                    let (back, events) = self.peer.feed(&self.buf[..n]);
+                    if let Err(source) = self.stream.write_all(&back) {
+                        return Event::Over(End::Broken {
+                            what: "send the join",
+                            source,
+                        });
+                    }
+                    self.events.extend(events);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Event::Over(self.peer.failed(Instant::now(), Some(e))),
+            }
+        }
+    }
 }
 
 /// Where node 0 listens: every interface when joins are authenticated, else only the rendezvous
@@ -678,81 +803,6 @@ fn bind_address(s: &Settings) -> IpAddr {
         Some(ip) => *ip,
         None if s.addr == "localhost" => ips.first().copied().unwrap_or(any),
         None => any,
-    }
-}
-
-/// The node's side of the handshake ([`super::auth`]): hello, node 0's challenge checked (its
-/// run id, and its proof when the run has a secret), this node's proof, then every line sealed.
-fn authenticate(
-    s: &Settings,
-    addr: &str,
-    reader: &mut Reader,
-    writer: &mut Writer,
-) -> Result<(), ControlError> {
-    let refused = |reason: String| ControlError::Refused {
-        node: s.join.node,
-        addr: addr.to_string(),
-        reason,
-    };
-    let io = |what: &str, source| ControlError::Io {
-        addr: addr.to_string(),
-        what: what.into(),
-        source,
-    };
-    let client_nonce = nonce()?;
-    let hello = Msg::Hello {
-        protocol: super::PROTOCOL,
-        node: s.join.node,
-        nonce: client_nonce.clone(),
-    };
-    writer
-        .send(&hello.json())
-        .map_err(|e| io("send the hello", e))?;
-    let _ = reader
-        .stream()
-        .set_read_timeout(Some(Duration::from_secs(10)));
-    let (run_id, auth, server_nonce, proof) = match read_msg(reader) {
-        Ok(Some(Msg::Challenge {
-            run_id,
-            auth,
-            nonce,
-            proof,
-        })) => (run_id, auth, nonce, proof),
-        Ok(Some(Msg::Reject { reason })) => return Err(refused(reason)),
-        Ok(Some(_)) => return Err(refused("node 0 did not answer the hello".into())),
-        Ok(None) => {
-            return Err(io(
-                "authenticate",
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection",
-                ),
-            ))
-        }
-        Err(e) => return Err(io("authenticate", e)),
-    };
-    if run_id != s.join.run_id {
-        return Err(refused(format!(
-            "node 0 serves run `{run_id}`, this node belongs to run `{}`",
-            s.join.run_id
-        )));
-    }
-    let hs = Handshake {
-        run_id: &run_id,
-        node: s.join.node,
-        client_nonce: &client_nonce,
-        server_nonce: &server_nonce,
-    };
-    match answer(&credentials(s), &hs, &auth, proof.as_deref()).map_err(refused)? {
-        Answer::Open => Ok(()),
-        Answer::Prove { proof, session } => {
-            writer
-                .send(&Msg::Prove { proof }.json())
-                .map_err(|e| io("send the proof", e))?;
-            writer.seal.key(session.clone());
-            reader.seal.key(session);
-            Ok(())
-        }
     }
 }
 
@@ -830,100 +880,108 @@ fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
-/// Waits for node 0's `start` (every node joined) until the join deadline. Node 0 beats to every
-/// member from its join on, so a silence of the heartbeat window means node 0 is gone.
-fn wait_for_start(
-    s: &Settings,
-    addr: &str,
-    deadline: Instant,
-    reader: &mut Reader,
-    window: Duration,
-    pulse: &Pulse,
-) -> Result<Place, ControlError> {
-    let timeout = || ControlError::JoinTimeout {
-        node: s.join.node,
-        addr: addr.to_string(),
-        secs: s.join_timeout.as_secs(),
-        detail: None,
-    };
-    let io = |what: &str, source| ControlError::Io {
-        addr: addr.to_string(),
-        what: what.into(),
-        source,
-    };
-    // The server says which nodes are missing when its own join timeout passes: give it a
-    // heartbeat or two beyond ours to say so.
-    let deadline = deadline + s.heartbeat * 2;
-    loop {
-        pulse.beat();
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timeout());
+#[cfg(test)]
+mod tests {
+    use super::super::{HEARTBEAT, PROTOCOL};
+    use super::*;
+
+    fn settings(node: u32, secret: Option<Secret>) -> Settings {
+        Settings {
+            addr: "10.0.0.1".into(),
+            port: 29501,
+            join: Join {
+                protocol: PROTOCOL,
+                run_id: "port:29501".into(),
+                node,
+                nodes: 2,
+                local_ranks: 2,
+                host: format!("h{node}"),
+                max_restarts: 0,
+                hang_timeout_ms: None,
+                grace_ms: Some(3_000),
+                world_size: None,
+            },
+            join_timeout: Duration::from_secs(90),
+            heartbeat: HEARTBEAT,
+            secret,
+            munge: None,
+            quiet: false,
         }
-        let _ = reader.stream().set_read_timeout(Some(left.min(window)));
-        match read_msg(reader) {
-            Ok(Some(Msg::Start {
-                attempt,
-                world_size,
-                rank_offset,
-                stop_within_ms,
-                ..
-            })) => {
-                return Ok(Place {
-                    world_size,
-                    rank_offset,
-                    attempt,
-                    stop_within: stop_within_ms.map(Duration::from_millis),
-                })
-            }
-            Ok(Some(Msg::Reject { reason })) if reason.starts_with("not every node") => {
-                return Err(ControlError::JoinTimeout {
-                    node: s.join.node,
-                    addr: addr.to_string(),
-                    secs: s.join_timeout.as_secs(),
-                    detail: Some(reason),
-                })
-            }
-            Ok(Some(Msg::Reject { reason })) => {
-                return Err(ControlError::Refused {
-                    node: s.join.node,
-                    addr: addr.to_string(),
-                    reason,
-                })
-            }
-            // A node left the join (a signal): node 0 ended it for every node.
-            Ok(Some(Msg::Finish {
-                failure: Some(report),
-            })) => {
-                return Err(ControlError::Ended {
-                    report: Box::new(report),
-                })
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                return Err(io(
-                    "wait for every node to join",
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the server closed the connection",
-                    ),
-                ))
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if Instant::now() >= deadline {
-                    return Err(timeout());
-                }
-                return Err(io(
-                    "wait for every node to join",
-                    std::io::Error::new(e.kind(), why_closed(Some(&e), window)),
-                ));
-            }
-            Err(e) => return Err(io("wait for every node to join", e)),
+    }
+
+    #[test]
+    fn a_supervision_still_for_the_stall_stops_the_heartbeats() {
+        let p = Pulse::new();
+        p.beat();
+        let at = |secs: u64| p.epoch + Duration::from_secs(secs);
+        assert!(p.alive(at(STALL.as_secs() - 1), STALL));
+        assert!(!p.alive(at(STALL.as_secs() + 1), STALL));
+    }
+
+    #[test]
+    fn node_0_lost_or_silent_after_a_stop_is_reported_so() {
+        let lost = lost_report(1, "10.0.0.1", "no heartbeat for 5 s");
+        assert_eq!(
+            lost.headline(),
+            "node 0 (10.0.0.1) was lost: no heartbeat for 5 s; node 0 hosts the control plane, so the run cannot go on without it"
+        );
+        assert_eq!(lost.exit_status(), crate::exit_status::ExitStatus::NodeLost);
+        // Node 0's own link says only what happened.
+        assert_eq!(
+            lost_report(0, "10.0.0.1", "x").headline(),
+            "node 0 (10.0.0.1) was lost: x"
+        );
+        // No decision within node 0's deadlines: the stop's report, saying so, or node 0 lost.
+        let f = undecided(1, "10.0.0.1", None, 33);
+        assert!(
+            f.what
+                .starts_with("was lost: it gave no decision within 33 s of the stop; node 0 hosts"),
+            "{}",
+            f.what
+        );
+        let stop = FailureReport {
+            rank: Some(3),
+            ..FailureReport::lost(1, "h1", "")
+        };
+        let f = undecided(0, "10.0.0.1", Some(stop), 33);
+        assert!(
+            f.what
+                .ends_with("; node 0 gave no decision within 33 s of the stop"),
+            "{}",
+            f.what
+        );
+    }
+
+    #[test]
+    fn node_0_says_how_its_control_plane_admits_and_a_secret_wins() {
+        let open = settings(0, None);
+        assert_eq!(credentials(&open).kind(), "none");
+        assert!(
+            auth_in_force(&open).starts_with(
+                "the control plane on 10.0.0.1:29501 is not authenticated: anyone who reaches it can join or stop this run"
+            ),
+            "{}",
+            auth_in_force(&open)
+        );
+        let s = settings(0, Some(Secret::new(b"0123456789abcdef-the-secret")));
+        assert_eq!(credentials(&s).kind(), "hmac");
+        assert_eq!(
+            auth_in_force(&s),
+            "control plane: 10.0.0.1:29501 admits only launchers holding this run's secret (ACCEL_LAUNCH_SECRET; HMAC-SHA256)"
+        );
+        // Authenticated joins are taken on every interface.
+        assert_eq!(bind_address(&s), IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    }
+
+    #[test]
+    fn a_host_no_resolver_knows_is_refused_and_a_temporary_failure_is_not() {
+        for bad in ["", "  ", "a\0b"] {
+            let e = resolvable(bad).unwrap_err();
+            assert!(
+                matches!(e, ControlError::Unresolvable { .. }),
+                "{bad:?}: {e:?}"
+            );
         }
+        assert!(resolvable("127.0.0.1").is_ok());
     }
 }

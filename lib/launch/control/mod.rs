@@ -18,43 +18,43 @@
 //!   next attempt together (the same global restart count everywhere), or all are told how the run
 //!   ended;
 //! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
-//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::verdict)).
+//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::hang::verdict)).
 //!
 //! Each node beats to node 0 every [`HEARTBEAT`], node 0 to each node every two (its fan-out is N);
 //! a side that hears nothing for [`MISSES`] intervals (5 s) counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
 //! only through it (`torch/distributed/elastic/agent/server/api.py::SimpleElasticAgent._invoke_run`);
 //! this keeps the same shape without a store, and one line per event.
 //!
-//! The parts: `protocol` (the messages), `auth` (the handshake and the sealed framing) with `munge`
-//! (MUNGE under SLURM), `coordinator` (the server's pure decisions), `server` (node 0's event loop
-//! around it), `link` (every node's connection) and [`peer`] (the protocol of one node as a pure
-//! state machine over bytes, for the `control-sim` benchmark and the tests' raw peers).
+//! The parts, each side's protocol pure and its I/O thin:
+//!
+//! - `protocol` (the messages) and `frame` (how a line is cut and sealed);
+//! - `auth` (the handshake's proofs and session keys), with `munge` (MUNGE under SLURM);
+//! - node 0: `admission` (one connection's handshake) and `coordinator` (the run's decisions and
+//!   deadlines), both pure state machines, and `server`, the event loop that carries them;
+//! - every node: [`peer`] (one node's protocol, a pure state machine over bytes and time) and
+//!   `link`, the blocking connection that drives it (the `control-sim` benchmark and the tests'
+//!   raw members drive the same peer over their own sockets).
 
+mod admission;
 mod auth;
 mod coordinator;
+mod frame;
 mod link;
 mod munge;
 pub mod peer;
 mod protocol;
 mod server;
 
-use std::time::Duration;
-
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
 pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
-pub use link::{Decision, Link, Place, Settings, Waiting};
+pub use link::{Decision, Link, Settings, Waiting};
 pub use munge::Munge;
-pub use protocol::{FailureReport, Join, LostNode, Msg, Unkillable};
-
-/// Time between heartbeats, each way.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// Heartbeat intervals without a word before the other side counts as lost.
-pub const MISSES: u32 = 5;
-/// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 5;
+pub use protocol::{
+    lost_after, FailureReport, Join, LostNode, Msg, Place, Unkillable, HEARTBEAT, MISSES, PROTOCOL,
+};
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.
@@ -86,11 +86,6 @@ pub fn run_id(env: &crate::env_vars::Environment, port: u16) -> String {
         (Some(job), None) => format!("slurm:{job}"),
         _ => format!("port:{port}"),
     }
-}
-
-/// How long a side waits for a word from the other before counting it as lost.
-pub fn lost_after(heartbeat: Duration) -> Duration {
-    heartbeat * MISSES
 }
 
 #[derive(Debug, thiserror::Error)]

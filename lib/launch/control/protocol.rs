@@ -1,15 +1,24 @@
-//! The control plane's wire: one JSON object per line ([`Msg`]), what each side says and how a line
-//! is read (capped) and written.
+//! The control plane's wire: one JSON object per line ([`Msg`]), what each side says, and what a
+//! node learns from node 0's `start` ([`Place`]). How a line is cut and sealed is `frame`'s.
 
-use std::io::Read;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::super::hang::verdict::WireStack;
-use super::auth::{Reader, Writer};
 use crate::exit_status::ExitStatus;
+
+/// Time between heartbeats, each way.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Heartbeat intervals without a word before the other side counts as lost.
+pub const MISSES: u32 = 5;
+/// The protocol's version: a launcher of another version is refused at the join.
+pub const PROTOCOL: u32 = 5;
+
+/// How long a side waits for a word from the other before counting it as lost.
+pub fn lost_after(heartbeat: Duration) -> Duration {
+    heartbeat * MISSES
+}
 
 /// A node's join.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,7 +191,7 @@ pub enum Msg {
     Finish { failure: Option<FailureReport> },
     /// Node → server: leaving after `Finish`.
     Bye,
-    /// From each node every [`HEARTBEAT`](super::HEARTBEAT), from node 0 every two.
+    /// From each node every [`HEARTBEAT`], from node 0 every two.
     Hb,
     /// Node → server (`--hang_timeout`): this node's ranks have been still for `quiet_ms`, or
     /// (`None`) move again ([`Reporter`](super::super::hang::verdict::Reporter)).
@@ -292,21 +301,46 @@ impl Msg {
     pub(super) fn json(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
+
+    /// The message a line's JSON holds; `Err` is why it holds none.
+    pub(super) fn parse(json: &str) -> Result<Msg, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    /// This node's place in the world, when the message is node 0's `start`.
+    pub fn place(&self) -> Option<Place> {
+        match self {
+            Msg::Start {
+                attempt,
+                world_size,
+                rank_offset,
+                stop_within_ms,
+                ..
+            } => Some(Place {
+                world_size: *world_size,
+                rank_offset: *rank_offset,
+                attempt: *attempt,
+                stop_within: stop_within_ms.map(Duration::from_millis),
+            }),
+            _ => None,
+        }
+    }
 }
 
-pub(super) fn read_msg<R: Read>(r: &mut Reader<R>) -> std::io::Result<Option<Msg>> {
-    let Some(line) = r.line()? else {
-        return Ok(None);
-    };
-    serde_json::from_str(&line)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+/// This node's place in the world, as the rendezvous assembled it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    pub world_size: u32,
+    pub rank_offset: u32,
+    /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
+    pub attempt: u32,
+    /// Once an attempt is stopped, node 0 decides within this (`None`: a node never SIGKILLs).
+    pub stop_within: Option<Duration>,
 }
 
-pub(super) fn write_msg(w: &Mutex<Writer>, m: &Msg) -> std::io::Result<()> {
-    let mut s = w.lock().map_err(|_| std::io::Error::other("poisoned"))?;
-    s.send(&m.json())
-}
+/// How node 0's refusal of every node at its join timeout begins: a node then reports a timeout
+/// (naming what node 0 still waited for), not a refusal.
+pub(super) const NOT_EVERY_NODE: &str = "not every node";
 
 pub(super) fn why_closed(e: Option<&std::io::Error>, window: Duration) -> String {
     match e {
@@ -328,8 +362,8 @@ pub(super) fn why_closed(e: Option<&std::io::Error>, window: Duration) -> String
 
 #[cfg(test)]
 mod tests {
-    use super::super::auth::Way;
     use super::super::control_port;
+    use super::super::frame::{Lines, MAX_LINE};
     use super::*;
 
     fn rank_failure(node: u32, rank: u32) -> FailureReport {
@@ -360,10 +394,27 @@ mod tests {
         let mut line = m.json();
         assert_eq!(line, b"{\"t\":\"ended\",\"attempt\":2,\"ok\":true}");
         line.push(b'\n');
-        let back = read_msg(&mut Reader::new(&line[..], Way::ToServer))
-            .unwrap()
-            .unwrap();
+        let mut lines = Lines::default();
+        lines.push(&line);
+        let back = Msg::parse(&lines.next(MAX_LINE as usize).unwrap().unwrap()).unwrap();
         assert_eq!(back, m);
+        let start = Msg::Start {
+            attempt: 1,
+            world_size: 4,
+            rank_offset: 2,
+            nodes: 2,
+            stop_within_ms: Some(28_000),
+        };
+        assert_eq!(
+            start.place(),
+            Some(Place {
+                world_size: 4,
+                rank_offset: 2,
+                attempt: 1,
+                stop_within: Some(Duration::from_secs(28)),
+            })
+        );
+        assert_eq!(m.place(), None);
         let f = rank_failure(1, 3);
         assert_eq!(f.exit_status(), ExitStatus::Worker(7));
         assert_eq!(

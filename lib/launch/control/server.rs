@@ -1,6 +1,7 @@
-//! Node 0's server: every node's connection on one event loop, on one thread. It accepts, runs each
-//! connection's handshake ([`super::auth`]), feeds the members' lines to the [`Coordinator`] and
-//! queues its messages back, with heartbeats both ways and the join and replacement deadlines.
+//! Node 0's server: every node's connection on one event loop, on one thread. It accepts, carries
+//! each connection's handshake as its [`Admission`] says, feeds the members' lines to the
+//! [`Coordinator`] and queues its messages back, with heartbeats both ways; it wakes when either
+//! says something is due (the coordinator keeps the join's and the replacement wait's deadlines).
 //!
 //! **Why `mio`** (epoll, non-blocking sockets, a waker) rather than a current-thread tokio runtime:
 //! the server is a state machine over readiness and time with a pure, synchronous [`Coordinator`] at
@@ -17,10 +18,11 @@
 //! - **Heartbeats** go to each member every [`BEAT_EVERY`] heartbeat intervals from its join on (none
 //!   while something else is queued for it: any byte says node 0 lives); any byte heard from a member
 //!   is its heartbeat, and silence for the loss window loses it.
-//! - **Handshakes** run on the loop too: at most [`MAX_PENDING`] connections in their handshake
-//!   (more are closed at once), each with [`HANDSHAKE`] to prove itself and join, with lines of at
-//!   most [`HANDSHAKE_LINE`]. MUNGE's calls to munged (a blocking round trip on a local socket) run
-//!   on two helper threads that hand their results back through the loop's waker.
+//! - **Handshakes** run on the loop too ([`super::admission`]): at most [`MAX_PENDING`] connections
+//!   in their handshake (more are closed at once), each with
+//!   [`HANDSHAKE`](super::admission::HANDSHAKE) to prove itself and join, with lines of at most
+//!   [`HANDSHAKE_LINE`]. MUNGE's calls to munged (a blocking round trip on a local socket) run on
+//!   two helper threads that hand their results back through the loop's waker.
 //! - **Memory is bounded**: lines of at most 1 MiB; partial lines of every member together at most
 //!   [`READ_BUDGET`] (beyond it, the connections holding long partial lines are not read until it
 //!   drains); the stacks of one hang verdict at most [`STACKS_BUDGET`] in all (each node's at most
@@ -39,23 +41,18 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::auth::{
-    nonce, random32, Credentials, Handshake, Lines, Seal, Way, CLIENT, MAX_LINE, SERVER,
-};
+use super::admission::{Admission, Gate, Notes, Step, HANDSHAKE_LINE};
+use super::auth::Credentials;
 use super::coordinator::{Coordinator, To};
+use super::frame::{Lines, Seal, Way, MAX_LINE};
 use super::munge::{Decoded, Munge};
+use super::protocol::lost_after;
 use super::protocol::{why_closed, Join, Msg};
-use super::{lost_after, ControlError, PROTOCOL};
+use super::ControlError;
 use crate::launch::hang::verdict::WireStack;
 
-/// A connection has this long to say hello, prove itself and join.
-pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);
 /// Connections still in their handshake, at most: more are closed at once.
 pub(super) const MAX_PENDING: usize = 256;
-/// Refusals printed on node 0 (each with the peer's address) before they are only counted.
-const MAX_NOTES: usize = 20;
-/// The longest line of a handshake (a hello, a proof with its MUNGE credential, a join).
-pub(super) const HANDSHAKE_LINE: usize = 16 << 10;
 /// The most bytes queued for one member: far above what a run sends it (a start, a stop with a
 /// 16 KiB stderr tail, a verdict below 1 MiB); a member that would need more is lost.
 pub(super) const QUEUE_CAP: usize = 4 << 20;
@@ -103,6 +100,8 @@ pub(super) struct ServerSettings {
     /// Node 0's own join: the run id, restarts and hang timeout every node must give.
     pub reference: Join,
     pub creds: Credentials,
+    /// `--quiet`: no note of the connections refused.
+    pub quiet: bool,
 }
 
 pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> {
@@ -136,8 +135,7 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
     let d = Arc::clone(&done);
     let c = Coordinator::new(set.reference.nodes)
         .with_reference(&set.reference)
-        .replacing_within(set.join_timeout);
-    let now = Instant::now();
+        .join_timeout(Instant::now(), set.join_timeout);
     let mut l = Loop {
         read_buf: Vec::new(),
         poll,
@@ -148,19 +146,14 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         serial: 0,
         node_conn: HashMap::new(),
         pending: 0,
-        notes: 0,
+        notes: Notes::new(set.quiet),
         c,
-        creds: set.creds,
+        gate: Gate::new(set.reference.run_id.clone(), &set.creds),
         munge,
-        run_id: set.reference.run_id.clone(),
         window: lost_after(set.heartbeat),
         heartbeat: set.heartbeat * BEAT_EVERY,
-        join_timeout: set.join_timeout,
-        join_deadline: now + set.join_timeout,
-        wait_deadline: None,
         partial: 0,
         stacks_kept: 0,
-        stop: false,
     };
     std::thread::Builder::new()
         .name("control-server".into())
@@ -262,40 +255,12 @@ impl MungeHelpers {
 
 /// Where a connection is in its life.
 enum Stage {
-    /// Waiting for the hello.
-    Hello,
-    /// With MUNGE: node 0's credential is being made.
-    Challenging(Pending),
-    /// Waiting for the node's proof.
-    Proof(Pending),
-    /// With MUNGE: the node's credential is with munged.
-    Checking(Pending),
-    /// Proven (or no authentication): waiting for the join.
-    Join { node: u32 },
+    /// In its handshake.
+    Admitting(Admission),
     /// Joined: a member of the run.
     Member { node: u32 },
     /// Refused: its last words leave, then it closes.
     Closing { until: Instant },
-}
-
-/// A handshake under way.
-struct Pending {
-    node: u32,
-    client_nonce: String,
-    server_nonce: String,
-    /// Node 0's share of the session key (MUNGE).
-    share: [u8; 32],
-}
-
-impl Pending {
-    fn hs<'a>(&'a self, run_id: &'a str) -> Handshake<'a> {
-        Handshake {
-            run_id,
-            node: self.node,
-            client_nonce: &self.client_nonce,
-            server_nonce: &self.server_nonce,
-        }
-    }
 }
 
 /// Bytes queued for a connection: a head of its own (the line's tag) and a body that may be shared
@@ -322,18 +287,8 @@ struct Conn {
     tx: Seal,
     out: VecDeque<Out>,
     queued: usize,
-    /// Since when its queue has held bytes the socket took none of.
-    stuck_since: Option<Instant>,
-    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
-    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
-    /// receive window leaves them there while our own queue is empty.
-    unread: Option<(usize, Instant)>,
+    live: Liveness,
     writable: bool,
-    /// When a byte was last heard from it.
-    heard: Instant,
-    /// The handshake's deadline.
-    until: Instant,
-    next_beat: Instant,
     stage: Stage,
     /// Not read for now: its partial line waits for the read budget.
     paused: bool,
@@ -341,7 +296,7 @@ struct Conn {
 
 impl Conn {
     fn in_handshake(&self) -> bool {
-        !matches!(self.stage, Stage::Member { .. } | Stage::Closing { .. })
+        matches!(self.stage, Stage::Admitting(_))
     }
 }
 
@@ -360,29 +315,24 @@ struct Loop {
     node_conn: HashMap<u32, usize>,
     /// Connections in their handshake.
     pending: usize,
-    notes: usize,
+    notes: Notes,
     c: Coordinator,
-    creds: Credentials,
+    gate: Gate,
     munge: Option<MungeHelpers>,
-    run_id: String,
     window: Duration,
     /// Node 0's beat to each member: every [`BEAT_EVERY`] heartbeat intervals.
     heartbeat: Duration,
-    join_timeout: Duration,
-    join_deadline: Instant,
-    wait_deadline: Option<Instant>,
     /// Partial-line bytes of every connection.
     partial: usize,
     /// Stack bytes kept for the attempt's verdict.
     stacks_kept: usize,
-    stop: bool,
 }
 
 impl Loop {
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut next_tick = Instant::now() + TICK;
-        while !self.stop && !self.c.done() {
+        while !self.c.done() {
             let wake = self.c.next_wake().map_or(next_tick, |w| w.min(next_tick));
             let wait = wake.saturating_duration_since(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
@@ -434,11 +384,8 @@ impl Loop {
     }
 
     fn note(&mut self, peer: &SocketAddr, why: &str) {
-        self.notes += 1;
-        if self.notes <= MAX_NOTES {
-            eprintln!("accel-launch: note: control plane: refused {peer}: {why}");
-        } else if self.notes == MAX_NOTES + 1 {
-            eprintln!("accel-launch: note: control plane: further refusals are not shown");
+        if let Some(line) = self.notes.refused(peer, why) {
+            eprintln!("{line}");
         }
     }
 
@@ -497,13 +444,9 @@ impl Loop {
                 tx: Seal::plain(Way::ToNode),
                 out: VecDeque::new(),
                 queued: 0,
-                stuck_since: None,
-                unread: None,
+                live: Liveness::new(now),
                 writable: true,
-                heard: now,
-                until: now + HANDSHAKE,
-                next_beat: now,
-                stage: Stage::Hello,
+                stage: Stage::Admitting(Admission::new(now)),
                 paused: false,
             });
         }
@@ -541,7 +484,7 @@ impl Loop {
                 // A refused connection's words are no longer heard; only its closing matters.
                 Ok(_) if closing => {}
                 Ok(n) => {
-                    conn.heard = Instant::now();
+                    conn.live.heard = Instant::now();
                     conn.lines.push(&buf[..n]);
                     self.partial += n;
                     self.take_lines(slot);
@@ -565,10 +508,10 @@ impl Loop {
             let Some(Some(conn)) = self.conns.get_mut(slot) else {
                 return;
             };
-            let cap = match conn.stage {
+            let cap = match &conn.stage {
                 Stage::Member { .. } => MAX_LINE as usize,
-                Stage::Challenging(_) | Stage::Checking(_) | Stage::Closing { .. } => return,
-                _ => HANDSHAKE_LINE,
+                Stage::Admitting(a) if a.reading() => HANDSHAKE_LINE,
+                Stage::Admitting(_) | Stage::Closing { .. } => return,
             };
             let before = conn.lines.pending();
             let line = conn.lines.next(cap);
@@ -586,8 +529,7 @@ impl Loop {
                 Err(e) => {
                     let why = format!("its launcher's connection failed: {e}");
                     if conn.in_handshake() {
-                        let peer = conn.peer;
-                        self.refuse(slot, &peer, &e.to_string());
+                        self.refuse(slot, &e.to_string());
                     } else {
                         self.close(slot, &why);
                     }
@@ -599,183 +541,79 @@ impl Loop {
 
     /// One whole line of a connection.
     fn line(&mut self, slot: usize, line: &str) {
-        enum At {
-            Member(u32),
-            Hello,
-            Proof,
-            Join(u32),
-        }
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        let peer = conn.peer;
-        let at = match conn.stage {
-            Stage::Member { node } => At::Member(node),
-            Stage::Hello => At::Hello,
-            Stage::Proof(_) => At::Proof,
-            Stage::Join { node } => At::Join(node),
-            Stage::Challenging(_) | Stage::Checking(_) | Stage::Closing { .. } => return,
-        };
+        if matches!(conn.stage, Stage::Closing { .. }) {
+            return;
+        }
         let msg = conn
             .rx
             .open(line)
             .map_err(|e| e.to_string())
-            .and_then(|json| serde_json::from_str::<Msg>(json).map_err(|e| e.to_string()));
-        match at {
-            At::Member(node) => match msg {
-                Ok(Msg::Hb) => {}
-                Ok(Msg::Stacks { attempt, stacks }) => {
-                    let stacks = self.keep_stacks(node, line.len(), stacks);
-                    let out = self.c.message(node, Msg::Stacks { attempt, stacks });
-                    self.dispatch(out);
-                }
-                Ok(m) => {
-                    let out = self.c.message(node, m);
-                    self.dispatch(out);
-                }
-                Err(e) => self.close(slot, &format!("its launcher's connection failed: {e}")),
-            },
-            At::Hello => match msg {
-                Ok(Msg::Hello {
-                    protocol,
-                    node,
-                    nonce: client_nonce,
-                }) => self.hello(slot, protocol, node, client_nonce),
-                Ok(Msg::Join(_)) => self.refuse(
-                    slot,
-                    &peer,
-                    &format!("an older protocol (this server speaks {PROTOCOL}): run the same accel-launch on every node"),
-                ),
-                _ => self.refuse(slot, &peer, "it did not say hello"),
-            },
-            At::Proof => match msg {
-                Ok(Msg::Prove { proof }) => self.proof(slot, proof),
-                _ => self.refuse_proof(slot, &peer),
-            },
-            At::Join(node) => match msg {
-                Ok(Msg::Join(j)) if j.node == node => self.join(slot, j),
-                _ => self.refuse(slot, &peer, "it did not join after its hello"),
-            },
-        }
-    }
-
-    fn refuse_proof(&mut self, slot: usize, peer: &SocketAddr) {
-        let node = match self.conns.get(slot) {
-            Some(Some(Conn {
-                stage: Stage::Proof(p),
-                ..
-            })) => p.node,
-            _ => return,
-        };
-        let why = match self.creds.kind() {
-            "munge" => format!("node {node} failed authentication: it sent no MUNGE credential"),
-            _ => format!(
-                "node {node} failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)"
-            ),
-        };
-        self.refuse(slot, peer, &why);
-    }
-
-    fn hello(&mut self, slot: usize, protocol: u32, node: u32, client_nonce: String) {
-        let peer = match self.conns.get(slot) {
-            Some(Some(c)) => c.peer,
-            _ => return,
-        };
-        if protocol != PROTOCOL {
-            return self.refuse(
-                slot,
-                &peer,
-                &format!(
-                    "protocol {protocol} (this server speaks {PROTOCOL}): run the same accel-launch on every node"
-                ),
-            );
-        }
-        if client_nonce.len() < 32 || client_nonce.len() > 128 {
-            return self.refuse(slot, &peer, "a malformed hello");
-        }
-        let (Ok(server_nonce), Ok(share)) = (nonce(), random32()) else {
-            return self.refuse(slot, &peer, "no random nonce could be made");
-        };
-        let p = Pending {
-            node,
-            client_nonce,
-            server_nonce,
-            share,
-        };
-        let kind = self.creds.kind();
-        let proof = match &self.creds.secret {
-            Some(k) if kind == "hmac" => Some(p.hs(&self.run_id).server_proof(k)),
-            _ => None,
-        };
-        if kind == "munge" {
-            let payload = p.hs(&self.run_id).munge_payload(SERVER, &p.share);
-            let serial = self.set_stage(slot, Stage::Challenging(p));
-            if let Some(h) = &self.munge {
-                let _ = h.jobs.send(MungeJob::Encode {
-                    slot,
-                    serial,
-                    payload,
-                });
+            .and_then(Msg::parse);
+        match &mut conn.stage {
+            Stage::Member { node } => {
+                let node = *node;
+                self.member_line(slot, node, line.len(), msg);
             }
-            return;
-        }
-        let challenge = Msg::Challenge {
-            run_id: self.run_id.clone(),
-            auth: kind.into(),
-            nonce: p.server_nonce.clone(),
-            proof,
-        };
-        self.send(slot, &challenge);
-        let stage = if kind == "none" {
-            Stage::Join { node }
-        } else {
-            Stage::Proof(p)
-        };
-        self.set_stage(slot, stage);
-    }
-
-    fn set_stage(&mut self, slot: usize, stage: Stage) -> u64 {
-        match self.conns.get_mut(slot) {
-            Some(Some(c)) => {
-                c.stage = stage;
-                c.serial
+            Stage::Admitting(a) => {
+                if let Some(step) = a.line(&self.gate, msg) {
+                    self.admit(slot, step);
+                }
             }
-            _ => 0,
+            Stage::Closing { .. } => {}
         }
     }
 
-    fn proof(&mut self, slot: usize, proof: String) {
-        let Some(Some(conn)) = self.conns.get_mut(slot) else {
-            return;
-        };
-        let Stage::Proof(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
-            return;
-        };
-        let peer = conn.peer;
-        match &self.creds.secret {
-            Some(k) => {
-                let hs = p.hs(&self.run_id);
-                if hs.client_proof_ok(k, &proof) {
-                    let key = hs.session(k);
+    /// A member's message (`bytes`: its line's length), for the coordinator.
+    fn member_line(&mut self, slot: usize, node: u32, bytes: usize, msg: Result<Msg, String>) {
+        match msg {
+            Ok(Msg::Hb) => {}
+            Ok(Msg::Stacks { attempt, stacks }) => {
+                let stacks = self.keep_stacks(node, bytes, stacks);
+                let out = self.c.message(node, Msg::Stacks { attempt, stacks });
+                self.dispatch(out);
+            }
+            Ok(m) => {
+                let out = self.c.message(node, m);
+                self.dispatch(out);
+            }
+            Err(e) => self.close(slot, &format!("its launcher's connection failed: {e}")),
+        }
+    }
+
+    /// Carries out what a connection's admission says.
+    fn admit(&mut self, slot: usize, step: Step) {
+        match step {
+            Step::Send(m) => self.send(slot, &m),
+            Step::Seal(key) => {
+                if let Some(Some(conn)) = self.conns.get_mut(slot) {
                     conn.rx.key(key.clone());
                     conn.tx.key(key);
-                    conn.stage = Stage::Join { node: p.node };
-                } else {
-                    conn.stage = Stage::Proof(p);
-                    self.refuse_proof(slot, &peer);
                 }
             }
-            None => {
-                let serial = conn.serial;
-                conn.stage = Stage::Checking(p);
-                if let Some(h) = &self.munge {
-                    let _ = h.jobs.send(MungeJob::Decode {
-                        slot,
-                        serial,
-                        cred: proof,
-                    });
-                }
+            Step::Encode(payload) => self.munge_job(slot, |serial| MungeJob::Encode {
+                slot,
+                serial,
+                payload,
+            }),
+            Step::Decode(cred) => {
+                self.munge_job(slot, |serial| MungeJob::Decode { slot, serial, cred })
             }
+            Step::Join(j) => self.join(slot, j),
+            Step::Refuse(why) => self.refuse(slot, &why),
+        }
+    }
+
+    /// Hands munged's work for a connection to the helpers, tagged with the connection's serial
+    /// (its slot may be another connection's by the time the answer comes).
+    fn munge_job(&mut self, slot: usize, job: impl FnOnce(u64) -> MungeJob) {
+        let Some(Some(conn)) = self.conns.get(slot) else {
+            return;
+        };
+        if let Some(h) = &self.munge {
+            let _ = h.jobs.send(job(conn.serial));
         }
     }
 
@@ -784,94 +622,26 @@ impl Loop {
         let Some(h) = &self.munge else { return };
         let done: Vec<MungeDone> = h.done.try_iter().collect();
         for d in done {
-            let slot = match d {
-                MungeDone::Encoded { slot, serial, cred } => {
-                    self.encoded(slot, serial, cred);
-                    slot
-                }
-                MungeDone::Decoded {
-                    slot,
-                    serial,
-                    decoded,
-                } => {
-                    self.decoded(slot, serial, decoded);
-                    slot
-                }
+            let (slot, serial) = match &d {
+                MungeDone::Encoded { slot, serial, .. }
+                | MungeDone::Decoded { slot, serial, .. } => (*slot, *serial),
             };
+            let step = match (self.conns.get_mut(slot), d) {
+                (Some(Some(conn)), d) if conn.serial == serial => match (&mut conn.stage, d) {
+                    (Stage::Admitting(a), MungeDone::Encoded { cred, .. }) => {
+                        a.encoded(&self.gate, cred)
+                    }
+                    (Stage::Admitting(a), MungeDone::Decoded { decoded, .. }) => {
+                        a.decoded(&self.gate, decoded)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(step) = step {
+                self.admit(slot, step);
+            }
             self.take_lines(slot);
-        }
-    }
-
-    fn encoded(&mut self, slot: usize, serial: u64, cred: Result<String, String>) {
-        let Some(Some(conn)) = self.conns.get_mut(slot) else {
-            return;
-        };
-        if conn.serial != serial {
-            return;
-        }
-        let Stage::Challenging(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
-            return;
-        };
-        let peer = conn.peer;
-        match cred {
-            Ok(cred) => {
-                let challenge = Msg::Challenge {
-                    run_id: self.run_id.clone(),
-                    auth: "munge".into(),
-                    nonce: p.server_nonce.clone(),
-                    proof: Some(cred),
-                };
-                conn.stage = Stage::Proof(p);
-                self.send(slot, &challenge);
-            }
-            Err(e) => self.refuse(
-                slot,
-                &peer,
-                &format!("node 0's munged would not make a credential: {e}"),
-            ),
-        }
-    }
-
-    fn decoded(&mut self, slot: usize, serial: u64, decoded: Result<Decoded, String>) {
-        let Some(Some(conn)) = self.conns.get_mut(slot) else {
-            return;
-        };
-        if conn.serial != serial {
-            return;
-        }
-        let Stage::Checking(p) = std::mem::replace(&mut conn.stage, Stage::Hello) else {
-            return;
-        };
-        let peer = conn.peer;
-        let uid = self.creds.munge.as_ref().map_or(u32::MAX, Munge::uid);
-        let hs = p.hs(&self.run_id);
-        let node = p.node;
-        let checked = decoded
-            .map_err(|e| format!("its MUNGE credential was refused by munged: {e}"))
-            .and_then(|d| {
-                if d.uid != uid {
-                    return Err(format!(
-                        "its MUNGE credential is of uid {}, not this run's uid {uid}",
-                        d.uid
-                    ));
-                }
-                hs.munge_share(CLIENT, &d.payload).ok_or_else(|| {
-                    "its MUNGE credential is not for this handshake (another run, node or challenge)"
-                        .to_string()
-                })
-            });
-        match checked {
-            Ok(client_share) => {
-                let key = hs.munge_session(&p.share, &client_share);
-                conn.rx.key(key.clone());
-                conn.tx.key(key);
-                conn.stage = Stage::Join { node };
-            }
-            Err(why) => self.refuse(
-                slot,
-                &peer,
-                &format!("node {node} failed authentication: {why}"),
-            ),
         }
     }
 
@@ -882,8 +652,7 @@ impl Loop {
                 let now = Instant::now();
                 if let Some(Some(conn)) = self.conns.get_mut(slot) {
                     conn.stage = Stage::Member { node };
-                    conn.next_beat = now;
-                    conn.heard = now;
+                    conn.live = Liveness::new(now);
                 }
                 self.pending = self.pending.saturating_sub(1);
                 self.node_conn.insert(node, slot);
@@ -894,10 +663,9 @@ impl Loop {
                     Some(Some(c)) => c.peer,
                     _ => return,
                 };
-                eprintln!(
-                    "accel-launch: note: control plane: refused node {node} from {peer}: {reason}"
-                );
-                self.notes += 1;
+                if let Some(line) = self.notes.join_refused(node, &peer, &reason) {
+                    eprintln!("{line}");
+                }
                 self.send(slot, &Msg::Reject { reason });
                 self.linger_then_close(slot);
             }
@@ -905,8 +673,12 @@ impl Loop {
     }
 
     /// A connection in its handshake refused: noted, told why, closed.
-    fn refuse(&mut self, slot: usize, peer: &SocketAddr, why: &str) {
-        self.note(peer, why);
+    fn refuse(&mut self, slot: usize, why: &str) {
+        let Some(Some(conn)) = self.conns.get(slot) else {
+            return;
+        };
+        let peer = conn.peer;
+        self.note(&peer, why);
         self.send(
             slot,
             &Msg::Reject {
@@ -989,8 +761,8 @@ impl Loop {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if watch && conn.unread.is_none() {
-            conn.unread = Some((0, Instant::now()));
+        if watch && conn.live.unread.is_none() {
+            conn.live.unread = Some((0, Instant::now()));
         }
         let head = conn.tx.head(&body[..body.len().saturating_sub(1)]);
         let out = Out {
@@ -1006,7 +778,7 @@ impl Loop {
             return self.close(slot, &why);
         }
         if conn.out.is_empty() {
-            conn.stuck_since = Some(Instant::now());
+            conn.live.stuck_since = Some(Instant::now());
         }
         conn.queued += out.len();
         conn.out.push_back(out);
@@ -1042,7 +814,7 @@ impl Loop {
                 }
                 Ok(mut n) => {
                     conn.queued -= n;
-                    conn.stuck_since = Some(Instant::now());
+                    conn.live.stuck_since = Some(Instant::now());
                     while n > 0 {
                         let Some(front) = conn.out.front_mut() else {
                             break;
@@ -1069,7 +841,7 @@ impl Loop {
             }
         }
         if conn.out.is_empty() {
-            conn.stuck_since = None;
+            conn.live.stuck_since = None;
             if matches!(conn.stage, Stage::Closing { .. }) {
                 let _ = conn.sock.shutdown(std::net::Shutdown::Write);
             }
@@ -1112,7 +884,7 @@ impl Loop {
     }
 
     /// Time-driven work: handshake and lingering deadlines, silent and stuck members, heartbeats,
-    /// the join and replacement deadlines, paused reads and accepts.
+    /// paused reads and accepts (the coordinator keeps its own deadlines: [`Coordinator::tick`]).
     fn sweep(&mut self, now: Instant) {
         if self.accept_paused.is_some_and(|t| now >= t) {
             self.accept_paused = None;
@@ -1132,51 +904,25 @@ impl Loop {
                     }
                 }
                 Stage::Member { .. } => {
-                    if c.stuck_since
-                        .is_some_and(|t| now.duration_since(t) >= window)
-                    {
-                        lost.push((
-                            slot,
-                            format!(
-                                "its launcher read nothing for {:.0} s ({} KiB queued for it)",
-                                window.as_secs_f64(),
-                                c.queued.div_ceil(1024)
-                            ),
-                        ));
-                    } else if let Some(unread) = watch_unread(c, now, window) {
-                        lost.push((
-                            slot,
-                            format!(
-                                "its launcher read nothing for {:.0} s ({} KiB sent to it unread)",
-                                window.as_secs_f64(),
-                                unread.div_ceil(1024)
-                            ),
-                        ));
-                    } else if !c.paused && now.duration_since(c.heard) >= window {
-                        lost.push((slot, why_closed(Some(&timed_out()), window)));
-                    } else if now >= c.next_beat {
-                        c.next_beat = now + self.heartbeat;
-                        if c.out.is_empty() {
-                            beat.push(slot);
-                        }
+                    let sock = &c.sock;
+                    let due = c
+                        .live
+                        .due(now, window, self.heartbeat, c.queued, c.paused, || {
+                            unacked(sock)
+                        });
+                    match due {
+                        Some(Due::Lost(why)) => lost.push((slot, why)),
+                        Some(Due::Beat) => beat.push(slot),
+                        None => {}
                     }
                     if c.paused && self.partial < READ_BUDGET / 2 {
                         c.paused = false;
                         resume.push(slot);
                     }
                 }
-                _ => {
-                    if now >= c.until {
-                        expired.push((
-                            slot,
-                            Some((
-                                c.peer,
-                                format!(
-                                    "it did not authenticate and join within {} s",
-                                    HANDSHAKE.as_secs()
-                                ),
-                            )),
-                        ));
+                Stage::Admitting(a) => {
+                    if let Some(why) = a.expired(now) {
+                        expired.push((slot, Some((c.peer, why))));
                     }
                 }
             }
@@ -1205,25 +951,6 @@ impl Loop {
             self.take_lines(slot);
             self.read(slot, true);
         }
-        // A wait for replacements is bounded like the first join.
-        if !self.c.waiting() {
-            self.wait_deadline = None;
-        } else if self.wait_deadline.is_none() {
-            self.wait_deadline = Some(now + self.join_timeout);
-        }
-        if self.wait_deadline.is_some_and(|d| now >= d) {
-            let out = self.c.give_up();
-            self.dispatch(out);
-        }
-        if self.c.joining() && now >= self.join_deadline {
-            let missing = self.c.missing();
-            let reason = format!(
-                "not every node joined within {} s: still waiting for node rank(s) {missing:?}",
-                self.join_timeout.as_secs()
-            );
-            self.dispatch(vec![(To::All, Msg::Reject { reason })]);
-            self.stop = true;
-        }
     }
 }
 
@@ -1240,26 +967,185 @@ fn unacked(sock: &TcpStream) -> usize {
     }
 }
 
-/// A member whose kernel send queue has not shrunk for the loss window since a message was sent
-/// to it: the bytes left unread. Looked at only while a message is unacknowledged.
-fn watch_unread(c: &mut Conn, now: Instant, window: Duration) -> Option<usize> {
-    let (last, since) = c.unread?;
-    let left = unacked(&c.sock);
-    if left == 0 {
-        c.unread = if c.out.is_empty() {
-            None
-        } else {
-            Some((0, now))
-        };
-        return None;
+/// A member's clocks: what says it lives, and when node 0 beats to it next.
+struct Liveness {
+    /// When a byte was last heard from it.
+    heard: Instant,
+    /// Since when its queue has held bytes the socket took none of.
+    stuck_since: Option<Instant>,
+    /// After a message other than a heartbeat: the bytes the kernel still held unacknowledged when
+    /// last looked at, and since when that did not shrink. A peer that reads nothing with a small
+    /// receive window leaves them there while our own queue is empty.
+    unread: Option<(usize, Instant)>,
+    next_beat: Instant,
+}
+
+/// What a member's clocks call for.
+#[derive(Debug, PartialEq, Eq)]
+enum Due {
+    /// It is lost: why.
+    Lost(String),
+    /// A heartbeat to it.
+    Beat,
+}
+
+impl Liveness {
+    /// A member heard at `now`, and beaten to at once: from its join on, not from `start`, since
+    /// the other nodes may join up to the join timeout later.
+    fn new(now: Instant) -> Liveness {
+        Liveness {
+            heard: now,
+            stuck_since: None,
+            unread: None,
+            next_beat: now,
+        }
     }
-    if last == 0 || left < last {
-        c.unread = Some((left, now));
-        return None;
+
+    /// What is due at `now` for a member with `queued` bytes queued (a heartbeat only with none),
+    /// its reading `paused` or not; `unacked` asks the kernel what it still holds for it. Lost
+    /// after the loss `window` of a queue that did not move, of bytes sent and not read, or of
+    /// silence; else beaten to every `beat`.
+    fn due(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        beat: Duration,
+        queued: usize,
+        paused: bool,
+        unacked: impl FnOnce() -> usize,
+    ) -> Option<Due> {
+        let secs = window.as_secs_f64();
+        if self
+            .stuck_since
+            .is_some_and(|t| now.duration_since(t) >= window)
+        {
+            return Some(Due::Lost(format!(
+                "its launcher read nothing for {secs:.0} s ({} KiB queued for it)",
+                queued.div_ceil(1024)
+            )));
+        }
+        if let Some(unread) = self.unread(now, window, queued, unacked) {
+            return Some(Due::Lost(format!(
+                "its launcher read nothing for {secs:.0} s ({} KiB sent to it unread)",
+                unread.div_ceil(1024)
+            )));
+        }
+        if !paused && now.duration_since(self.heard) >= window {
+            return Some(Due::Lost(why_closed(Some(&timed_out()), window)));
+        }
+        if now < self.next_beat {
+            return None;
+        }
+        self.next_beat = now + beat;
+        (queued == 0).then_some(Due::Beat)
     }
-    (now.duration_since(since) >= window).then_some(left)
+
+    /// The bytes left unread when the kernel's send queue has not shrunk for the loss window since
+    /// a message was sent. Looked at only while a message is unacknowledged.
+    fn unread(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        queued: usize,
+        unacked: impl FnOnce() -> usize,
+    ) -> Option<usize> {
+        let (last, since) = self.unread?;
+        let left = unacked();
+        if left == 0 {
+            self.unread = if queued == 0 { None } else { Some((0, now)) };
+            return None;
+        }
+        if last == 0 || left < last {
+            self.unread = Some((left, now));
+            return None;
+        }
+        (now.duration_since(since) >= window).then_some(left)
+    }
 }
 
 fn timed_out() -> std::io::Error {
     std::io::Error::from(std::io::ErrorKind::TimedOut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(5);
+    const BEAT: Duration = Duration::from_secs(2);
+
+    /// Node 0's side of a member's liveness with its clock in the test's hands: a member that
+    /// joined and waits 30 s (six loss windows) for the others is beaten to every 2 s from its join
+    /// on, and is not lost while it beats itself.
+    #[test]
+    fn a_member_is_beaten_to_from_its_join_and_kept_while_it_beats() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut l = Liveness::new(t0);
+        let never = || -> usize { panic!("no message is unacknowledged") };
+        let mut beats = Vec::new();
+        for n in (0..=30_000).step_by(500) {
+            if n % 1_000 == 0 {
+                l.heard = ms(n);
+            }
+            match l.due(ms(n), WINDOW, BEAT, 0, false, never) {
+                Some(Due::Beat) => beats.push(n),
+                None => {}
+                Some(d) => panic!("at {n} ms: {d:?}"),
+            }
+        }
+        assert_eq!(beats, (0..=30_000).step_by(2_000).collect::<Vec<_>>());
+        // Something else queued for it says node 0 lives: no beat then, and none owed after.
+        assert_eq!(l.due(ms(32_000), WINDOW, BEAT, 100, false, never), None);
+        assert_eq!(l.due(ms(33_000), WINDOW, BEAT, 0, false, never), None);
+    }
+
+    #[test]
+    fn a_member_silent_or_not_reading_for_the_window_is_lost() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let none = || 0;
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        assert_eq!(l.due(s(4), WINDOW, BEAT, 0, false, none), None);
+        assert_eq!(
+            l.due(s(5), WINDOW, BEAT, 0, false, none),
+            Some(Due::Lost(
+                "no heartbeat for 5 s (network cut, or the host is down)".into()
+            ))
+        );
+        // Its reading paused by node 0 (the read budget), its silence is node 0's doing.
+        assert_eq!(l.due(s(9), WINDOW, BEAT, 0, true, none), None);
+        // A queue the socket took nothing of.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.stuck_since = Some(s(1));
+        assert_eq!(l.due(s(5), WINDOW, BEAT, 2_000, true, none), None);
+        assert_eq!(
+            l.due(s(6), WINDOW, BEAT, 2_000, true, none),
+            Some(Due::Lost(
+                "its launcher read nothing for 5 s (2 KiB queued for it)".into()
+            ))
+        );
+        // A message the kernel holds unacknowledged, not shrinking for the window.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.unread = Some((0, t0));
+        assert_eq!(l.due(s(1), WINDOW, BEAT, 0, true, || 4_096), None);
+        assert_eq!(l.due(s(5), WINDOW, BEAT, 0, true, || 4_096), None);
+        assert_eq!(
+            l.due(s(6), WINDOW, BEAT, 0, true, || 4_096),
+            Some(Due::Lost(
+                "its launcher read nothing for 5 s (4 KiB sent to it unread)".into()
+            ))
+        );
+        // Shrinking, it reads: the window starts again; once all is read, nothing is watched.
+        let mut l = Liveness::new(t0);
+        l.next_beat = s(100);
+        l.unread = Some((4_096, t0));
+        assert_eq!(l.due(s(6), WINDOW, BEAT, 0, true, || 1_024), None);
+        assert_eq!(l.unread, Some((1_024, s(6))));
+        assert_eq!(l.due(s(7), WINDOW, BEAT, 0, true, || 0), None);
+        assert_eq!(l.unread, None);
+    }
 }

@@ -610,7 +610,10 @@ mod tests {
             "standalone",
             "a --standalone run is one node, which accel-launch runs itself",
         ),
-        ("start_method", "only spawn, torchrun's default, is taken"),
+        (
+            "start_method",
+            "no effect on a script, as in torchrun; with --run_path only spawn, its default",
+        ),
         ("logs_specs", "refused"),
         (
             "event_log_handler",

@@ -77,6 +77,8 @@ pub enum LaunchError {
     ReportIsDir(std::path::PathBuf),
     #[error("--stacks {pid}: process {pid} is not an accel-launch ({what})")]
     StacksNotLauncher { pid: i32, what: String },
+    #[error("invalid {var}: {why}")]
+    PetVar { var: String, why: String },
     #[error("--stacks {0}: process {0} is not an accel-launch with running ranks")]
     StacksNoRanks(i32),
 }
@@ -138,6 +140,13 @@ impl Diagnostic for LaunchError {
                 )]
             }
             StacksNotLauncher { .. } | StacksNoRanks(_) => "give the PID of accel-launch itself (e.g. from `pgrep -f accel-launch`), not of a rank",
+            PetVar { var, .. } => {
+                return vec![format!(
+                    "{var} is the default of torchrun's --{} (as torchrun reads it): fix or unset it",
+                    var.trim_start_matches(env_vars::PET_OPTION_PREFIX)
+                        .to_ascii_lowercase()
+                )]
+            }
             CannotRun { .. } | NumaNoPci { .. } => return Vec::new(),
         };
         vec![hint.to_string()]

@@ -10,6 +10,7 @@ mod delegate;
 mod dry_run;
 mod error;
 mod join;
+mod pet;
 mod report;
 mod request;
 mod stacks;

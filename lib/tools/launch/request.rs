@@ -22,7 +22,7 @@ use crate::launch::torchrun::{self, logs::LogsSpec};
 use crate::launch::{RunInput, Scope};
 
 use super::error::LaunchError;
-use super::TOOL;
+use super::{pet, TOOL};
 
 /// What to run in each rank and how (`python -u script`, `-m`, `--no_python`, `--run_path`).
 #[derive(Debug, Clone)]
@@ -101,22 +101,32 @@ pub struct Request {
 
 impl Request {
     /// The command line decided: refused where accel-launch cannot do what it asks.
-    pub fn from_cli(cli: LaunchCli, env: &Environment) -> Result<Request> {
+    pub fn from_cli(mut cli: LaunchCli, env: &Environment) -> Result<Request> {
         let [script, args @ ..] = &cli.command[..] else {
             return Err(LaunchError::NoScript.into());
         };
         if script.to_string_lossy().starts_with('-') && script != "-" {
             return Err(unknown_option(&script.to_string_lossy()).into());
         }
+        let (script, args) = (script.clone(), args.to_vec());
         refuse_unsupported(&cli)?;
+        // torchrun's PET_<OPTION> defaults are torchrun's command line too.
+        let pet = pet::defaults(&cli.given, env);
+        let only = (any_torchrun_flag(&cli.torchrun) || pet::ask_for_torchrun(&pet, env))
+            && !accelerate_asked(&cli, env);
+        let pet_values = if only {
+            pet::apply(&mut cli, &pet)?
+        } else {
+            Vec::new()
+        };
         let program = Program {
-            script: script.clone(),
-            args: args.to_vec(),
+            script,
+            args,
             module: cli.module,
             no_python: cli.no_python,
             run_path: cli.torchrun.run_path,
         };
-        let torchrun = torchrun_request(&cli, env)?;
+        let torchrun = torchrun_request(&cli, only, env)?;
         let t = &cli.torchrun;
         let output = Output {
             torchrun_layout: torchrun.only
@@ -131,7 +141,7 @@ impl Request {
         };
         Ok(Request {
             requeue_signal: requeue_signal(&cli, env)?,
-            config_values: cli.config_values(),
+            config_values: cli.config_values().into_iter().chain(pet_values).collect(),
             paradigm: Paradigm {
                 cpu: cli.cpu,
                 multi_gpu: cli.multi_gpu,
@@ -294,12 +304,18 @@ fn accelerate_asked(cli: &LaunchCli, env: &Environment) -> bool {
 
 /// torchrun's command line as the run's resolution takes it; what accel-launch cannot do of it is
 /// refused.
-fn torchrun_request(cli: &LaunchCli, env: &Environment) -> Result<torchrun::Request> {
+fn torchrun_request(cli: &LaunchCli, only: bool, env: &Environment) -> Result<torchrun::Request> {
     let t = &cli.torchrun;
     if let Some(name) = &t.logs_specs {
         return Err(LaunchError::LogsSpecs(name.clone()).into());
     }
-    if let Some(m) = t.start_method.as_deref().filter(|m| *m != "spawn") {
+    // torchrun's start method is that of its agent's Python children: a script's workers are
+    // subprocesses whatever it says (`run.py::config_from_args` uses it for --run-path only).
+    if let Some(m) = t
+        .start_method
+        .as_deref()
+        .filter(|m| *m != "spawn" && t.run_path)
+    {
         return Err(LaunchError::StartMethod(m.to_string()).into());
     }
     if let Some(h) = t.event_log_handler.as_deref().filter(|h| *h != "null") {
@@ -313,7 +329,7 @@ fn torchrun_request(cli: &LaunchCli, env: &Environment) -> Result<torchrun::Requ
         );
     }
     Ok(torchrun::Request {
-        only: any_torchrun_flag(t) && !accelerate_asked(cli, env),
+        only,
         nnodes: t.nnodes,
         nproc_per_node: t.nproc_per_node,
         node_rank: t.node_rank,

@@ -31,13 +31,24 @@ pub fn argv(req: &Request, args: &LaunchArgs, env: &Environment) -> Result<Vec<O
     let mut argv: Vec<OsString> = Vec::new();
     if p.run_path {
         // torchrun runs `runpy.run_path(script, run_name="__main__")` with `sys.argv = [script,
-        // *args]` in a child interpreter (`run.py::run_script_path`); so does this. It takes
+        // *args]` in a spawned child of its agent (`run.py::run_script_path`), which inherits the
+        // agent's sys.path: its [0] is the directory of the torchrun script. So does this. It takes
         // precedence over --no_python, as in torchrun.
+        let python = python()?;
+        let torchrun_dir = env
+            .get(env_vars::PATH)
+            .and_then(|path| which::which_in("torchrun", Some(path), "/").ok())
+            // Python's sys.path[0] is the directory of the script's target, symlinks resolved.
+            .and_then(|t| std::fs::canonicalize(t).ok())
+            .and_then(|t| t.parent().map(PathBuf::from))
+            .or_else(|| python.parent().map(PathBuf::from))
+            .unwrap_or_default();
         argv.extend([
-            python()?.into_os_string(),
+            python.into_os_string(),
             "-u".into(),
             "-c".into(),
-            "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')".into(),
+            "import runpy, sys; sys.path[0] = sys.argv[1]; sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')".into(),
+            torchrun_dir.into_os_string(),
         ]);
     } else if !p.no_python {
         argv.push(python()?.into_os_string());
