@@ -1604,7 +1604,7 @@ fn every_catchable_stopping_signal_removes_what_was_staged() {
 /// staging directory holds the laid-out output: the checkpoint read and checked, nothing renamed
 /// into place yet. Returns the stopped child.
 fn stopped_at_staging(out: &Path, flags: &[&str]) -> std::process::Child {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(merge_weights())
         .arg(fixture("mid"))
         .arg(out)
         .args(flags)
@@ -1762,7 +1762,7 @@ fn merge_below(top: u32) -> u32 {
     let mut todo = vec![top];
     while let Some(p) = todo.pop() {
         let exe = std::fs::read_link(format!("/proc/{p}/exe")).unwrap_or_default();
-        if exe == Path::new(BIN) {
+        if exe == merge_weights() {
             return p;
         }
         todo.extend(children_of(p));
@@ -1782,7 +1782,7 @@ fn merge_in_pid_namespace(
     let mut child = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
         .arg(format!("{prelude}\"$0\" \"$@\"; exit $?"))
-        .arg(BIN)
+        .arg(merge_weights())
         .arg(fixture("mid"))
         .arg(out)
         .args(flags)
