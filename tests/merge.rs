@@ -1002,16 +1002,20 @@ fn staging_dirs_of_dead_merges_are_removed() {
     let dead = out.join(format!(".accel-merge-{}.tmp", dead_pid()));
     std::fs::create_dir_all(&dead).unwrap();
     std::fs::write(dead.join("model.safetensors"), vec![0u8; 4096]).unwrap();
-    // A live process's staging directory (this test's own pid) is left alone.
-    let live = out.join(format!(".accel-merge-{}.tmp", std::process::id()));
-    std::fs::create_dir_all(&live).unwrap();
-    let err = ok(&merge(&[&ckpt, &out], &["-q"]));
+    // A live merge's staging directory is left alone: a merge into the directory meanwhile is
+    // refused (the output's lock, not the pid in the name, tells a live merge from a gone one).
+    let first = stopped_at_staging(&out, &["-f"]);
+    let live = out.join(format!(".accel-merge-{}.tmp", first.id()));
+    let o = merge(&[&ckpt, &out], &["-q"]);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(live.exists());
+    let err = ok(&resume(first));
     assert!(
         err.contains(&format!("removed `{}`", dead.display())) && err.contains("that is gone"),
         "{err}"
     );
     assert!(!dead.exists());
-    assert!(live.exists());
+    ok(&merge(&[&ckpt, &out], &["-q", "-f"]));
     check(&ckpt, &out, &[]);
 }
 
@@ -1594,4 +1598,318 @@ fn every_catchable_stopping_signal_removes_what_was_staged() {
         );
         assert!(!out.exists(), "{name}: {} left", out.display());
     }
+}
+
+/// Starts a merge of the 256 MiB checkpoint into `out` with `flags`, and stops it (SIGSTOP) once its
+/// staging directory holds the laid-out output: the checkpoint read and checked, nothing renamed
+/// into place yet. Returns the stopped child.
+fn stopped_at_staging(out: &Path, flags: &[&str]) -> std::process::Child {
+    let mut child = Command::new(merge_weights())
+        .arg(fixture("mid"))
+        .arg(out)
+        .args(flags)
+        .env("ACCEL_NO_PROGRESS", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_staging(&mut child, out);
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    child
+}
+
+/// Sends `sig` to a child stopped by [`stopped_at_staging`] and lets it go on: the signal is
+/// delivered before it runs on, so it is caught before the merge's last check.
+fn signal_stopped(child: std::process::Child, sig: i32) -> Output {
+    // SAFETY: signals to the child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+        libc::kill(child.id() as i32, libc::SIGCONT);
+    }
+    child.output_within(WAIT)
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_interrupted_merge_keeps_what_others_put_into_the_directory_it_created() {
+    // A merge into a new directory, interrupted while a user had added a file and a folder there:
+    // the whole directory was deleted with them (`remove_dir_all` of the output on any error) before.
+    let out = out_dir("others");
+    let child = stopped_at_staging(&out, &[]);
+    std::fs::write(out.join("README.txt"), b"the user's").unwrap();
+    std::fs::create_dir(out.join("notes")).unwrap();
+    std::fs::write(out.join("notes/a.txt"), b"a").unwrap();
+    let o = signal_stopped(child, libc::SIGINT);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted by SIGINT; nothing was written"),
+        "{err}"
+    );
+    assert!(out.is_dir(), "the output directory was removed: {err}");
+    assert_eq!(names_in(&out), ["README.txt", "notes"], "{err}");
+    assert_eq!(
+        std::fs::read(out.join("README.txt")).unwrap(),
+        b"the user's"
+    );
+    assert_eq!(std::fs::read(out.join("notes/a.txt")).unwrap(), b"a");
+    // Alone in it, the interrupted merge still removes the directory it created.
+    let alone = out_dir("others-alone");
+    let o = signal_stopped(stopped_at_staging(&alone, &[]), libc::SIGINT);
+    assert_eq!(o.status.code(), Some(130));
+    assert!(!alone.exists());
+}
+
+/// Lets a child stopped by [`stopped_at_staging`] go on, to its end.
+fn resume(child: std::process::Child) -> Output {
+    signal_stopped(child, libc::SIGCONT)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn two_merges_into_one_output_at_once_are_serialised() {
+    // A sharded merge, and meanwhile a bf16 single-file one into the same new directory: both
+    // exited 0, leaving the shards, their index and a `model.safetensors` (which from_pretrained
+    // loads first) before.
+    let out = out_dir("twice");
+    let first = stopped_at_staging(&out, &["--max_shard_size", "64MiB"]);
+    let holder = format!("process {} on {}", first.id(), hostname());
+    let o = merge(&[&fixture("plain"), &out], &["--dtype", "bf16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!(
+            "`{}` is being written by another merge ({holder})",
+            out.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "the lock on `{}/.accel-merge.lock`",
+            out.display()
+        )),
+        "{err}"
+    );
+    let o = resume(first);
+    ok(&o);
+    let names = names_in(&out);
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("model-000") || n == "model.safetensors.index.json"),
+        "{names:?}"
+    );
+    assert!(names.len() > 2, "{names:?}");
+    // With --force: the second merge's output, reported written, vanished when the first one
+    // replaced it at its end, before.
+    let out = out_dir("twice-force");
+    let first = stopped_at_staging(&out, &["-f"]);
+    let o = merge(
+        &[&fixture("plain"), &out],
+        &["-f", "--unsafe_serialization"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("is being written by another merge"), "{err}");
+    ok(&resume(first));
+    assert_eq!(names_in(&out), ["model.safetensors"]);
+    // Once the first has ended, its lock is gone and the second merge runs.
+    ok(&merge(
+        &[&fixture("plain"), &out],
+        &["-f", "--unsafe_serialization"],
+    ));
+    assert_eq!(names_in(&out), ["pytorch_model.bin"]);
+}
+
+/// The pids of the processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: the command name may hold spaces and parentheses.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
+}
+
+/// The pid, here, of the merge that `unshare` (the child `top`) runs below it.
+fn merge_below(top: u32) -> u32 {
+    let mut todo = vec![top];
+    while let Some(p) = todo.pop() {
+        let exe = std::fs::read_link(format!("/proc/{p}/exe")).unwrap_or_default();
+        if exe == merge_weights() {
+            return p;
+        }
+        todo.extend(children_of(p));
+    }
+    panic!("no merge runs below process {top}")
+}
+
+/// Starts a merge of the 256 MiB checkpoint into `out` in a new pid namespace, where `prelude` (a
+/// shell command) runs first, and waits until its staging directory, named for its pid `ns_pid`
+/// there, holds the laid-out output; returns `unshare` and the merge's pid here.
+fn merge_in_pid_namespace(
+    out: &Path,
+    prelude: &str,
+    ns_pid: u32,
+    flags: &[&str],
+) -> (std::process::Child, u32) {
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
+        .arg(format!("{prelude}\"$0\" \"$@\"; exit $?"))
+        .arg(merge_weights())
+        .arg(fixture("mid"))
+        .arg(out)
+        .args(flags)
+        .env("ACCEL_NO_PROGRESS", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let staging = out.join(format!(".accel-merge-{ns_pid}.tmp"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while write_size(&staging) == 0 {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the merge ended ({st}) before its staging directory was seen");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {}",
+            staging.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = merge_below(child.id());
+    (child, pid)
+}
+
+fn write_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn staging_directories_are_judged_by_the_lock_not_by_a_pid_across_pid_namespaces() {
+    // A live merge in another pid namespace (a container), with a pid no process has here: a merge
+    // into the same directory removed its staging directory as "left by a merge that is gone", and
+    // the first then failed with exit 3, before.
+    let out = out_dir("pidns");
+    std::fs::create_dir_all(&out).unwrap();
+    let ns_pid = dead_pid();
+    let prelude = format!("echo {} > /proc/sys/kernel/ns_last_pid && ", ns_pid - 1);
+    let (first, pid) = merge_in_pid_namespace(&out, &prelude, ns_pid, &["-f"]);
+    let staging = out.join(format!(".accel-merge-{ns_pid}.tmp"));
+    // SAFETY: signals to a process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let o = merge(&[&fixture("plain"), &out], &["-f"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("removed"), "{err}");
+    assert!(
+        staging.exists(),
+        "a live merge's staging was removed: {err}"
+    );
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!(
+            "(process {ns_pid} on {}, in another pid namespace)",
+            hostname()
+        )),
+        "{err}"
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    ok(&first.output_within(WAIT));
+    assert_eq!(names_in(&out), ["model.safetensors"]);
+    // A merge killed in another pid namespace, where it was pid 1 (a pid that is always alive
+    // here): its staging directory was kept for ever, taken for a live merge's, before.
+    let (first, pid) = merge_in_pid_namespace(&out, "exec ", 1, &["-f"]);
+    let staging = out.join(".accel-merge-1.tmp");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    first.output_within(WAIT);
+    assert!(staging.exists());
+    let err = ok(&merge(&[&fixture("plain"), &out], &["-f"]));
+    assert!(
+        err.contains(&format!("removed `{}`", staging.display())),
+        "{err}"
+    );
+    assert!(!staging.exists());
+    assert_eq!(names_in(&out), ["model.safetensors"]);
+}
+
+#[test]
+fn symlink_loops_are_reported_as_symlink_loops() {
+    // A symlink loop as the checkpoint directory, the output directory or its parent, the
+    // checkpoint's `.metadata`, the --hf-reference directory or a file in it, or a DeepSpeed `latest`
+    // was reported as "No such file or directory", "File exists", a checkpoint without `.metadata`,
+    // "not a directory" or a missing file, before.
+    const ELOOP: &str = "Too many levels of symbolic links";
+    let d = root().join(format!("loops-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let lp = d.join("loop");
+    std::os::unix::fs::symlink("loop", &lp).unwrap();
+    let plain = fixture("plain");
+    let fails_with = |args: &[&Path], flags: &[&str], code: i32, path: &Path| {
+        let o = merge(args, flags);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert!(err.contains(&format!("`{}`", path.display())), "{err}");
+        assert!(err.contains(ELOOP), "{err}");
+    };
+    fails_with(&[&lp, &d.join("out")], &[], 3, &lp);
+    assert!(!d.join("out").exists());
+    fails_with(&[&plain, &lp], &[], 4, &lp);
+    fails_with(&[&plain, &lp.join("out")], &[], 4, &lp);
+    let ck = copy_of("plain", "loop-metadata");
+    let meta = ck.join(".metadata");
+    std::fs::remove_file(&meta).unwrap();
+    std::os::unix::fs::symlink(".metadata", &meta).unwrap();
+    fails_with(&[&ck, &d.join("out")], &[], 3, &meta);
+    let hf = lp.to_str().unwrap();
+    fails_with(&[&plain, &d.join("out")], &["--hf-reference", hf], 3, &lp);
+    // A looping `config.json` in the reference was left out as if missing.
+    let hf = d.join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::os::unix::fs::symlink("config.json", hf.join("config.json")).unwrap();
+    let hf_flag = ["--hf-reference", hf.to_str().unwrap()];
+    fails_with(
+        &[&plain, &d.join("out")],
+        &hf_flag,
+        3,
+        &hf.join("config.json"),
+    );
+    // A DeepSpeed save directory whose `latest` loops was "no known checkpoint".
+    let ds = d.join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    std::os::unix::fs::symlink("latest", ds.join("latest")).unwrap();
+    fails_with(&[&ds, &d.join("out")], &[], 3, &ds.join("latest"));
+    assert!(!d.join("out").exists());
 }

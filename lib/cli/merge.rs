@@ -22,6 +22,14 @@ use crate::env_vars::Group;
 /// partial output. With --force every weight file already in OUTPUT_PATH (`model*.safetensors`,
 /// `pytorch_model*.bin`, their indexes) is replaced by the new ones, once those are complete: until
 /// then both are on disk.
+///
+/// One merge at a time writes into a directory. A merge holds a lock on `.accel-merge.lock` in
+/// OUTPUT_PATH from its check for files already there until its files are in place (the file goes
+/// when it ends), and a second merge into the same directory meanwhile fails at once with exit
+/// status 4, naming the lock and the merge that holds it (process and host), instead of waiting for
+/// it: two merges into one directory are a mistake either way, as one's files would end up beside
+/// the other's, or, with --force, replace them. The kernel releases the lock when its merge ends,
+/// however it ends; on NFS, when its host does.
 #[derive(Debug, Parser)]
 #[command(name = "accel-merge-weights", version, max_term_width = 100)]
 pub struct MergeCli {

@@ -727,9 +727,9 @@ fn disjoint(
 }
 
 /// Where the metadata of a DCP directory is, if it is one.
-pub fn metadata_path(dir: &Path) -> Option<PathBuf> {
+pub fn metadata_path(dir: &Path) -> Result<Option<PathBuf>, MergeError> {
     let p = dir.join(".metadata");
-    p.is_file().then_some(p)
+    Ok(super::lookup::is_file(&p)?.then_some(p))
 }
 
 #[cfg(test)]

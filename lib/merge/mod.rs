@@ -7,6 +7,8 @@
 pub mod copy;
 pub mod dcp;
 pub mod input;
+pub mod lock;
+pub mod lookup;
 pub mod pickle;
 pub mod remove;
 pub mod select;
@@ -149,7 +151,8 @@ pub enum MergeError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
-        /// Staging directories of other merges in the output directory, with their sizes.
+        /// Staging directories of merges that are gone, left in the output directory (they could not
+        /// be removed), with their sizes.
         leftovers: Vec<(PathBuf, u64)>,
         /// The bytes of earlier output that --force replaces, kept until the new output is complete.
         replaced: u64,
@@ -203,6 +206,12 @@ pub enum MergeError {
     Unsupported(String),
     #[error("`{0}` already exists")]
     Exists(PathBuf),
+    #[error("`{}` is being written by another merge ({})", .dir.display(), .holder.as_ref().map_or_else(|| "whose process is not recorded yet".to_string(), lock::Holder::describe))]
+    Locked {
+        dir: PathBuf,
+        lock: PathBuf,
+        holder: Option<lock::Holder>,
+    },
     #[error("{0}")]
     Selection(String),
     #[error("--remove_checkpoint_dir would delete what this merge does not read: `{}` also holds {}", .dir.display(), .others.join(", "))]
@@ -241,8 +250,8 @@ impl MergeError {
             source,
         }
     }
-    /// A full disk names the staging directories of other merges in `out_dir`, which may be what
-    /// filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
+    /// A full disk names the staging directories of gone merges left in `out_dir`, which may be
+    /// what filled it, and the `replaced` bytes of earlier output that stay until the new output is complete.
     pub fn with_leftovers(self, out_dir: &Path, replaced: u64) -> Self {
         match self {
             MergeError::Io {
@@ -285,6 +294,7 @@ impl Diagnostic for MergeError {
     fn exit_status(&self) -> ExitStatus {
         match self {
             MergeError::Exists(_)
+            | MergeError::Locked { .. }
             | MergeError::Verify { .. }
             | MergeError::OutputNotADirectory(_)
             | MergeError::DiskFull { .. } => ExitStatus::Output,
@@ -292,6 +302,7 @@ impl Diagnostic for MergeError {
                 if action.starts_with("write")
                     || action.starts_with("create")
                     || action.starts_with("rename")
+                    || action.starts_with("lock")
                     || action.starts_with("remove") =>
             {
                 ExitStatus::Output
@@ -304,6 +315,13 @@ impl Diagnostic for MergeError {
     fn hints(&self) -> Vec<String> {
         match self {
             MergeError::Exists(_) => vec!["pass --force to replace it".into()],
+            MergeError::Locked { lock, .. } => vec![
+                format!(
+                    "one merge at a time writes into a directory: it holds the lock on `{}`, released when it ends, however it ends",
+                    lock.display()
+                ),
+                "wait for that merge to end and run this one again, or merge into another directory".into(),
+            ],
             MergeError::RemoveRefused { hints, .. } => hints.clone(),
             MergeError::NotACheckpoint { hint, .. } => vec![hint.clone()],
             MergeError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
@@ -323,8 +341,8 @@ impl Diagnostic for MergeError {
                 }
                 for (dir, size) in leftovers {
                     h.push(format!(
-                        "`{}` ({size} bytes) is the staging directory of another merge, still running; \
-                         it is removed when that merge ends (or by the next merge into this directory once that process is gone)",
+                        "`{}` ({size} bytes) is the staging directory of a merge that is gone, which could not be removed: \
+                         deleting it frees that space",
                         dir.display()
                     ));
                 }
@@ -372,15 +390,16 @@ pub fn open(
     include_bytes: bool,
     verify: bool,
 ) -> Result<Checkpoint, MergeError> {
-    if !dir.is_dir() {
-        if dir.exists() {
-            return Err(MergeError::NotADirectory(dir.to_path_buf()));
+    match lookup::stat(dir)? {
+        Some(m) if m.is_dir() => {}
+        Some(_) => return Err(MergeError::NotADirectory(dir.to_path_buf())),
+        None => {
+            return Err(MergeError::io(
+                "read",
+                dir,
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ))
         }
-        return Err(MergeError::io(
-            "read",
-            dir,
-            std::io::Error::from_raw_os_error(libc::ENOENT),
-        ));
     }
     let ckpt = read(dir, tag, include_bytes).map_err(input::explain)?;
     for e in &ckpt.entries {
@@ -404,15 +423,9 @@ pub fn open(
 
 /// Reads whatever checkpoint `dir` holds.
 fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint, MergeError> {
-    Ok(if let Some(meta) = dcp::metadata_path(dir) {
+    Ok(if let Some(meta) = dcp::metadata_path(dir)? {
         dcp::read(dir, &meta, include_bytes)?
-    } else if let Some(sub) = ["pytorch_model_fsdp_0", "pytorch_model_fsdp"]
-        .iter()
-        .map(|s| dir.join(s))
-        .find(|p| dcp::metadata_path(p).is_some())
-    {
-        // accelerate's save_state directory: the model's DCP checkpoint is one level down.
-        let meta = sub.join(".metadata");
+    } else if let Some((sub, meta)) = save_state_model(dir)? {
         let mut c = dcp::read(&sub, &meta, include_bytes)?;
         c.notes.push(format!(
             "accelerate's save_state layout: the model is read from `{}`",
@@ -424,6 +437,17 @@ fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint
     } else {
         return Err(not_a_checkpoint(dir));
     })
+}
+
+/// accelerate's save_state directory: the model's DCP checkpoint is one level down, the directory
+/// and its `.metadata`.
+fn save_state_model(dir: &Path) -> Result<Option<(PathBuf, PathBuf)>, MergeError> {
+    for sub in ["pytorch_model_fsdp_0", "pytorch_model_fsdp"].map(|s| dir.join(s)) {
+        if let Some(meta) = dcp::metadata_path(&sub)? {
+            return Ok(Some((sub, meta)));
+        }
+    }
+    Ok(None)
 }
 
 /// Says what a directory that is no known checkpoint contains, and what is missing.

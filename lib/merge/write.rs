@@ -691,23 +691,6 @@ pub fn staging_dirs(out_dir: &Path) -> Vec<(PathBuf, u32)> {
     v
 }
 
-/// Whether process `pid` exists (a zombie counts: its parent has not reaped it yet). A staging
-/// directory of a pid that is ours now was left by an earlier process with the same pid.
-pub fn pid_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return false;
-    }
-    let Ok(p) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if p <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    let r = unsafe { libc::kill(p, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 /// The total size of the files below `dir` (for messages).
 pub fn dir_size(dir: &Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(dir) else {

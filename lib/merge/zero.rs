@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::copy::Piece;
 use super::input::Input;
+use super::lookup;
 use super::pickle::{self, Globals, Id, Node, Pickle};
 use super::tensor::{DType, TensorRef};
 use super::torchzip;
@@ -70,7 +71,7 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
     let latest = dir.join("latest");
     let tag_dir = if let Some(t) = tag {
         dir.join(t)
-    } else if latest.is_file() {
+    } else if lookup::is_file(&latest)? {
         let t = std::fs::read_to_string(&latest).map_err(|e| MergeError::io("read", &latest, e))?;
         dir.join(t.trim())
     } else if !list(dir, "_model_states.pt").is_empty() {
@@ -78,7 +79,7 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
     } else {
         return Ok(None);
     };
-    if !tag_dir.is_dir() {
+    if !lookup::is_dir(&tag_dir)? {
         return Err(MergeError::NotACheckpoint {
             path: dir.to_path_buf(),
             found: format!(
@@ -101,15 +102,17 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
                 .into(),
         });
     }
-    let save_dir_files = if tag_dir == dir {
-        Vec::new()
-    } else {
-        std::iter::once("latest")
+    let mut save_dir_files = Vec::new();
+    if tag_dir != dir {
+        for p in std::iter::once("latest")
             .chain(RECOVERY_SCRIPTS.iter().copied())
             .map(|n| dir.join(n))
-            .filter(|p| p.is_file())
-            .collect()
-    };
+        {
+            if lookup::is_file(&p)? {
+                save_dir_files.push(p);
+            }
+        }
+    }
     Ok(Some(Found {
         dir: tag_dir,
         model_files,

@@ -9,6 +9,8 @@ use crate::cli::merge::{DtypeArg, MergeCli};
 use crate::env_vars::{Environment, ACCEL_NO_PROGRESS};
 use crate::error::Result;
 use crate::exit_status::ExitStatus;
+use crate::merge::lock::OutputLock;
+use crate::merge::lookup;
 use crate::merge::select::{self, Selection};
 use crate::merge::tensor::DType;
 use crate::merge::write::{self, Format};
@@ -84,35 +86,39 @@ pub fn run(cli: MergeCli, env: &Environment) -> Result<ExitStatus> {
         None => Vec::new(),
     };
     let names = output_names(&plan, &hf);
-    let created = !out_dir.exists();
-    if !created && !out_dir.is_dir() {
-        return Err(MergeError::OutputNotADirectory(out_dir).into());
-    }
     let interrupted = stop_on_signals();
-    if !created {
-        remove_abandoned_staging(&out_dir);
-    }
-    if !cli.force {
-        refuse_existing(&out_dir, &names)?;
-    }
-    std::fs::create_dir_all(&out_dir).map_err(|e| MergeError::io("create", &out_dir, e))?;
+    let (created, lock) = lock_output_dir(&out_dir)?;
     let staging = write::staging_dir(&out_dir, std::process::id());
-    let result = write_staged(
-        &cli,
-        env,
-        &ckpt,
-        &sel,
-        &plan,
-        &out_dir,
-        &staging,
-        &hf,
-        &names,
-        &interrupted,
-    );
+    let mut staged = None;
+    let result = (|| {
+        if !created {
+            remove_abandoned_staging(&out_dir, &lock);
+        }
+        if !cli.force {
+            refuse_existing(&out_dir, &names)?;
+        }
+        std::fs::create_dir(&staging).map_err(|e| MergeError::io("create", &staging, e))?;
+        staged = Some(staging.as_path());
+        write_staged(
+            &cli,
+            env,
+            &ckpt,
+            &sel,
+            &plan,
+            &out_dir,
+            &staging,
+            &hf,
+            &names,
+            &interrupted,
+        )
+    })();
     let (elapsed, bytes) = match result {
-        Ok(done) => done,
+        Ok(done) => {
+            drop(lock);
+            done
+        }
         Err(e) => {
-            discard_failed(&staging, &out_dir, created);
+            discard_failed(staged, lock, &out_dir, created);
             let replaced = if cli.force {
                 replaced_bytes(&out_dir, &names)
             } else {
@@ -190,12 +196,13 @@ fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
     interrupted
 }
 
-/// Removes the staging directories in `out_dir` of merges whose process is gone.
-fn remove_abandoned_staging(out_dir: &Path) {
+/// Removes the staging directories in `out_dir` of merges that are gone: all there are, as the
+/// output's lock, held here, says that no other merge writes there. Not the pid in a staging
+/// directory's name: it is a pid of the host and pid namespace the merge ran in, which may be another
+/// (a container, another node over NFS), where a live merge's pid is no process here and a dead
+/// one's can be a live process's (pid 1, in a container).
+fn remove_abandoned_staging(out_dir: &Path, _held: &OutputLock) {
     for (dir, pid) in write::staging_dirs(out_dir) {
-        if write::pid_alive(pid) {
-            continue;
-        }
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => eprintln!(
                 "{TOOL}: removed `{}`, left by a merge (process {pid}) that is gone",
@@ -220,11 +227,63 @@ fn refuse_existing(out_dir: &Path, names: &[String]) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// What a failed merge removes: its staging directory, and the output directory if it created it.
-fn discard_failed(staging: &Path, out_dir: &Path, created: bool) {
-    let _ = std::fs::remove_dir_all(staging);
+/// Makes the output directory if it is missing (and its parents); says whether this merge made it.
+/// Only a directory this call's own `mkdir` made counts: one that appears meanwhile is someone
+/// else's, as is one that was there.
+fn make_output_dir(out_dir: &Path) -> Result<bool, MergeError> {
+    if let Some(parent) = out_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| MergeError::io("create", parent, lookup::mkdir_error(parent, e)))?;
+    }
+    match std::fs::create_dir(out_dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::metadata(out_dir) {
+                Ok(m) if m.is_dir() => Ok(false),
+                Ok(_) => Err(MergeError::OutputNotADirectory(out_dir.to_path_buf())),
+                Err(e) => Err(MergeError::io("create", out_dir, e)),
+            }
+        }
+        Err(e) => Err(MergeError::io("create", out_dir, e)),
+    }
+}
+
+/// Makes the output directory if need be ([`make_output_dir`]) and takes its lock, which this merge
+/// holds until its output is in place or discarded: whether it made the directory, and the lock.
+fn lock_output_dir(out_dir: &Path) -> Result<(bool, OutputLock), MergeError> {
+    let mut tries = 0;
+    loop {
+        let created = make_output_dir(out_dir)?;
+        match OutputLock::take(out_dir) {
+            Ok(lock) => return Ok((created, lock)),
+            // Removed between the two steps, emptied, by a merge that had made it and failed.
+            Err(MergeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
+            {
+                tries += 1;
+            }
+            Err(e) => {
+                if created {
+                    let _ = std::fs::remove_dir(out_dir);
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// What a failed merge removes: the staging directory it made (`None` if it made none), and the output directory if it made it and nothing
+/// else is in it. Whatever others put into the directory meanwhile (a user's file, another merge's
+/// output) stays, and with it the directory: `rmdir` removes only an empty one, in one step, so
+/// nothing written there at any moment is lost.
+/// The lock goes (with its file) before the directory, which it would keep from being empty.
+fn discard_failed(staging: Option<&Path>, lock: OutputLock, out_dir: &Path, created: bool) {
+    if let Some(staging) = staging {
+        let _ = std::fs::remove_dir_all(staging);
+    }
+    drop(lock);
     if created {
-        let _ = std::fs::remove_dir_all(out_dir);
+        let _ = std::fs::remove_dir(out_dir);
     }
 }
 
@@ -308,7 +367,6 @@ fn write_staged(
     names: &[String],
     interrupted: &std::sync::atomic::AtomicUsize,
 ) -> Result<(f64, u64), MergeError> {
-    std::fs::create_dir(staging).map_err(|e| MergeError::io("create", staging, e))?;
     let start = Instant::now();
     let bar = progress_bar(cli, env, plan.tensor_bytes);
     let tick = |n: u64| {
@@ -467,14 +525,15 @@ fn replaced_files(out_dir: &Path, names: &[String]) -> Vec<PathBuf> {
 }
 
 fn hf_files(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
-    if !dir.is_dir() {
+    if !lookup::is_dir(dir)? {
         return Err(MergeError::NotADirectory(dir.to_path_buf()));
     }
-    let found: Vec<PathBuf> = HF_FILES
-        .iter()
-        .map(|n| dir.join(n))
-        .filter(|p| p.is_file())
-        .collect();
+    let mut found = Vec::new();
+    for p in HF_FILES.iter().map(|n| dir.join(n)) {
+        if lookup::is_file(&p)? {
+            found.push(p);
+        }
+    }
     if found.is_empty() {
         return Err(MergeError::NotACheckpoint {
             path: dir.to_path_buf(),
