@@ -793,60 +793,6 @@ fn validate_says_whether_accelerate_accepts_the_file() {
     );
 }
 
-/// Issue 41 item 8: a JSON file that begins with a UTF-8 byte-order mark was called valid though
-/// accelerate's loader raises on it (`json.load` of a file opened as `utf-8`); a YAML file, or one
-/// named `.JSON` (which accelerate reads as YAML), keeps its mark and loads on both sides.
-#[test]
-fn validate_says_accelerate_raises_on_a_json_byte_order_mark() {
-    let home = tempdir();
-    let dir = home.path();
-    let json = "{\"compute_environment\": \"LOCAL_MACHINE\", \"distributed_type\": \"NO\", \"mixed_precision\": \"no\", \"num_processes\": 1, \"use_cpu\": true}\n";
-    let yaml = "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: 'no'\nnum_processes: 1\nuse_cpu: true\n";
-    let bom_json = dir.join("bom.json");
-    fs::write(&bom_json, format!("\u{feff}{json}")).unwrap();
-    Run::new("accel-config", dir)
-        .arg("validate")
-        .arg(&bom_json)
-        .run()
-        .code_is(1)
-        .stderr_contains("accelerate would refuse or misread it (1 problem)")
-        .stderr_contains("begins with a UTF-8 byte-order mark");
-    Run::new("accel-config", dir)
-        .args(["validate", "--accel_only"])
-        .arg(&bom_json)
-        .run()
-        .code_is(0);
-    let code = format!(
-        "from accelerate.commands.config.config_args import load_config_from_file as l\n\
-         try:\n\
-         \x20   l({:?}); print('loaded')\n\
-         except Exception as e:\n\
-         \x20   print(type(e).__name__, e)",
-        bom_json.display().to_string()
-    );
-    let theirs = python(&code, &BTreeMap::new());
-    assert!(
-        theirs.contains("JSONDecodeError Unexpected UTF-8 BOM"),
-        "accelerate on a JSON BOM: {theirs}"
-    );
-    let mut good = Vec::new();
-    for (name, body) in [("bom.yaml", yaml), ("upper.JSON", json)] {
-        let path = dir.join(name);
-        fs::write(&path, format!("\u{feff}{body}")).unwrap();
-        Run::new("accel-config", dir)
-            .arg("validate")
-            .arg(&path)
-            .run()
-            .code_is(0)
-            .stdout_contains("valid (accel and accelerate read the same values)");
-        good.push(path);
-    }
-    for (path, theirs) in good.iter().zip(accelerate_load_many(&good)) {
-        assert_eq!(theirs["distributed_type"], "NO", "{}", path.display());
-        assert_eq!(theirs["use_cpu"], true, "{}", path.display());
-    }
-}
-
 /// `show` prints YAML that accelerate loads with the same values as accel resolves, for values YAML 1.1
 /// would misread (`NO`, `no`, `off`) and with --origin comments.
 #[test]
@@ -987,15 +933,6 @@ const FSDP1_CASES: &[(&str, &str)] = &[
         "distributed_type: MULTI_GPU\nnum_processes: 2\nfsdp_config: {}\n",
     ),
     (
-        "merge_key_flow.yaml",
-        "distributed_type: FSDP\nnum_processes: 2\nbase: &b\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_sync_module_states: true\n  fsdp_offload_params: false\nfsdp_config: {<<: *b}\n",
-    ),
-    (
-        "merge_key_list.yaml",
-        "distributed_type: FSDP\nnum_processes: 2\nd: &d\n  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_offload_params: true\ne: &e\n  <<: *d\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_state_dict_type: FULL_STATE_DICT\n\
-         fsdp_config:\n  <<: [*d, *e]\n  fsdp_offload_params: false\n",
-    ),
-    (
         "fsdp1.json",
         "{\"distributed_type\": \"FSDP\", \"num_processes\": 2, \"fsdp_config\": {\"fsdp_sharding_strategy\": \"FULL_SHARD\", \"fsdp_sync_module_states\": true, \"fsdp_offload_params\": false}}",
     ),
@@ -1076,52 +1013,6 @@ fn to_fsdp2_writes_what_accelerate_writes() {
             "{gone} leaked"
         );
     }
-}
-
-/// Issue 41 item 9: a YAML merge key (`fsdp_config: {<<: *b}`) is resolved as PyYAML resolves it for
-/// accelerate, where accel kept `<<` as a key, left the merged FSDP1 keys unconverted and said nothing;
-/// the file cannot be edited line by line, which is said. (to_fsdp2_writes_what_accelerate_writes
-/// compares these conversions with accelerate's own.)
-#[test]
-fn to_fsdp2_resolves_yaml_merge_keys() {
-    let home = tempdir();
-    let dir = home.path();
-    let input = dir.join("merge.yaml");
-    fs::write(
-        &input,
-        "distributed_type: FSDP\nnum_processes: 2\nbase: &b\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_offload_params: true\nfsdp_config: {<<: *b, fsdp_offload_params: false}\n",
-    )
-    .unwrap();
-    let shown = show_json(dir, &input);
-    assert_eq!(
-        shown["fsdp_config"]["fsdp_sharding_strategy"],
-        "SHARD_GRAD_OP"
-    );
-    assert_eq!(shown["fsdp_config"]["fsdp_offload_params"], false);
-    assert!(shown["fsdp_config"].get("<<").is_none(), "{shown}");
-    let out = dir.join("out.yaml");
-    Run::new("accel-config", dir)
-        .args(["to-fsdp2", "--config_file"])
-        .arg(&input)
-        .arg("--output_file")
-        .arg(&out)
-        .run()
-        .code_is(0)
-        .stderr_contains("cannot be edited line by line; written whole");
-    let written: Value = serde_yaml_ng::from_str(&fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(
-        written["fsdp_config"],
-        serde_json::json!({"fsdp_offload_params": false, "fsdp_reshard_after_forward": false, "fsdp_version": 2})
-    );
-    // A merge key takes mappings, as PyYAML says.
-    let scalar = dir.join("scalar.yaml");
-    fs::write(&scalar, "distributed_type: FSDP\nfsdp_config: {<<: 3}\n").unwrap();
-    Run::new("accel-config", dir)
-        .arg("validate")
-        .arg(&scalar)
-        .run()
-        .code_is(1)
-        .stderr_contains("a merge key (`<<`) takes a mapping or a list of mappings");
 }
 
 /// Comments, order and the renamed key's line are kept; each dropped key is a warning with its

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::file::{Document, Format};
+use super::file::Format;
 use super::schema::{self, Kind};
 use super::{value, Loaded};
 
@@ -26,12 +26,6 @@ pub fn check(loaded: &Loaded) -> Vec<Incompatibility> {
             doc.path.display()
         )));
         return out;
-    }
-    if json_with_bom(doc) {
-        out.push(Incompatibility(format!(
-            "{}: accelerate cannot read a JSON file that begins with a UTF-8 byte-order mark (`json.load` raises `Unexpected UTF-8 BOM`): save it without one",
-            doc.path.display()
-        )));
     }
     for key in doc.map.keys() {
         let migrated_by_accelerate = key == "fp16" || key == "dynamo_backend";
@@ -58,13 +52,6 @@ pub fn check(loaded: &Loaded) -> Vec<Incompatibility> {
         out.extend(yaml11_misreadings(loaded));
     }
     out
-}
-
-/// A byte-order mark accelerate's JSON reading raises on: `load_config_from_file` opens the file as
-/// `utf-8` (not `utf-8-sig`) and `json.load` refuses the mark, where PyYAML reads past it. accelerate
-/// picks JSON by the name ending in `.json`, exactly (a `.JSON` file is read as YAML).
-fn json_with_bom(doc: &Document) -> bool {
-    doc.bom() && doc.path.to_string_lossy().ends_with(".json")
 }
 
 /// Plain scalars that PyYAML (YAML 1.1) reads as a different value than accel (YAML 1.2): `No`/`on`
@@ -279,20 +266,5 @@ mod tests {
         assert_eq!(pyyaml_plain("0.5"), Value::from(0.5));
         assert_eq!(pyyaml_plain("bf16"), Value::from("bf16"));
         assert_eq!(pyyaml_plain("-1"), Value::from(-1));
-    }
-
-    /// accelerate raises on a byte-order mark only where it reads JSON: a name ending in `.json`.
-    #[test]
-    fn a_json_byte_order_mark_is_refused() {
-        let text = "\u{feff}{\"distributed_type\": \"NO\"}";
-        let refused = |name: &str| {
-            let doc = Document::parse(std::path::Path::new(name), text.into()).unwrap();
-            check(&super::super::normalize(doc).unwrap())
-                .iter()
-                .any(|p| p.0.contains("byte-order mark"))
-        };
-        assert!(refused("c.json"));
-        assert!(!refused("c.JSON"));
-        assert!(!refused("c.yaml"));
     }
 }

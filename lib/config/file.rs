@@ -147,11 +147,6 @@ impl Document {
         })
     }
 
-    /// The file began with a UTF-8 byte-order mark.
-    pub fn bom(&self) -> bool {
-        self.bom
-    }
-
     /// The file's text as read, without a byte-order mark.
     pub fn text(&self) -> &str {
         &self.text
@@ -237,15 +232,7 @@ pub(crate) fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
         ),
         Y::Mapping(m) => {
             let mut out = Map::new();
-            let mut own = Vec::with_capacity(m.len());
             for (k, v) in m {
-                if k.as_str() == Some(MERGE_KEY) {
-                    merge_into(&mut out, yaml_to_json(v)?)?;
-                    continue;
-                }
-                own.push((k, v));
-            }
-            for (k, v) in own {
                 let key = match k {
                     Y::String(s) => s,
                     Y::Bool(b) => b.to_string(),
@@ -258,33 +245,6 @@ pub(crate) fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
         }
         Y::Tagged(t) => yaml_to_json(t.value)?,
     })
-}
-
-/// YAML's merge key (`<<: *base`), which PyYAML's `safe_load` resolves (and so accelerate, e.g.
-/// `accelerate/commands/to_fsdp2.py::load_config`) where serde_yaml_ng keeps it as a key.
-const MERGE_KEY: &str = "<<";
-
-/// The mappings of a merge key into `out`, as PyYAML's `SafeConstructor.flatten_mapping` merges them:
-/// the mapping's own keys win over merged ones (they are inserted after), and of a list of mappings
-/// the earlier wins. A merged mapping has had its own merge keys resolved already.
-fn merge_into(out: &mut Map<String, Value>, merged: Value) -> Result<(), String> {
-    let refused =
-        "a merge key (`<<`) takes a mapping or a list of mappings (PyYAML refuses others)";
-    let maps = match merged {
-        Value::Object(m) => vec![m],
-        Value::Array(items) => items
-            .into_iter()
-            .map(|v| match v {
-                Value::Object(m) => Ok(m),
-                _ => Err(refused.to_string()),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => return Err(refused.into()),
-    };
-    for map in maps.into_iter().rev() {
-        out.extend(map);
-    }
-    Ok(())
 }
 
 /// serde_yaml_ng reports a duplicate key at the start of its mapping; users need the duplicate's own
@@ -543,17 +503,6 @@ pub fn type_hint_parse_mapping(raw: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// PyYAML's merge keys: own keys win, the earlier of a list wins, chains resolve, a scalar is refused.
-    #[test]
-    fn yaml_merge_keys_resolve_as_pyyaml() {
-        let text = "a: &a {x: 1, y: 1}\nb: &b {<<: *a, y: 2, z: 2}\nc:\n  <<: [*a, *b]\n  x: 3\n";
-        let doc = Document::parse(Path::new("c.yaml"), text.into()).unwrap();
-        assert_eq!(doc.map["b"], serde_json::json!({"x": 1, "y": 2, "z": 2}));
-        assert_eq!(doc.map["c"], serde_json::json!({"x": 3, "y": 1, "z": 2}));
-        let refused = Document::parse(Path::new("c.yaml"), "c: {<<: 1}\n".into());
-        assert!(matches!(refused, Err(ConfigError::Parse { .. })));
-    }
 
     #[test]
     fn yaml_quotes_yaml11_booleans() {
