@@ -2,33 +2,25 @@
 //! `torch` feature (the whole module is gated in tests/main.rs).
 #![allow(clippy::unwrap_used)]
 
-use crate::util::{free_port, ChildExt as _, CommandExt as _, WAIT};
+use crate::util::{bin, free_port, venv_python, ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-test");
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
-
 /// accel-test with none of the caller's SLURM_*/ACCEL_*/MASTER_* variables (a test run inside an
 /// allocation must not change the world it plans), no config file, and the venv on PATH.
 fn cmd() -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = crate::util::tool("accel-test");
     isolated(&mut c);
     c
 }
 
-fn isolated(c: &mut Command) {
+/// The environment of [`cmd`], for a command that runs accel-test behind a wrapper (a cgroup, a
+/// network namespace): nothing of the caller's but the test's mark.
+pub(crate) fn isolated(c: &mut Command) {
     c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env(
-            "PATH",
-            format!(
-                "{}/.venv/bin:{}",
-                env!("CARGO_MANIFEST_DIR"),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+        .marked()
+        .env("PATH", crate::util::venv_path())
         .env("HOME", "/nonexistent-accel-test-home")
         .env("HF_HOME", "/nonexistent-accel-test-home");
 }
@@ -102,7 +94,7 @@ fn four_cpu_ranks_pass_every_collective() {
 }
 
 #[test]
-fn json_report() {
+fn json_gives_the_verdict_the_world_size_and_the_checks_run() {
     let o = accel_test(&[
         "--cpu",
         "--num_processes",
@@ -166,8 +158,7 @@ fn a_rank_killed_mid_test_is_named_and_nothing_survives() {
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let _bound = crate::util::proc::Deadline::new(child.id(), Duration::from_secs(120));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
@@ -255,8 +246,7 @@ fn busy_world(d: &std::path::Path) -> (std::process::Child, Vec<u32>, Vec<u32>) 
         .env("ACCEL_PYTHON", &fake)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let until = Instant::now() + Duration::from_secs(30);
     let sleepers = loop {
         let text = std::fs::read_to_string(&pids).unwrap_or_default();
@@ -281,15 +271,10 @@ fn busy_world(d: &std::path::Path) -> (std::process::Child, Vec<u32>, Vec<u32>) 
     (child, ranks, sleepers)
 }
 
-fn all_gone_within(pids: &[u32], limit: Duration) -> Vec<u32> {
-    let until = Instant::now() + limit;
-    while pids.iter().any(|p| crate::util::alive(*p as i32)) && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    pids.iter()
-        .copied()
-        .filter(|p| crate::util::alive(*p as i32))
-        .collect()
+/// The processes of `pids` still running after `limit` (killed: tests/util/survivors.rs).
+fn all_gone_within(pids: &[u32], limit: Duration) -> Vec<i32> {
+    let pids: Vec<i32> = pids.iter().map(|p| *p as i32).collect();
+    crate::util::survivors::survivors(&pids, limit)
 }
 
 #[test]
@@ -516,11 +501,10 @@ fn world_of_three_on(
                 .args(["--worker", "--timeout", "60", "--check", check])
                 .envs(contract(r))
                 .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
+                .start()
         })
         .collect();
-    let py = Command::new(PYTHON)
+    let py = Command::new(venv_python())
         .arg("-c")
         .arg(script)
         .args(args)
@@ -532,7 +516,11 @@ fn world_of_three_on(
 
 #[test]
 fn wire_compatible_with_torch_distributed() {
-    assert!(std::path::Path::new(PYTHON).exists(), "missing {PYTHON}");
+    assert!(
+        venv_python().exists(),
+        "missing {}",
+        venv_python().display()
+    );
     let (py, outs) = world_of_three("all_reduce.sum float32", WIRE, &[]);
     assert!(py.status.success(), "{}", text(&py));
     assert!(
@@ -568,7 +556,7 @@ fn python_side_is_checked_with_the_users_python() {
             "--python",
         ])
         .env("HF_HOME", "/nonexistent-accel-test-home")
-        .env("ACCEL_PYTHON", PYTHON)
+        .env("ACCEL_PYTHON", venv_python())
         .output_within(WAIT);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
@@ -669,7 +657,11 @@ fn with_a_wrong_peer(check: &str, mode: &str) -> Vec<Vec<serde_json::Value>> {
 /// element is caught, with the check, the element and (for gathers) the rank it came from.
 #[test]
 fn a_wrong_value_from_a_peer_fails_the_check_naming_element_and_rank() {
-    assert!(std::path::Path::new(PYTHON).exists(), "missing {PYTHON}");
+    assert!(
+        venv_python().exists(),
+        "missing {}",
+        venv_python().display()
+    );
     // all_reduce: both accel-test ranks hold the wrong sum at element 5 (3 ranks: 6*6 expected + 100).
     let fails = with_a_wrong_peer("all_reduce.sum float32", "all_reduce");
     for (rank, f) in fails.iter().enumerate() {
@@ -719,8 +711,7 @@ fn different_world_sizes_are_named_as_a_mismatch() {
                 ("MASTER_PORT", port.as_str()),
             ])
             .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .start()
     };
     let r0 = worker("0", "3");
     let r1 = worker("1", "2");
@@ -748,7 +739,7 @@ fn different_world_sizes_are_named_as_a_mismatch() {
 #[test]
 fn a_world_too_large_for_this_machines_memory_is_refused_before_any_rank_starts() {
     let g = crate::util::cgroup::Cgroup::new("memory").memory_limit(1 << 30);
-    let mut c = g.command(std::path::Path::new(BIN));
+    let mut c = g.command(&bin("accel-test"));
     isolated(&mut c);
     let o = c
         .args(["--cpu", "--num_processes", "8", "--timeout", "5"])
@@ -795,7 +786,7 @@ fn sigterm_while_ranks_start_on_a_starved_machine_starts_no_more() {
     use std::collections::BTreeSet;
     let n = 24;
     let g = crate::util::cgroup::Cgroup::new("cpu").cpu_percent(2);
-    let mut c = g.command(std::path::Path::new(BIN));
+    let mut c = g.command(&bin("accel-test"));
     isolated(&mut c);
     c.args(["--cpu", "--num_processes", &n.to_string(), "--timeout", "5"])
         .stdin(Stdio::null());
@@ -804,7 +795,7 @@ fn sigterm_while_ranks_start_on_a_starved_machine_starts_no_more() {
     let (out, err) = (d.path().join("stdout"), d.path().join("stderr"));
     c.stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap());
-    let mut child = c.spawn().unwrap();
+    let mut child = c.start();
     let pid = child.id() as i32;
     let _reaper = crate::util::proc::Reaper(pid);
     let workers = |seen: &mut BTreeSet<i32>| {
@@ -857,14 +848,8 @@ fn sigterm_while_ranks_start_on_a_starved_machine_starts_no_more() {
 fn c10d_warnings_are_quiet_unless_asked_for() {
     let run = |level: Option<&str>| {
         let mut c = Command::new("unshare");
-        c.args([
-            "-n",
-            "sh",
-            "-c",
-            r#"ip link set lo up && exec "$@""#,
-            "sh",
-            BIN,
-        ]);
+        c.args(["-n", "sh", "-c", r#"ip link set lo up && exec "$@""#, "sh"])
+            .arg(bin("accel-test"));
         isolated(&mut c);
         if let Some(l) = level {
             c.env("TORCH_CPP_LOG_LEVEL", l);

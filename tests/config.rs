@@ -533,7 +533,7 @@ fn questionnaire_refuses_without_terminal() {
 }
 
 #[test]
-fn get_for_scripts() {
+fn get_prints_one_value_and_exits_1_when_unset_2_when_unknown() {
     let home = tempdir();
     let file = home.path().join("c.yaml");
     fs::write(

@@ -6,7 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::{alive, free_port};
+use crate::util::launcher::{launcher, node_flags};
+use crate::util::{alive, fixture, free_port, venv_python};
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader, Write as _};
@@ -15,34 +16,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const SECRET: &str = "drill-secret-0123456789abcdef";
 const GRACE: u64 = 3;
 /// accel-launch's wait for a rank after SIGKILL (`supervise::KILL_WAIT`).
 const KILL_WAIT: u64 = 10;
 
-fn python() -> PathBuf {
-    crate::util::venv_python()
-}
-
-fn fixture(name: &str) -> PathBuf {
-    crate::util::repo().join("tests/fixtures").join(name)
-}
-
 /// One node's launcher of an `nodes`-node run on loopback, authenticated, `--grace_period 3`.
-fn launcher(dir: &Path, port: u16, nodes: u32, node: u32, extra: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("ACCEL_PYTHON", python())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("ACCEL_LAUNCH_SECRET", SECRET)
-        .args(["--cpu", "--num_machines", &nodes.to_string()])
-        .args(["--machine_rank", &node.to_string()])
-        .args(["--main_process_ip", "127.0.0.1"])
-        .args(["--main_process_port", &port.to_string()])
+fn node_command(dir: &Path, port: u16, nodes: u32, node: u32, extra: &[&str]) -> Command {
+    let mut c = launcher(dir);
+    c.env("ACCEL_LAUNCH_SECRET", SECRET);
+    node_flags(&mut c, nodes, node, "127.0.0.1", &port.to_string())
         .args(["--grace_period", &GRACE.to_string()]);
     if !extra.contains(&"--rdzv_timeout") {
         c.args(["--rdzv_timeout", "120"]);
@@ -60,7 +43,7 @@ struct Watched {
 
 impl Watched {
     fn spawn(mut c: Command) -> Watched {
-        let mut child = c.spawn().unwrap();
+        let mut child = c.start();
         let err = child.stderr.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&lines);
@@ -210,14 +193,12 @@ impl NeverFs {
         assert!(Path::new("/dev/fuse").exists(), "this test needs /dev/fuse");
         let mnt = dir.join("never");
         std::fs::create_dir(&mnt).unwrap();
-        let mut server = Command::new(python())
+        let mut server = Command::new(venv_python())
             .arg(fixture("fuse_never.py"))
             .arg(&mnt)
-            .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .start();
         let out = server.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&lines);
@@ -280,7 +261,7 @@ fn unkillable_drill(dir: &Path, env: &[(&str, String)], hold: impl FnOnce(i32)) 
     let port = free_port();
     let script = fixture("launch/stuck.py");
     let start = |node| {
-        let mut c = launcher(dir, port, 2, node, &["--nproc_per_node", "2"]);
+        let mut c = node_command(dir, port, 2, node, &["--nproc_per_node", "2"]);
         c.env("STUCK_RANK", "3");
         for (k, v) in env {
             c.env(k, v);
@@ -359,7 +340,7 @@ fn a_rank_blocked_on_a_fuse_read_ends_the_run_within_grace_and_the_kill_wait() {
 fn a_node_that_never_reports_its_end_is_lost_at_its_deadline() {
     let d = crate::util::tempdir();
     let port = free_port();
-    let mut c = launcher(
+    let mut c = node_command(
         d.path(),
         port,
         2,
@@ -450,7 +431,7 @@ fn usr1_and_sigterm_to_a_launcher_still_joining_end_the_join_at_once() {
         // Node 2 never comes: nodes 0 and 1 are still joining.
         let nodes = 3;
         let start = |node: u32| {
-            let mut c = launcher(
+            let mut c = node_command(
                 d.path(),
                 port,
                 nodes,
@@ -503,8 +484,8 @@ fn ctrl_c_during_a_replacement_wait_ends_it_at_once() {
     let d = crate::util::tempdir();
     let port = free_port();
     let script = ["--max_restarts", "1", "--no_python", "sleep", "300"];
-    let n0 = Watched::spawn(launcher(d.path(), port, 2, 0, &script));
-    let mut n1 = launcher(d.path(), port, 2, 1, &script).spawn().unwrap();
+    let n0 = Watched::spawn(node_command(d.path(), port, 2, 0, &script));
+    let mut n1 = node_command(d.path(), port, 2, 1, &script).start();
     // Both nodes' ranks run once node 1 has joined; then node 1's launcher dies.
     let t = Instant::now();
     loop {
@@ -549,10 +530,10 @@ fn a_local_error_on_node_1_only_reaches_node_0_with_its_status() {
     std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let path = std::env::var("PATH").unwrap_or_default();
     let args = ["--rdzv_timeout", "60", "--no_python", "only-on-node-0"];
-    let mut c0 = launcher(d.path(), port, 2, 0, &args);
+    let mut c0 = node_command(d.path(), port, 2, 0, &args);
     c0.env("PATH", format!("{}:{path}", bin0.display()));
     let n0 = Watched::spawn(c0);
-    let n1 = Watched::spawn(launcher(d.path(), port, 2, 1, &args));
+    let n1 = Watched::spawn(node_command(d.path(), port, 2, 1, &args));
     let (c1, e1, a1) = n1.finish_within(WAIT);
     let (c0, e0, a0) = n0.finish_within(WAIT);
     assert_eq!((c0, c1), (127, 127), "node 0:\n{e0}\nnode 1:\n{e1}");
@@ -593,7 +574,7 @@ fn three_uneven_nodes_1_2_1_form_one_world() {
                     extra.extend(["--num_processes".to_string(), t.to_string()]);
                 }
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let mut c = launcher(d.path(), port, 3, n as u32, &extra);
+                let mut c = node_command(d.path(), port, 3, n as u32, &extra);
                 c.arg(&script).arg(d.path()).arg("allreduce");
                 Watched::spawn(c)
             })
@@ -749,8 +730,8 @@ fn a_stuck_supervision_stops_heartbeating_and_its_node_is_lost() {
         d.path().display()
     );
     let args = ["--no_python", "sh", "-c", rank.as_str()];
-    let n0 = Watched::spawn(launcher(d.path(), port, 2, 0, &args));
-    let n1 = Watched::spawn(launcher(d.path(), port, 2, 1, &args));
+    let n0 = Watched::spawn(node_command(d.path(), port, 2, 0, &args));
+    let n1 = Watched::spawn(node_command(d.path(), port, 2, 1, &args));
     wait_file(&d.path().join("rank.0"), Duration::from_secs(60));
     let r1 = wait_file(&d.path().join("rank.1"), Duration::from_secs(60));
     let r1: i32 = r1

@@ -12,9 +12,9 @@
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use crate::util::{bin, repo, tempdir};
+use crate::util::{bin, isolated, tempdir, venv_bin, venv_path};
 
 const CONFIG: &str = "compute_environment: LOCAL_MACHINE
 distributed_type: DEEPSPEED
@@ -36,18 +36,8 @@ same_network: true
 
 fn launch(program: &Path, sub: Option<&str>, home: &Path, out: &Path) -> BTreeMap<u32, String> {
     std::fs::create_dir(out).unwrap();
-    let venv = repo().join(".venv/bin");
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                venv.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+    let mut cmd = isolated(program);
+    cmd.env("PATH", venv_path())
         .env("HOME", home)
         .env("ACCEL_NO_PROGRESS", "1")
         .env("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -59,7 +49,7 @@ fn launch(program: &Path, sub: Option<&str>, home: &Path, out: &Path) -> BTreeMa
     let o = cmd
         .arg("--config_file")
         .arg(home.join("ds.yaml"))
-        .arg(repo().join("tests/fixtures/deepspeed_accelerate_probe.py"))
+        .arg(crate::util::fixture("deepspeed_accelerate_probe.py"))
         .arg(out)
         .output_within(WAIT);
     assert!(
@@ -83,7 +73,7 @@ fn accelerate_deepspeed_path_same_env_and_loss_as_accelerate_launch() {
     let d = tempdir();
     std::fs::write(d.path().join("ds.yaml"), CONFIG).unwrap();
     let reference = launch(
-        &repo().join(".venv/bin/accelerate"),
+        &venv_bin().join("accelerate"),
         Some("launch"),
         d.path(),
         &d.path().join("accelerate"),

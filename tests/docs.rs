@@ -95,34 +95,37 @@ fn man_pages_name_only_existing_flags() {
         }
     }
     known.extend(["help", "version"].map(String::from));
-    // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, torchrun (whose
-    // flags Kubeflow's PET_* variables carry), docker, a user script's (examples/train.py), the
-    // estimate benchmark's (scripts/bench/estimate-vs-measured --grid).
-    known.extend(
-        [
-            "include",
-            "exclude",
-            "gpus-per-task",
-            "ntasks-per-node",
-            "virtual-local-rank",
-            "nnodes",
-            "node_rank",
-            "master_addr",
-            "master_port",
-            "cap-add",
-            "lr",
-            "checkpoint_dir",
-            "signal",
-            "requeue",
-            "no-requeue",
-            "grid",
-            // the control plane's benchmark (scripts/bench/control --simulate).
-            "simulate",
-            // numactl's (torch's NUMA binding).
-            "physcpubind",
-        ]
-        .map(String::from),
+    // Other programs' flags the pages discuss: DeepSpeed's launcher, srun and sbatch, docker, a user
+    // script's (examples/train.py), the estimate benchmark's (scripts/bench/estimate-vs-measured
+    // --grid). torchrun's flags are accel-launch's own now, and checked as such.
+    let others = [
+        "include",
+        "exclude",
+        "gpus-per-task",
+        "ntasks-per-node",
+        "cap-add",
+        "lr",
+        "checkpoint_dir",
+        "signal",
+        "requeue",
+        "no-requeue",
+        "grid",
+        // the control plane's benchmark (scripts/bench/control --simulate).
+        "simulate",
+        // numactl's (torch's NUMA binding).
+        "physcpubind",
+    ];
+    // An entry that is a tool's own flag would let that flag vanish from the tool unnoticed.
+    let own: Vec<&str> = others
+        .iter()
+        .copied()
+        .filter(|f| known.contains(*f))
+        .collect();
+    assert!(
+        own.is_empty(),
+        "flags listed as other programs' that are a tool's own: {own:?}"
     );
+    known.extend(others.map(String::from));
     let mut unknown = Vec::new();
     for tool in accel::cli::tools() {
         let page = String::from_utf8(accel::docs::man_page(&tool))
@@ -141,4 +144,30 @@ fn man_pages_name_only_existing_flags() {
     unknown.sort();
     unknown.dedup();
     assert!(unknown.is_empty(), "flags no tool has: {unknown:#?}");
+}
+
+/// `TOOL -h` opens with the tool's own one-liner (its NAME line), not the package's sentence.
+#[test]
+fn every_tools_short_help_opens_with_its_own_one_liner() {
+    let blurb = env!("CARGO_PKG_DESCRIPTION");
+    let d = crate::util::tempdir();
+    for tool in accel::cli::tools() {
+        let o = crate::util::Run::new(tool.name, d.path())
+            .args(["-h"])
+            .run();
+        let first = o
+            .stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let expected = accel::docs::one_liner(&(tool.command)()).unwrap();
+        assert_eq!(first, expected, "{} -h", tool.name);
+        assert!(
+            !o.stdout.contains(blurb),
+            "{} -h shows the package sentence",
+            tool.name
+        );
+    }
 }

@@ -7,15 +7,38 @@ use std::path::Path;
 use crate::util::{tempdir, Run};
 
 /// A script whose ranks exit 0 (`ok.py`) and one whose rank 1 fails while rank 0 waits to be
-/// stopped (`fail.py`).
+/// stopped (`fail.py`): rank 0 handles SIGTERM by winding down for [`WIND_DOWN`] s, then writes
+/// `wound_down` beside the script and exits 0; rank 1 exits 3 once rank 0's handler is in place
+/// (`ready`), so that the SIGTERM never finds rank 0 without it.
 fn scripts(dir: &Path) {
     std::fs::write(dir.join("ok.py"), "print('ok')\n").unwrap();
     std::fs::write(
         dir.join("fail.py"),
-        "import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(600)\n",
+        format!(
+            r#"import os, signal, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+if os.environ['RANK'] == '1':
+    t = time.time()
+    while not os.path.exists(os.path.join(here, 'ready')) and time.time() - t < 120:
+        time.sleep(0.05)
+    sys.exit(3)
+stopped = []
+signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+open(os.path.join(here, 'ready'), 'w').close()
+t = time.time()
+while not stopped and time.time() - t < 600:
+    time.sleep(0.1)
+time.sleep({WIND_DOWN})
+open(os.path.join(here, 'wound_down'), 'w').close()
+"#
+        ),
     )
     .unwrap();
 }
+
+/// How long `fail.py`'s rank 0 takes to stop after SIGTERM: any grace period shorter than this
+/// SIGKILLs it before it is done.
+const WIND_DOWN: u32 = 3;
 
 fn launch(home: &Path, args: &[&str]) -> Run {
     Run::new("accel-launch", home)
@@ -77,6 +100,10 @@ fn bad_accel_launch_grace_is_a_usage_error() {
     }
 }
 
+/// `--grace_period inf` and `ACCEL_LAUNCH_GRACE=inf`: a rank stopped after another's failure gets
+/// all the time it takes. Rank 0 of `fail.py` takes [`WIND_DOWN`] s after SIGTERM: it finishes (a
+/// finite grace shorter than that, 0 s included, would SIGKILL it first), and the run still ends,
+/// with the failing rank's status.
 #[test]
 fn infinite_grace_means_never() {
     let home = tempdir();
@@ -88,11 +115,26 @@ fn infinite_grace_means_never() {
         .env("ACCEL_LAUNCH_GRACE", "inf")
         .run()
         .success();
-    // A failing rank: the other is stopped with SIGTERM (it does not ignore it), so never
-    // escalating to SIGKILL still ends the run with the failing rank's status.
-    launch(home.path(), &["--grace_period", "inf", "fail.py"])
-        .run()
-        .code_is(3);
+    let wound_down = home.path().join("wound_down");
+    for (args, env) in [
+        (&["--grace_period", "inf", "fail.py"][..], None),
+        (&["fail.py"][..], Some("inf")),
+    ] {
+        for f in ["ready", "wound_down"] {
+            let _ = std::fs::remove_file(home.path().join(f));
+        }
+        let mut run = launch(home.path(), args);
+        if let Some(grace) = env {
+            run = run.env("ACCEL_LAUNCH_GRACE", grace);
+        }
+        let out = run.run();
+        out.code_is(3);
+        assert!(
+            wound_down.exists(),
+            "{args:?} ACCEL_LAUNCH_GRACE={env:?}: rank 0 was killed before it wound down:\n{}",
+            out.stderr
+        );
+    }
 }
 
 #[test]

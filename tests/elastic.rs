@@ -4,12 +4,12 @@
 use crate::util::free_port;
 use std::path::Path;
 
-use crate::util::{repo, tempdir, Output, Run};
+use crate::util::{tempdir, venv_python, Output, Run};
 
 fn launch(home: &Path, args: &[&str]) -> Output {
     Run::new("accel-launch", home)
         .env("HF_HOME", home)
-        .env("ACCEL_PYTHON", repo().join(".venv/bin/python"))
+        .env("ACCEL_PYTHON", venv_python())
         .args(args.iter().copied())
         .run()
 }

@@ -7,7 +7,7 @@ use std::fs;
 
 use serde_json::Value;
 
-use crate::util::{bin, python, repo, tempdir, Run};
+use crate::util::{bin, python, tempdir, Run};
 
 /// What the venv's torch itself says: its full version (`2.13.0+cu130`, `2.13.0+cpu`) and how many
 /// CUDA devices it sees.
@@ -85,18 +85,9 @@ fn markdown_like_accelerate_env() {
         .stdout_contains("- `Accelerate` default config:\n\tNot found");
     // The real `accelerate env`, same PATH and HOME: every field it prints appears in accel-env's
     // report in the same order, with the same value where the value does not depend on the tool.
-    let theirs = std::process::Command::new(repo().join(".venv/bin/accelerate"))
+    let theirs = crate::util::isolated(crate::util::venv_bin().join("accelerate"))
         .arg("env")
-        .env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                repo().join(".venv/bin").display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+        .env("PATH", crate::util::venv_path())
         .env("HOME", home.path())
         .current_dir(home.path())
         .output_within(WAIT);
@@ -183,15 +174,14 @@ fn default_config_path_matches_accelerate_with_unset_and_empty_variables() {
         &[("HOME", "")],
     ];
     for vars in cases {
-        let mut theirs = std::process::Command::new(crate::util::venv_python());
+        let mut theirs = crate::util::isolated(crate::util::venv_python());
         theirs
-            .env_clear()
             .envs(vars.iter().copied())
             .current_dir(d.path())
             .args([
-                "-c",
-                "from accelerate.commands.config.config_args import default_config_file as f; print(f)",
-            ]);
+            "-c",
+            "from accelerate.commands.config.config_args import default_config_file as f; print(f)",
+        ]);
         let out = theirs.output_within(WAIT);
         assert!(
             out.status.success(),

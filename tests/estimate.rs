@@ -1,16 +1,13 @@
 //! accel-estimate-memory against accelerate's own arithmetic (run in .venv), hand-computed per-GPU
 //! figures, a loopback Hub with range support, and the errors users meet.
 
+use crate::util::{bin, repo, venv_python};
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_accel-estimate-memory");
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
-const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/estimate_reference.py");
 
 /// An empty directory as the whole PATH: a host's nvidia-smi must not change the numbers (GPU count
 /// and memory come from it when --num-gpus/--gpu-memory are not given).
@@ -21,11 +18,8 @@ fn empty_path() -> String {
 }
 
 fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner());
+    let mut cmd = crate::util::tool("accel-estimate-memory");
+    cmd.args(args).current_dir(dir);
     cmd.env("PATH", empty_path());
     for (k, v) in env {
         cmd.env(k, v);
@@ -53,18 +47,24 @@ fn stderr(out: &Output) -> String {
 
 /// Runs tests/estimate_reference.py: accelerate's `estimate_command` on models built from configs.
 fn reference(dir: &Path, jobs: &Value) -> Vec<Value> {
-    run_reference(REFERENCE, &dir.join("jobs.json"), jobs)
+    run_reference(
+        &repo().join("tests/estimate_reference.py"),
+        &dir.join("jobs.json"),
+        jobs,
+    )
 }
 
 /// Runs a reference script of the venv's python on `jobs` (written to `jobs_path`): its stdout is
 /// a JSON list, one result per job.
-fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
+fn run_reference(script: &Path, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
+    let python = venv_python();
     assert!(
-        Path::new(PYTHON).exists(),
-        "{PYTHON} is missing: these tests need the project's .venv (torch, transformers, accelerate)"
+        python.exists(),
+        "{} is missing: these tests need the project's .venv (torch, transformers, accelerate)",
+        python.display()
     );
     std::fs::write(jobs_path, jobs.to_string()).expect("write jobs");
-    let out = Command::new(PYTHON)
+    let out = Command::new(python)
         .arg(script)
         .arg(jobs_path)
         .env("TRANSFORMERS_VERBOSITY", "error")
@@ -72,7 +72,8 @@ fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
         .output_within(WAIT);
     assert!(
         out.status.success(),
-        "{script} failed:\n{}",
+        "{} failed:\n{}",
+        script.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     let results = serde_json::from_slice::<Value>(&out.stdout)
@@ -84,7 +85,8 @@ fn run_reference(script: &str, jobs_path: &Path, jobs: &Value) -> Vec<Value> {
     assert_eq!(
         Some(results.len()),
         jobs.as_array().map(Vec::len),
-        "{script}: one result per job"
+        "{}: one result per job",
+        script.display()
     );
     results
 }
@@ -404,7 +406,7 @@ save_file(odd, sys.argv[2], metadata={"format": "pt"})
 print(json.dumps({"total": sum(t.numel() * 4 for t in sd.values()), "tensors": len(sd)}))
 "#;
     let odd = tmp.path().join("odd.safetensors");
-    let out = Command::new(PYTHON)
+    let out = Command::new(venv_python())
         .args(["-c", script])
         .arg(&dir)
         .arg(&odd)
@@ -1180,19 +1182,17 @@ fn measured_at(
     points: &str,
     extra: &[&str],
 ) -> (Vec<Value>, Option<i32>) {
-    let bin_dir = Path::new(BIN).parent().expect("bin dir");
-    let mut cmd = Command::new(PYTHON);
-    cmd.arg(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/bench/estimate-vs-measured"
-    ))
-    .args(["--json", "--check", "--ranks", "2", "--points", points])
-    .args(extra)
-    .args(["--precision", precisions])
-    .env("ACCEL_BIN", bin_dir)
-    .env("PYTHON", PYTHON)
-    .env("TRANSFORMERS_VERBOSITY", "error")
-    .env("HF_HUB_OFFLINE", "1");
+    let estimate = bin("accel-estimate-memory");
+    let bin_dir = estimate.parent().expect("bin dir");
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(repo().join("scripts/bench/estimate-vs-measured"))
+        .args(["--json", "--check", "--ranks", "2", "--points", points])
+        .args(extra)
+        .args(["--precision", precisions])
+        .env("ACCEL_BIN", bin_dir)
+        .env("PYTHON", venv_python())
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .env("HF_HUB_OFFLINE", "1");
     for s in strategies {
         cmd.args(["--strategy", s]);
     }
@@ -1504,15 +1504,14 @@ fn inference_weights_count_the_head_and_quantized_layers_as_stored() {
     );
 }
 
-const TRAINED_REFERENCE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/estimate_trained_reference.py"
-);
-
 /// Runs tests/estimate_trained_reference.py: the trained or served model as transformers builds
 /// it on the meta device (through its own quantizer where that runs without GPU kernels).
 fn trained_reference(dir: &Path, jobs: &Value) -> Vec<Value> {
-    run_reference(TRAINED_REFERENCE, &dir.join("trained-jobs.json"), jobs)
+    run_reference(
+        &repo().join("tests/estimate_trained_reference.py"),
+        &dir.join("trained-jobs.json"),
+        jobs,
+    )
 }
 
 /// Multimodal and Gemma 3 configs, tiny but with every optional part exercised.

@@ -6,7 +6,7 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::alive;
+use crate::util::{bin, launcher, survivors, venv_bin};
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
@@ -15,20 +15,16 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const TIMEOUT: u64 = 10;
 
-pub fn venv_bin() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin"))
-}
-
-pub fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/hang_cases.py")
+/// The ranks' script: tests/fixtures/launch/hang_cases.py.
+pub fn hang_cases() -> PathBuf {
+    crate::util::fixture("launch/hang_cases.py")
 }
 
 /// `hang_cases.py:N` of the line marked `# at:NAME`.
 pub fn at(name: &str) -> String {
-    let text = std::fs::read_to_string(fixture()).unwrap();
+    let text = std::fs::read_to_string(hang_cases()).unwrap();
     let marker = format!("# at:{name}");
     let n = text
         .lines()
@@ -91,18 +87,14 @@ fn without_py_spy(dir: &Path) -> Setup {
 
 /// `mode`: the fixture's MODE, then its SUSPECT and ARG if given, separated by spaces.
 fn command(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Command {
-    let mut c = Command::new(BIN);
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", &setup.path)
-        .env("HOME", dir)
-        .env("HF_HOME", dir)
+    let mut c = launcher(dir);
+    c.env("PATH", &setup.path)
         .env("ACCEL_PYTHON", &setup.python)
         // The watch's reasons (`accel::launch::hang=debug`), when a developer asks for them.
         .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default())
         .args(["--cpu", "--num_processes", "2", "--grace_period", "3"])
         .args(extra)
-        .arg(fixture())
+        .arg(hang_cases())
         .arg(dir)
         .args(mode.split(' '))
         .stdout(Stdio::null())
@@ -118,7 +110,7 @@ pub fn hung_at(dir: &Path) -> Option<SystemTime> {
 }
 
 fn run(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Ran {
-    let mut child = command(dir, mode, extra, setup).spawn().unwrap();
+    let mut child = command(dir, mode, extra, setup).start();
     let verdict_time: Arc<Mutex<Option<SystemTime>>> = Arc::default();
     let vt = Arc::clone(&verdict_time);
     let stderr = child.stderr.take().unwrap();
@@ -159,39 +151,7 @@ fn run(dir: &Path, mode: &str, extra: &[&str], setup: &Setup) -> Ran {
 
 /// Every pid the run recorded (ranks and their grandchildren) is gone.
 fn assert_no_survivors(dir: &Path, what: &str) {
-    assert_none_left(dir, what, 4, Duration::from_secs(10));
-}
-
-/// Every pid the run recorded in `dir` (`pid.*` of ranks, `gc.*` of their children; at least
-/// `at_least` of them) is gone within `limit`; survivors are killed, then reported.
-pub fn assert_none_left(dir: &Path, what: &str, at_least: usize, limit: Duration) {
-    let pids: Vec<i32> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            (name.starts_with("pid.") || name.starts_with("gc."))
-                .then(|| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())?
-        })
-        .collect();
-    assert!(
-        pids.len() >= at_least,
-        "{what}: expected at least {at_least} rank and child pids, got {pids:?}"
-    );
-    let t = Instant::now();
-    loop {
-        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-        if left.is_empty() {
-            return;
-        }
-        if t.elapsed() > limit {
-            for p in &left {
-                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-            }
-            panic!("{what}: processes of the run survived: {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    survivors::assert_none_left(dir, what, 4, Duration::from_secs(10));
 }
 
 struct Hang {
@@ -463,8 +423,7 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
         let dir = tmp.path();
         let mut child = command(dir, "sleep_quiet", &[], &with_py_spy())
             .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .start();
         let t = Instant::now();
         while !(dir.join("pid.0").exists() && dir.join("pid.1").exists()) {
             assert!(
@@ -479,9 +438,7 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
         let mut last = String::new();
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
-            let out = Command::new(BIN)
-                .env_clear()
-                .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
+            let out = crate::util::tool("accel-launch")
                 .env("PATH", with_py_spy().path)
                 .args(["--stacks", &child.id().to_string()])
                 .output_within(WAIT);
@@ -506,7 +463,7 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
         assert_eq!(child.wait_within(WAIT).code(), Some(143));
         assert_no_survivors(dir, "--stacks");
         // Not a launcher: a usage error naming the PID.
-        let out = Command::new(BIN)
+        let out = Command::new(bin("accel-launch"))
             .args(["--stacks", &std::process::id().to_string()])
             .output_within(WAIT);
         assert_eq!(out.status.code(), Some(2));

@@ -7,8 +7,9 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::hang::{at, fixture, venv_bin};
-use crate::util::free_port;
+use crate::hang::{at, hang_cases};
+use crate::util::launcher::{launcher, node_flags};
+use crate::util::{free_port, survivors, venv_path};
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
@@ -18,44 +19,23 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
 const TIMEOUT: u64 = 10;
 const GRACE: u64 = 3;
 const VERDICT: &str = "accel-launch: hang:";
 
 fn base(dir: &Path, port: &str, node: u32, rdzv: &str, extra: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                venv_bin().display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env("HOME", dir)
-        .env("HF_HOME", dir)
-        .env("ACCEL_PYTHON", venv_bin().join("python"))
+    let mut c = launcher(dir);
+    c.env("PATH", venv_path())
         // The watch's reasons (`accel::launch::hang=debug`), when a developer asks for them.
-        .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["--cpu", "--num_machines", "2"]);
+        .env("ACCEL_LOG", std::env::var("ACCEL_LOG").unwrap_or_default());
+    node_flags(&mut c, 2, node, "127.0.0.1", port);
     // Nodes that say their own counts (--nproc_per_node) form the world at the join: a total of 4
     // would contradict 1 + 8.
     if !extra.contains(&"--nproc_per_node") {
         c.args(["--num_processes", "4"]);
     }
-    c.args([
-        "--main_process_ip",
-        "127.0.0.1",
-        "--main_process_port",
-        port,
-    ])
-    .args(["--machine_rank", &node.to_string()])
-    .args(["--grace_period", &GRACE.to_string(), "--rdzv_timeout", rdzv])
-    .args(extra);
+    c.args(["--grace_period", &GRACE.to_string(), "--rdzv_timeout", rdzv])
+        .args(extra);
     c
 }
 
@@ -92,14 +72,13 @@ impl Node {
     ) -> Node {
         let mut child = base(dir, port, node, "120", extra)
             .args(["--log_dir", logs.to_str().unwrap()])
-            .arg(fixture())
+            .arg(hang_cases())
             .arg(dir)
             .arg(mode)
             .arg(suspect.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         let (tx, rx) = mpsc::channel();
         let all: Arc<Mutex<String>> = Arc::default();
         let a = Arc::clone(&all);
@@ -161,7 +140,7 @@ impl Node {
 
 /// Every pid the run recorded (ranks and their grandchildren, both nodes) is gone.
 fn assert_no_survivors(dir: &Path, what: &str) {
-    crate::hang::assert_none_left(dir, what, 8, Duration::from_secs(GRACE + 10));
+    survivors::assert_none_left(dir, what, 8, Duration::from_secs(GRACE + 10));
 }
 
 struct Case {
@@ -361,7 +340,7 @@ fn a_node_with_8_ranks_answers_in_time_with_every_stack() {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(text.contains("hang_cases.py"), "rank {r}: {text}");
     }
-    crate::hang::assert_none_left(&dir, "8 ranks", 18, Duration::from_secs(GRACE + 10));
+    survivors::assert_none_left(&dir, "8 ranks", 18, Duration::from_secs(GRACE + 10));
 }
 
 /// Node 1's launcher is SIGSTOPped once it has told node 0 that its ranks are still: node 0 still
@@ -462,8 +441,7 @@ fn a_mismatched_hang_timeout_is_refused_at_the_join() {
             .args(["--no_python", "true"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .start()
     };
     let n0 = run(0, "10");
     let n1 = run(1, "20");

@@ -4,44 +4,21 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::alive;
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
+use crate::util::{launcher, survivors, venv_bin};
 
-fn python() -> PathBuf {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python"));
-    assert!(p.exists(), "the test venv is missing: {}", p.display());
-    p
-}
-
-fn drill() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/launch/drill.py")
-}
-
-/// accel-launch with only PATH, HOME and HF_HOME from here: no SLURM_*/ACCEL_* of the caller's shell
-/// or job changes the run.
-fn accel_launch(home: &Path) -> Command {
-    let mut c = Command::new(BIN);
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("HF_HOME", home);
-    c
-}
-
-fn launcher(dir: &Path, mode: &str, extra: &[&str]) -> Command {
-    let mut c = accel_launch(dir);
-    c.env("ACCEL_PYTHON", python())
-        .args(["--cpu", "--num_processes", "2"])
+/// accel-launch running tests/fixtures/launch/drill.py in `mode` on two CPU ranks, its records in `dir`.
+fn drill(dir: &Path, mode: &str, extra: &[&str]) -> Command {
+    let mut c = launcher(dir);
+    c.args(["--cpu", "--num_processes", "2"])
         .args(extra)
-        .arg(drill())
+        .arg(crate::util::fixture("launch/drill.py"))
         .arg(dir)
         .arg(mode)
         .stdout(Stdio::piped())
@@ -57,42 +34,9 @@ fn wait_for(dir: &Path, names: &[&str], limit: Duration) {
     }
 }
 
-/// Every pid the run recorded (ranks and their grandchildren).
-fn recorded_pids(dir: &Path) -> Vec<i32> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("pid.") || name.starts_with("gc.") {
-                std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
+/// Every pid the drill recorded (its two ranks and their grandchildren) is gone `within`.
 fn assert_no_survivors(dir: &Path, within: Duration) {
-    let pids = recorded_pids(dir);
-    assert!(
-        pids.len() >= 4,
-        "expected rank and grandchild pids, got {pids:?}"
-    );
-    let t = Instant::now();
-    loop {
-        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-        if left.is_empty() {
-            return;
-        }
-        if t.elapsed() > within {
-            for p in &left {
-                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-            }
-            panic!("processes of the run survived: {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    survivors::assert_none_left(dir, "the drill", 4, within);
 }
 
 fn finish(child: Child) -> (i32, String, Duration) {
@@ -116,11 +60,7 @@ fn signal(child: &Child, sig: &str) {
 fn a_rank_exit_code_passes_through_and_the_others_stop() {
     let d = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (code, err, _) = finish(
-        launcher(d.path(), "exit7", &["--grace_period", "20"])
-            .spawn()
-            .unwrap(),
-    );
+    let (code, err, _) = finish(drill(d.path(), "exit7", &["--grace_period", "20"]).start());
     let took = t.elapsed();
     assert_eq!(code, 7, "{err}");
     assert!(
@@ -131,6 +71,31 @@ fn a_rank_exit_code_passes_through_and_the_others_stop() {
         err.contains("| rank 1 failing on purpose"),
         "the failing rank's stderr tail: {err}"
     );
+    // What torchrun's ChildFailedError summary holds: when, which pid, the error file, and how the
+    // other ranks here ended (it printed none of them before).
+    let when = err
+        .lines()
+        .find_map(|l| l.strip_prefix("  time: "))
+        .unwrap_or_else(|| panic!("no time line: {err}"));
+    let (stamp, rest) = when
+        .split_once(", pid ")
+        .unwrap_or_else(|| panic!("{when}"));
+    assert!(
+        stamp.len() == 19 && stamp.as_bytes()[10] == b'_' && stamp.as_bytes()[4] == b'-',
+        "time as torchrun's %Y-%m-%d_%H:%M:%S: {when}"
+    );
+    let (pid, file) = rest
+        .split_once(", error file: ")
+        .unwrap_or_else(|| panic!("{when}"));
+    assert!(pid.parse::<u32>().is_ok(), "{when}");
+    assert!(
+        file.ends_with("/1/error.json"),
+        "rank 1's error file: {when}"
+    );
+    assert!(
+        err.contains("  the other ranks here: rank 0 (local rank 0) was stopped (SIGTERM)"),
+        "{err}"
+    );
     // The other rank honours SIGTERM at once: nowhere near the 20 s grace.
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert_no_survivors(d.path(), Duration::from_secs(2));
@@ -139,7 +104,7 @@ fn a_rank_exit_code_passes_through_and_the_others_stop() {
 #[test]
 fn a_sigkilled_rank_gives_128_plus_9() {
     let d = tempfile::tempdir().unwrap();
-    let (code, err, _) = finish(launcher(d.path(), "sigkill", &[]).spawn().unwrap());
+    let (code, err, _) = finish(drill(d.path(), "sigkill", &[]).start());
     assert_eq!(code, 137, "{err}");
     assert!(err.contains("killed by signal 9 (SIGKILL)"), "{err}");
     assert_no_survivors(d.path(), Duration::from_secs(2));
@@ -149,10 +114,9 @@ fn stop_drill(sig: &str, code: i32) {
     let d = tempfile::tempdir().unwrap();
     // The launcher leads its own process group, as a shell's foreground job does, and the signal goes
     // to that whole group, as a terminal's Ctrl-C does: ranks must still get it exactly once.
-    let child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+    let child = drill(d.path(), "checkpoint", &["--grace_period", "20"])
         .process_group(0)
-        .spawn()
-        .unwrap();
+        .start();
     wait_for(
         d.path(),
         &["ready.0.0", "ready.1.0"],
@@ -197,11 +161,7 @@ fn sighup_to_the_launcher_reaches_every_rank_once_then_129() {
 fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
     let d = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (code, err, _) = finish(
-        launcher(d.path(), "ignore_term", &["--grace_period", "1.5"])
-            .spawn()
-            .unwrap(),
-    );
+    let (code, err, _) = finish(drill(d.path(), "ignore_term", &["--grace_period", "1.5"]).start());
     let ended = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -228,9 +188,7 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
 #[test]
 fn ctrl_c_while_stopping_for_a_failure_kills_and_keeps_its_status() {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "ignore_term", &["--grace_period", "60"])
-        .spawn()
-        .unwrap();
+    let child = drill(d.path(), "ignore_term", &["--grace_period", "60"]).start();
     wait_for(d.path(), &["exit.0"], Duration::from_secs(60));
     // The launcher has seen rank 0 fail and sent SIGTERM, which rank 1 ignores.
     std::thread::sleep(Duration::from_millis(500));
@@ -250,9 +208,7 @@ fn ctrl_c_while_stopping_for_a_failure_kills_and_keeps_its_status() {
 #[test]
 fn a_sigkilled_launcher_leaves_no_survivors() {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "sleep", &["--grace_period", "20"])
-        .spawn()
-        .unwrap();
+    let child = drill(d.path(), "sleep", &["--grace_period", "20"]).start();
     wait_for(
         d.path(),
         &["ready.0.0", "ready.1.0"],
@@ -269,13 +225,12 @@ fn a_sigkilled_launcher_leaves_no_survivors() {
 fn a_failed_rank_restarts_the_whole_group() {
     let d = tempfile::tempdir().unwrap();
     let (code, err, _) = finish(
-        launcher(
+        drill(
             d.path(),
             "fail_restart",
             &["--max_restarts", "2", "--grace_period", "5"],
         )
-        .spawn()
-        .unwrap(),
+        .start(),
     );
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -299,7 +254,7 @@ fn a_failed_rank_restarts_the_whole_group() {
 #[test]
 fn sigusr1_reaches_every_rank() {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "usr1", &[]).spawn().unwrap();
+    let child = drill(d.path(), "usr1", &[]).start();
     wait_for(
         d.path(),
         &["ready.0.0", "ready.1.0"],
@@ -321,10 +276,7 @@ fn sigusr1_reaches_every_rank() {
 fn launcher_failures_have_their_own_codes() {
     let d = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let out = accel_launch(d.path())
-            .env("ACCEL_PYTHON", python())
-            .args(args)
-            .output_within(WAIT);
+        let out = launcher(d.path()).args(args).output_within(WAIT);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -362,7 +314,7 @@ fn launcher_failures_have_their_own_codes() {
 fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
     let d = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
-        let out = accel_launch(d.path())
+        let out = launcher(d.path())
             .args(["--cpu", "--num_processes", "2"])
             .args(extra)
             .args([
@@ -416,11 +368,10 @@ fn logs_go_to_per_rank_files_with_console_prefix_and_filter() {
 #[test]
 fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
     let d = tempfile::tempdir().unwrap();
-    let venv_bin = python().parent().unwrap().to_path_buf();
+    let venv_bin = venv_bin();
     let run = |path: &std::ffi::OsStr, args: &[&str]| {
-        let out = accel_launch(d.path())
+        let out = launcher(d.path())
             .env("PATH", path)
-            .env("ACCEL_PYTHON", python())
             .args(args)
             .output_within(WAIT);
         (
@@ -511,7 +462,7 @@ fn delegation_to_torchrun_deepspeed_and_mpirun_names_the_program() {
 fn topology_errors_come_before_anything_is_spawned() {
     let d = tempfile::tempdir().unwrap();
     let run = |envs: &[(&str, &str)], args: &[&str]| {
-        let out = accel_launch(d.path())
+        let out = launcher(d.path())
             .envs(envs.iter().copied())
             .args(args)
             .args(["--no_python", "touch"])
@@ -577,7 +528,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
          if [ \"$RANK\" = 0 ] && [ \"$(cat {p})\" = \"$MASTER_PORT\" ]; then exit 9; fi; exit 0",
         p = seen.display()
     );
-    let out = accel_launch(d.path())
+    let out = launcher(d.path())
         .args([
             "--cpu",
             "--num_processes",
@@ -594,7 +545,7 @@ fn a_lost_port_race_is_retried_on_a_new_port_and_error_files_are_reported() {
 
     // A rank that fails the way torch's @record does leaves its message in TORCHELASTIC_ERROR_FILE.
     let record = r#"if [ "$RANK" = 1 ]; then printf '{"message": {"message": "ValueError: boom from rank 1", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1; fi; sleep 30"#;
-    let out = accel_launch(d.path())
+    let out = launcher(d.path())
         .args([
             "--cpu",
             "--num_processes",
@@ -628,11 +579,7 @@ fn daemons(dir: &Path) -> Vec<i32> {
 
 fn daemon_drill(mode: &str, code: i32) {
     let d = tempfile::tempdir().unwrap();
-    let (got, err, _) = finish(
-        launcher(d.path(), mode, &["--grace_period", "20"])
-            .spawn()
-            .unwrap(),
-    );
+    let (got, err, _) = finish(drill(d.path(), mode, &["--grace_period", "20"]).start());
     assert_eq!(got, code, "{err}");
     let _ = daemons(d.path());
     // Daemons are in sessions of their own, re-parented away from their rank: only a launcher
@@ -653,9 +600,7 @@ fn a_double_forked_daemon_dies_with_a_failed_run() {
 #[test]
 fn a_double_forked_daemon_dies_with_a_sigkilled_launcher() {
     let d = tempfile::tempdir().unwrap();
-    let child = launcher(d.path(), "daemon_sleep", &["--grace_period", "3"])
-        .spawn()
-        .unwrap();
+    let child = drill(d.path(), "daemon_sleep", &["--grace_period", "3"]).start();
     wait_for(
         d.path(),
         &["ready.0.0", "ready.1.0"],
@@ -723,10 +668,9 @@ fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
 fn ctrl_c_says_what_it_stops_and_a_second_ctrl_c_kills() {
     let d = tempfile::tempdir().unwrap();
     // The ranks ignore SIGINT: only the second Ctrl-C ends the run before the 60 s grace.
-    let mut child = launcher(d.path(), "ignore_int", &["--grace_period", "60"])
+    let mut child = drill(d.path(), "ignore_int", &["--grace_period", "60"])
         .process_group(0)
-        .spawn()
-        .unwrap();
+        .start();
     let lines = stderr_lines(&mut child);
     wait_for(
         d.path(),
@@ -758,10 +702,9 @@ fn ctrl_z_stops_the_ranks_and_fg_resumes_them() {
     let d = tempfile::tempdir().unwrap();
     // As a shell's foreground job: the launcher leads its own group and the terminal's signals go
     // to that group (the ranks lead groups of their own).
-    let mut child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+    let mut child = drill(d.path(), "checkpoint", &["--grace_period", "20"])
         .process_group(0)
-        .spawn()
-        .unwrap();
+        .start();
     let _lines = stderr_lines(&mut child);
     wait_for(
         d.path(),
@@ -807,10 +750,9 @@ fn ctrl_z_stops_the_ranks_and_fg_resumes_them() {
 #[test]
 fn a_stopped_run_still_ends_on_sigterm() {
     let d = tempfile::tempdir().unwrap();
-    let mut child = launcher(d.path(), "checkpoint", &["--grace_period", "20"])
+    let mut child = drill(d.path(), "checkpoint", &["--grace_period", "20"])
         .process_group(0)
-        .spawn()
-        .unwrap();
+        .start();
     let _lines = stderr_lines(&mut child);
     wait_for(
         d.path(),

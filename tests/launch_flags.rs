@@ -175,6 +175,59 @@ fn log_template_cannot_leave_the_log_dir() {
     assert!(logs.join("r1/stdout.txt").is_file());
 }
 
+/// A directory of the template's path that is a symbolic link out of `--log_dir` is refused (exit 4)
+/// before any rank starts, naming the link, and nothing is written where it points (issue 41 item
+/// 11: `logs/a -> elsewhere` with `a/{rank}.{stream}.log` wrote elsewhere). A `--log_dir` that is
+/// itself a link is fine.
+#[test]
+fn log_template_cannot_leave_the_log_dir_through_a_link() {
+    let d = tempdir();
+    let (logs, elsewhere) = (d.path().join("logs"), d.path().join("elsewhere"));
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, logs.join("a")).unwrap();
+    let logs_s = logs.to_str().unwrap();
+    launch(&[
+        "--log_dir",
+        logs_s,
+        "--log_template",
+        "a/{rank}.{stream}.log",
+    ])
+    .code_is(4)
+    .stderr_contains(&format!("symbolic link {}", logs.join("a").display()));
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "written through the link"
+    );
+    // A link as the last component of a file's directory chain is refused as well.
+    std::fs::create_dir_all(logs.join("b")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, logs.join("b/0")).unwrap();
+    launch(&[
+        "--log_dir",
+        logs_s,
+        "--log_template",
+        "b/{rank}/{stream}.log",
+    ])
+    .code_is(4);
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "written through the link"
+    );
+    // --log_dir itself may be a link.
+    let link = d.path().join("logs_link");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    launch(&[
+        "--log_dir",
+        link.to_str().unwrap(),
+        "--log_template",
+        "c/{rank}.{stream}.log",
+    ])
+    .success();
+    assert!(elsewhere.join("c/1.stdout.log").is_file());
+}
+
 /// Counts out of range are refused, never wrapped or dropped: 4294967296 processes once planned one
 /// process with no rank variables. The same bound holds in a config file, for `validate` too.
 #[test]
@@ -221,7 +274,7 @@ fn counts_out_of_range_are_refused() {
 /// children ranks.
 #[test]
 fn stacks_refuses_a_process_that_is_not_accel_launch() {
-    use crate::util::ChildExt as _;
+    use crate::util::{ChildExt as _, CommandExt as _};
     let d = tempdir();
     let mut parent = std::process::Command::new(crate::util::venv_python())
         .args([
@@ -231,10 +284,8 @@ fn stacks_refuses_a_process_that_is_not_accel_launch() {
              print('up', flush=True)\n\
              time.sleep(60)\n",
         ])
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     let _reaper = crate::util::proc::Reaper(parent.id() as i32);
     let mut line = String::new();
     std::io::BufRead::read_line(

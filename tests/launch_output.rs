@@ -109,18 +109,13 @@ sys.stdout.write("\rprogress 100%\n")
     std::fs::write(&script_file, script).unwrap();
     for prefix in [None, Some("[{rank}] ")] {
         let _ = std::fs::remove_file(&seen);
-        let mut cmd = std::process::Command::new(crate::util::bin("accel-launch"));
-        cmd.env_clear()
-            .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", d.path())
-            .env("ACCEL_PYTHON", crate::util::venv_python())
-            .args(["--cpu", "--num_processes", "1"])
+        let mut cmd = crate::util::launcher(d.path());
+        cmd.args(["--cpu", "--num_processes", "1"])
             .args(prefix.map(|p| ["--rank_prefix", p]).into_iter().flatten())
             .arg(&script_file)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
+        let mut child = cmd.start();
         let mut stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -165,19 +160,13 @@ sys.stdout.write("\rprogress 100%\n")
 /// (utime + stime in /proc/PID/stat) and peak resident memory (VmHWM) until it exits: what the relay
 /// costs, apart from the ranks'.
 fn relay_cost(home: &Path, args: &[&str]) -> (String, f64, u64) {
-    let mut child = std::process::Command::new(crate::util::bin("accel-launch"))
-        .env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("ACCEL_PYTHON", crate::util::venv_python())
+    let mut child = crate::util::launcher(home)
         .current_dir(home)
         .arg("--cpu")
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -390,7 +379,7 @@ fn in_a_terminal_ranks_see_it_as_under_torchrun_and_pipes_stay_pipes() {
         "set -g status off\nset -g history-limit 10000\n",
     )
     .unwrap();
-    let venv = crate::util::repo().join(".venv/bin");
+    let venv = crate::util::venv_bin();
     let accel = crate::util::bin("accel-launch");
     let torchrun = venv.join("torchrun");
     assert!(

@@ -1,40 +1,24 @@
 //! `accel-launch --report_json`: checked before any rank starts, written under a name of its own
 //! (two launchers writing into one directory never meet), and never in place of the run's status.
 
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// accel-launch with a clean environment, bounded: past `limit` its process group is killed and the
-/// test fails naming the command.
-pub fn launch_within(home: &Path, args: &[&str], limit: Duration) -> (i32, String) {
-    let mut c = Command::new(crate::util::bin("accel-launch"));
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("HF_HOME", home)
+use crate::util::{launcher, CommandExt as _};
+
+/// accel-launch in its own process group (tests/util/launcher.rs's environment), bounded: past
+/// `limit` its process tree is killed and the test fails naming the command.
+fn launch_within(home: &Path, args: &[&str], limit: Duration) -> (i32, String) {
+    let out = launcher(home)
         .current_dir(home)
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = c.spawn().unwrap();
-    let t = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-            return (st.code().unwrap_or(-1), err);
-        }
-        if t.elapsed() > limit {
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!("accel-launch {args:?} ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        .process_group(0)
+        .output_within(limit);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const LIMIT: Duration = Duration::from_secs(60);

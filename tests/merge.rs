@@ -3,18 +3,23 @@
 //! and against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
 //! bit for bit with DeepSpeed's own `zero_to_fp32`.
 
-use crate::util::{free_port, suite, ChildExt, CommandExt, WAIT};
+use crate::util::{bin, free_port, repo, suite, venv_bin, venv_python, ChildExt, CommandExt, WAIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-merge-weights");
-const HERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/merge");
+/// The tool under test (it inherits the test's environment: nothing here reads a config).
+fn merge_weights() -> PathBuf {
+    bin("accel-merge-weights")
+}
 
-fn python() -> PathBuf {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python"));
-    assert!(p.exists(), "the test venv is missing: {}", p.display());
-    p
+/// A script of tests/merge (the checkpoint makers and checkers), as an argument.
+fn here(script: &str) -> String {
+    repo()
+        .join("tests/merge")
+        .join(script)
+        .display()
+        .to_string()
 }
 
 fn root() -> &'static Path {
@@ -36,7 +41,7 @@ fn py_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 const FIXTURE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn py_within(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Output {
-    let out = Command::new(python())
+    let out = Command::new(venv_python())
         .args(args)
         .envs(env.iter().copied())
         .env("PORT", free_port().to_string())
@@ -75,7 +80,7 @@ pub(crate) fn fixture(kind: &'static str) -> PathBuf {
     };
     suite::fixture(&format!("merge-{kind}"), |dir| {
         py_within(
-            &[&format!("{HERE}/make_dcp.py"), kind, dir.to_str().unwrap()],
+            &[&here("make_dcp.py"), kind, dir.to_str().unwrap()],
             env,
             FIXTURE_WAIT,
         );
@@ -88,7 +93,7 @@ pub(crate) fn fixture(kind: &'static str) -> PathBuf {
 fn accelerate_state() -> PathBuf {
     suite::fixture("merge-accelerate-state", |dir| {
         py_within(
-            &[&format!("{HERE}/make_accelerate.py"), dir.to_str().unwrap()],
+            &[&here("make_accelerate.py"), dir.to_str().unwrap()],
             &[],
             FIXTURE_WAIT,
         );
@@ -105,7 +110,7 @@ const ZERO_CONFIGS: &[&str] = &[
 fn zero_fixture(config: &str) -> PathBuf {
     assert!(ZERO_CONFIGS.contains(&config), "unknown config {config}");
     let dir = suite::fixture("merge-zero", |d| {
-        let mut args = vec![format!("{HERE}/make_zero.py"), d.display().to_string()];
+        let mut args = vec![here("make_zero.py"), d.display().to_string()];
         args.extend(ZERO_CONFIGS.iter().map(|c| c.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         py_within(&args, &[], FIXTURE_WAIT);
@@ -114,7 +119,7 @@ fn zero_fixture(config: &str) -> PathBuf {
 }
 
 fn merge(args: &[&Path], flags: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(merge_weights())
         .args(args)
         .args(flags)
         .env("ACCEL_NO_PROGRESS", "1")
@@ -129,7 +134,7 @@ fn ok(out: &Output) -> String {
 
 pub(crate) fn check(ckpt: &Path, out: &Path, extra: &[&str]) {
     let mut args = vec![
-        format!("{HERE}/check.py"),
+        here("check.py"),
         ckpt.display().to_string(),
         out.display().to_string(),
     ];
@@ -200,7 +205,7 @@ fn optimizer_state_is_selected_by_key() {
 }
 
 #[test]
-fn accelerate_save_state_layout() {
+fn an_accelerate_save_state_directory_merges_its_model_and_optimizer() {
     let ckpt = fixture("accel");
     let out = out_dir("accel");
     // The save_state directory itself: the model is read from pytorch_model_fsdp_0/.
@@ -441,39 +446,27 @@ fn error_missing_and_truncated_shards() {
 #[test]
 fn error_offsets_out_of_range() {
     let ckpt = copy_of("fsdp2", "oob");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "offset_oob",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "offset_oob", ckpt.to_str().unwrap()]);
     fails(&ckpt, 3, "out of range");
 }
 
 #[test]
 fn error_chunks_that_do_not_cover() {
     let ckpt = copy_of("fsdp2", "gap");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "drop_chunk",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "drop_chunk", ckpt.to_str().unwrap()]);
     fails(
         &ckpt,
         3,
         "do not cover it exactly: the chunks cover 20 of 35",
     );
     let ckpt = copy_of("fsdp2", "overlap");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "overlap",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "overlap", ckpt.to_str().unwrap()]);
     fails(&ckpt, 3, "overlap");
 }
 
 /// Runs the venv's `accelerate merge-weights` (the Python tool accel-merge-weights stands in for).
 fn accelerate_merge(args: &[&Path], flags: &[&str]) -> Output {
-    let accelerate = python().with_file_name("accelerate");
+    let accelerate = venv_bin().join("accelerate");
     Command::new(accelerate)
         .arg("merge-weights")
         .args(args)
@@ -485,7 +478,7 @@ fn accelerate_merge(args: &[&Path], flags: &[&str]) -> Output {
 /// Compares two safetensors files tensor by tensor (dtype string, shape, data bytes) without torch.
 fn same_safetensors(a: &Path, b: &Path) -> String {
     let o = py(&[
-        &format!("{HERE}/same_safetensors.py"),
+        &here("same_safetensors.py"),
         a.to_str().unwrap(),
         b.to_str().unwrap(),
     ]);
@@ -557,7 +550,7 @@ fn error_unwritable_dtype_is_named_and_exclude_key_leaves_it_out() {
 #[test]
 fn error_malicious_pickle_is_never_executed() {
     let ckpt = copy_of("plain", "evil");
-    py(&[&format!("{HERE}/mutate.py"), "evil", ckpt.to_str().unwrap()]);
+    py(&[&here("mutate.py"), "evil", ckpt.to_str().unwrap()]);
     fails(&ckpt, 3, "never contains");
     assert!(!ckpt.join("PWNED").exists());
 }
@@ -567,7 +560,7 @@ fn error_disk_full_leaves_nothing() {
     use std::os::unix::process::CommandExt;
     let ckpt = fixture("fsdp2");
     let out = out_dir("full");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(merge_weights());
     cmd.arg(&ckpt).arg(&out).env("ACCEL_NO_PROGRESS", "1");
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
@@ -590,8 +583,10 @@ fn error_disk_full_leaves_nothing() {
 }
 
 #[test]
-fn accelerate_flag_spellings() {
-    let o = Command::new(BIN).arg("--help").output_within(WAIT);
+fn help_lists_accelerates_flag_spellings_and_no_arguments_exit_2() {
+    let o = Command::new(merge_weights())
+        .arg("--help")
+        .output_within(WAIT);
     let help = String::from_utf8_lossy(&o.stdout);
     for flag in [
         "--unsafe_serialization",
@@ -601,7 +596,7 @@ fn accelerate_flag_spellings() {
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
-    let o = Command::new(BIN).output_within(WAIT);
+    let o = Command::new(merge_weights()).output_within(WAIT);
     assert_eq!(o.status.code(), Some(2));
 }
 
@@ -973,11 +968,7 @@ fn dtype_casts_match_torch_for_nan_payloads() {
 #[test]
 fn error_undecodable_planner_data_name() {
     let ckpt = copy_of("fsdp2", "planner");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "planner_bytes",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "planner_bytes", ckpt.to_str().unwrap()]);
     let err = fails(&ckpt, 3, "planner_data of `");
     assert!(err.contains("neither a string nor an integer"), "{err}");
     assert!(err.contains(".metadata"), "{err}");
@@ -997,7 +988,7 @@ fn error_output_path_is_a_file() {
 
 /// The pid of a process that has exited and been reaped.
 fn dead_pid() -> u32 {
-    let mut c = Command::new("true").spawn().unwrap();
+    let mut c = Command::new("true").start();
     let pid = c.id();
     c.wait_within(WAIT);
     pid
@@ -1064,14 +1055,13 @@ fn drill_sighup_and_sigkill_during_a_1gib_merge() {
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("keep.txt"), b"mine").unwrap();
     let spawn = || {
-        Command::new(BIN)
+        Command::new(merge_weights())
             .arg(&ckpt)
             .arg(&out)
             .arg("--force")
             .env("ACCEL_NO_PROGRESS", "1")
             .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+            .start()
     };
     // SIGHUP (a closed terminal or ssh session): stops like SIGINT, leaves nothing behind.
     let mut child = spawn();
@@ -1194,11 +1184,7 @@ fn layout_is_reported_for_accelerate_and_plain_dcp() {
 #[test]
 fn error_corrupt_record_fails_its_crc() {
     let ckpt = copy_of("fsdp2", "crc");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "crc_flip",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "crc_flip", ckpt.to_str().unwrap()]);
     let err = fails(&ckpt, 3, "fails its CRC-32 check");
     assert!(err.contains("--no-verify"), "{err}");
     // --no-verify merges the damaged bytes as they are.
@@ -1240,11 +1226,7 @@ fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
     // 3,000,000 references to one chunk in a few MB of .metadata: rejected while parsing, before any
     // per-chunk work, in memory bounded by the file's size.
     let ckpt = copy_of("fsdp2", "repeat");
-    py(&[
-        &format!("{HERE}/mutate.py"),
-        "repeat_chunks",
-        ckpt.to_str().unwrap(),
-    ]);
+    py(&[&here("mutate.py"), "repeat_chunks", ckpt.to_str().unwrap()]);
     let meta_len = std::fs::metadata(ckpt.join(".metadata")).unwrap().len();
     assert!(meta_len < 16 << 20, "{meta_len}");
     let out = out_dir("repeat");
@@ -1254,9 +1236,9 @@ fn error_repeated_chunk_references_are_rejected_with_bounded_work() {
         p = subprocess.run(sys.argv[1:], stderr=subprocess.PIPE, env={'ACCEL_NO_PROGRESS': '1'})\n\
         print(json.dumps({'code': p.returncode, 'stderr': p.stderr.decode(errors='replace'),\n\
                           'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n";
-    let o = Command::new(python())
+    let o = Command::new(venv_python())
         .args(["-c", MEASURE])
-        .arg(BIN)
+        .arg(merge_weights())
         .arg(&ckpt)
         .arg(&out)
         .output_within(WAIT);
@@ -1278,7 +1260,7 @@ fn damaged_accelerate_model(mode: &str) -> PathBuf {
     let dst = root().join(format!("copy-accelerate-{mode}"));
     let _ = std::fs::remove_dir_all(&dst);
     copy_tree(&src, &dst);
-    py(&[&format!("{HERE}/mutate.py"), mode, dst.to_str().unwrap()]);
+    py(&[&here("mutate.py"), mode, dst.to_str().unwrap()]);
     dst
 }
 
@@ -1346,9 +1328,10 @@ fn metadata_bit_flips_give_the_clean_output_or_exit_3() {
     // 11,282 merges: in memory where there is a tmpfs (the merge's fsyncs are then free).
     let shm = Path::new("/dev/shm");
     let work = tempfile::tempdir_in(if shm.is_dir() { shm } else { root() }).unwrap();
-    let out = Command::new(python())
-        .arg(format!("{HERE}/bitflip.py"))
-        .args([BIN, ckpt.to_str().unwrap(), work.path().to_str().unwrap()])
+    let out = Command::new(venv_python())
+        .arg(here("bitflip.py"))
+        .arg(merge_weights())
+        .args([ckpt.to_str().unwrap(), work.path().to_str().unwrap()])
         .args(["--torch-sample", "20"])
         .env("PYTHONWARNINGS", "ignore")
         .output_within(std::time::Duration::from_secs(900));
@@ -1430,14 +1413,13 @@ fn mid_copy(name: &str) -> PathBuf {
 /// output (the checkpoint read and checked, the copy about to start or started), runs `damage`,
 /// and lets it go on; returns its output.
 fn merge_damaged_midway(ckpt: &Path, out: &Path, flags: &[&str], damage: impl FnOnce()) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(merge_weights())
         .arg(ckpt)
         .arg(out)
         .args(flags)
         .env("ACCEL_NO_PROGRESS", "1")
         .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     let staging = wait_for_staging(&mut child, out);
     // SAFETY: signals to the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
@@ -1504,11 +1486,7 @@ fn a_shard_rewritten_after_its_check_is_not_merged() {
     let ckpt = mid_copy("tail");
     let out = out_dir("tail");
     let o = merge_damaged_midway(&ckpt, &out, &[], || {
-        py(&[
-            &format!("{HERE}/mutate.py"),
-            "tail_write",
-            ckpt.to_str().unwrap(),
-        ]);
+        py(&[&here("mutate.py"), "tail_write", ckpt.to_str().unwrap()]);
     });
     let err = changed_shard_refused(&o, &out);
     assert!(err.contains("its contents were written to"), "{err}");
@@ -1598,13 +1576,12 @@ fn every_catchable_stopping_signal_removes_what_was_staged() {
         (libc::SIGVTALRM, "SIGVTALRM"),
     ] {
         let out = out_dir(&format!("signal-{name}"));
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(merge_weights())
             .arg(&ckpt)
             .arg(&out)
             .env("ACCEL_NO_PROGRESS", "1")
             .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         wait_for_staging(&mut child, &out);
         // SAFETY: a signal to the child this test started.
         unsafe { libc::kill(child.id() as i32, sig) };

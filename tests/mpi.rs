@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::slurm::{record, text, PROBE};
-use crate::util::{bin, repo, tempdir};
+use crate::util::{bin, isolated, tempdir, venv_bin};
 
 /// `program` with the built tools and the venv first on PATH; an MPI launcher must be installed.
 fn mpi(program: &str, cwd: &Path) -> Command {
@@ -24,11 +24,9 @@ fn mpi(program: &str, cwd: &Path) -> Command {
         found,
         "`{program}` is not installed: scripts/setup installs openmpi-bin and mpich"
     );
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner());
+    let mut cmd = isolated(program);
     let tools = bin("accel-env").parent().unwrap().to_path_buf();
-    let venv = repo().join(".venv/bin");
+    let venv = venv_bin();
     let path = std::env::var("PATH").unwrap_or_default();
     cmd.env(
         "PATH",
@@ -171,7 +169,7 @@ fn accel_launch_mpirun_hostfile_handoff_forms_the_world() {
         let program = if launcher == "accel-launch" {
             bin(launcher).display().to_string()
         } else {
-            repo().join(".venv/bin/accelerate").display().to_string()
+            venv_bin().join("accelerate").display().to_string()
         };
         let mut cmd = mpi(&program, d.path());
         let path = format!(

@@ -22,9 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::fabric::{CpuGroup, Fabric};
 use crate::util::proc::{kill_tree, Deadline, Reaper};
-use crate::util::{free_port, ChildExt as _, WAIT};
-
-const BIN: &str = env!("CARGO_BIN_EXE_accel-test");
+use crate::util::{bin, free_port, skip, ChildExt as _, CommandExt as _, WAIT};
 /// The rate of the links not under test, and of a throttled one, in Mbit/s.
 const BASE: u32 = 2000;
 const THROTTLED: u32 = 200;
@@ -45,12 +43,10 @@ fn runs() -> usize {
 fn fabric(n: usize, test: &str) -> Option<Fabric> {
     let f = Fabric::create(n);
     if f.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "network namespaces (`ip netns add`, veth, bridge) are unavailable: {test} cannot run"
-        );
-        eprintln!(
-            "SKIP {test}: `ip netns` is unavailable here (needs root and iproute2); NOT tested"
+        skip(
+            test,
+            "network namespaces (`ip netns add`, veth, bridge) are unavailable here (needs root and iproute2)",
+            "the probe across nodes",
         );
     }
     f
@@ -86,9 +82,10 @@ fn node(
         .map(OsString::from)
         .collect();
     argv.extend(wrap.iter().map(OsString::from));
-    argv.push(BIN.into());
+    argv.push(bin("accel-test").into());
     let n = f.names.len();
-    let mut c = Command::new(&argv[0]);
+    let mut c = crate::util::isolated(&argv[0]);
+    crate::accel_test::isolated(&mut c);
     c.args(&argv[1..])
         .args([
             "--cpu",
@@ -104,18 +101,6 @@ fn node(
             &port.to_string(),
         ])
         .args(args)
-        .env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env(
-            "PATH",
-            format!(
-                "{}/.venv/bin:{}",
-                env!("CARGO_MANIFEST_DIR"),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env("HOME", "/nonexistent-accel-test-home")
-        .env("HF_HOME", "/nonexistent-accel-test-home")
         .env("GLOO_SOCKET_IFNAME", "eth0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -148,11 +133,7 @@ fn run_world(
 ) -> Vec<NodeOut> {
     let port = free_port();
     let children: Vec<Child> = (0..f.names.len())
-        .map(|i| {
-            node(f, group, i, port, per_node, &wrap(i), args)
-                .spawn()
-                .unwrap()
-        })
+        .map(|i| node(f, group, i, port, per_node, &wrap(i), args).start())
         .collect();
     children
         .into_iter()
@@ -336,10 +317,8 @@ fn busy_on_cpu1(group: Option<&CpuGroup>) -> (Child, Reaper) {
     argv.extend(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"].map(String::from));
     let c = Command::new(&argv[0])
         .args(&argv[1..])
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let reaper = Reaper(c.id() as i32);
     (c, reaper)
 }
@@ -351,7 +330,11 @@ fn busy_on_cpu1(group: Option<&CpuGroup>) -> (Child, Reaper) {
 fn a_rank_sharing_its_core_with_a_busy_process_is_a_compute_straggler() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
-        eprintln!("SKIP: one CPU: a rank cannot be slowed apart from the others here; NOT tested");
+        skip(
+            "a_rank_sharing_its_core_with_a_busy_process_is_a_compute_straggler",
+            "one CPU: a rank cannot be slowed apart from the others here",
+            "the compute straggler",
+        );
         return;
     }
     let Some(f) = fabric(
@@ -482,8 +465,8 @@ fn two_ranks_per_node_the_report_names_the_slow_node() {
 
 /// One machine, two ranks: the probe runs without namespaces, and the JSON has every part.
 #[test]
-fn one_machine_json() {
-    let o = Command::new(BIN)
+fn on_one_machine_the_probe_json_has_every_part() {
+    let o = crate::util::tool("accel-test")
         .args([
             "--cpu",
             "--num_processes",
@@ -497,19 +480,16 @@ fn one_machine_json() {
             "--timeout",
             "30",
         ])
-        .env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
         .env(
             "PATH",
-            format!("{}/.venv/bin:/usr/bin:/bin", env!("CARGO_MANIFEST_DIR")),
+            format!("{}:/usr/bin:/bin", crate::util::venv_bin().display()),
         )
         .env("HOME", "/nonexistent-accel-test-home")
         .env("HF_HOME", "/nonexistent-accel-test-home")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .start()
         .output_within(WAIT);
     let text = format!(
         "{}\n{}",
@@ -556,9 +536,9 @@ fn a_node_lost_in_the_probe_fails_it_within_the_timeout() {
     let port = free_port();
     let args = ["--check", "barrier", "--probe=links", "--timeout", "10"];
     let others: Vec<Child> = (0..2)
-        .map(|i| node(&f, None, i, port, 1, &[], &args).spawn().unwrap())
+        .map(|i| node(&f, None, i, port, 1, &[], &args).start())
         .collect();
-    let mut victim = node(&f, None, 2, port, 1, &[], &args).spawn().unwrap();
+    let mut victim = node(&f, None, 2, port, 1, &[], &args).start();
     let _reaper = Reaper(victim.id() as i32);
     let lines = BufReader::new(victim.stdout.take().unwrap());
     let started = {

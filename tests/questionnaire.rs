@@ -22,7 +22,7 @@ use nix::pty::{openpty, Winsize};
 use nix::sys::termios::{tcgetattr, tcsetattr, InputFlags, LocalFlags, SetArg};
 use serde_json::{json, Value};
 
-use crate::util::{bin, python, repo, tempdir};
+use crate::util::{bin, isolated, python, tempdir, venv_python};
 
 /// A hang guard, not a timing assertion: a step that never comes fails with the transcript.
 const STEP_LIMIT: Duration = Duration::from_secs(120);
@@ -102,7 +102,7 @@ impl Pty {
                 Ok(())
             });
         }
-        let child = cmd.spawn().unwrap();
+        let child = cmd.start();
         drop(cmd);
         let master = File::from(pty.master);
         let out = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
@@ -212,10 +212,8 @@ impl Pty {
 
 /// A command with the clean environment the other tests use, rooted at `home`.
 fn command(program: &Path, home: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+    let mut cmd = isolated(program);
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("TERM", "xterm")
         .env("LANG", "C.UTF-8")
@@ -239,14 +237,14 @@ fn accel(home: &Path, file: Option<&Path>, steps: &[Step]) -> (ExitStatus, Strin
 /// for DeepSpeed, FP8 and transformers answered yes (and `is_npu_available()` with `npu`) by
 /// `tests/fixtures/questionnaire/accelerate_config.py`, as accel asks those questions unconditionally.
 fn accelerate(home: &Path, file: &Path, steps: &[Step], npu: bool) -> (ExitStatus, String) {
-    let python = repo().join(".venv/bin/python");
+    let python = venv_python();
     assert!(
         python.exists(),
         "{} is missing: run scripts/setup first",
         python.display()
     );
     let mut cmd = command(&python, home);
-    cmd.arg(repo().join("tests/fixtures/questionnaire/accelerate_config.py"))
+    cmd.arg(crate::util::fixture("questionnaire/accelerate_config.py"))
         .arg("config")
         .arg("--config_file")
         .arg(file);
@@ -862,7 +860,7 @@ fn ctrl_d_ends_like_ctrl_c() {
 }
 
 #[test]
-fn deepspeed_zero3_with_offload() {
+fn deepspeed_zero3_with_offload_matches_accelerate() {
     let home = tempdir();
     let (_, loaded) = same_as_accelerate(&home, DEEPSPEED_ZERO3, "ds.yaml");
     assert_eq!(loaded["distributed_type"], "DEEPSPEED");

@@ -370,7 +370,7 @@ fn a_job_that_cannot_be_requeued_is_refused_before_the_run() {
 /// What can be checked without a cluster: outside a job, no scontrol, slurmctld unreachable, bad
 /// signals and values; each a clear error with its documented status, and nothing started.
 #[test]
-fn slurm_requeue_refusals() {
+fn slurm_requeue_refusals_have_their_status_and_start_nothing() {
     let d = tempdir();
     let touch = ["--cpu", "--no_python", "touch", "started"];
     let launch = |env: &[(&str, &str)], flags: &[&str]| {

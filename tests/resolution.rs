@@ -31,7 +31,7 @@ fn with_path(run: Run, bin: &Path) -> Run {
     let path = format!(
         "{}:{}:{}",
         bin.display(),
-        crate::util::repo().join(".venv/bin").display(),
+        crate::util::venv_bin().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     run.env("PATH", path)

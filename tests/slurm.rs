@@ -9,7 +9,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::util::{alive, bin, proc, repo, suite, venv_python, ChildExt, CommandExt, WAIT};
+use crate::util::{
+    alive, bin, isolated, proc, repo, suite, venv_bin, venv_python, ChildExt, CommandExt, WAIT,
+};
 
 pub struct Cluster {
     pub conf: PathBuf,
@@ -150,10 +152,9 @@ fn the_suites_cluster_daemons_carry_no_test_mark_and_stay_up() {
 /// with the built tools and the venv's python first on PATH (SLURM hands this environment to the tasks).
 pub fn slurm(program: &str, cwd: &Path) -> Command {
     let c = cluster();
-    let mut cmd = Command::new(program);
-    cmd.env_clear();
+    let mut cmd = isolated(program);
     let tools = bin("accel-launch").parent().unwrap().to_path_buf();
-    let venv = repo().join(".venv/bin");
+    let venv = venv_bin();
     let path = std::env::var("PATH").unwrap_or_default();
     cmd.env(
         "PATH",
@@ -547,24 +548,21 @@ fn scancel_leaves_no_process_on_any_node() {
         .output_within(WAIT);
     assert!(o.status.success(), "{}", text(&o));
     // KillWait is 10 s: SIGTERM, then SIGKILL for whatever is left; generous on a loaded machine.
+    let left = crate::util::survivors::survivors(&pids, Duration::from_secs(90));
+    assert!(
+        left.is_empty(),
+        "survived scancel: {left:?} of {pids:?}\n{}",
+        job_log(d.path(), id)
+    );
+    // The processes can be gone before slurmctld has heard the nodes' cleanup: the job is
+    // COMPLETING for that moment, then CANCELLED.
     let t = Instant::now();
-    loop {
-        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-        if left.is_empty() {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(90) {
-            for p in &left {
-                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-            }
-            panic!(
-                "survived scancel: {left:?} of {pids:?}\n{}",
-                job_log(d.path(), id)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let mut state = job_field(d.path(), id, "JobState");
+    while state == "COMPLETING" && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+        state = job_field(d.path(), id, "JobState");
     }
-    assert_eq!(job_field(d.path(), id, "JobState"), "CANCELLED");
+    assert_eq!(state, "CANCELLED");
 }
 
 /// Each rank counts SIGUSR1 deliveries until 3 s after the first, then records the count and exits 0.
@@ -615,8 +613,7 @@ fn spawn_usr1_job(d: &Path, name: &str, extra: &[&str]) -> (Child, PathBuf) {
         .arg(&out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     (child, out)
 }
 
@@ -772,16 +769,8 @@ fn train_py_stopped_by_usr1_resumes_to_the_same_losses() {
     };
     let full = losses(&[], "full.json");
 
-    let mut child = Command::new(bin("accel-launch"))
-        .env_clear()
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                repo().join(".venv/bin").display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+    let mut child = crate::util::tool("accel-launch")
+        .env("PATH", crate::util::venv_path())
         .env("HOME", d.path())
         .env("ACCEL_NO_PROGRESS", "1")
         // Lines as they are printed (accelerate's simple path leaves Python's pipe buffering on).
@@ -792,8 +781,7 @@ fn train_py_stopped_by_usr1_resumes_to_the_same_losses() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let mut seen = String::new();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();

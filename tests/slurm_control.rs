@@ -13,7 +13,6 @@ use serde_json::Value;
 
 use crate::control::{all_gone, now, ready, wait_for};
 use crate::slurm::{job_field, slurm, text};
-use crate::util::repo;
 
 const GRACE: u64 = 3;
 
@@ -23,13 +22,12 @@ fn srun(d: &Path, out: &Path, mode: &str, extra: &[&str]) -> Child {
         .args(["-N2", "--ntasks-per-node=1", "--time=5", "accel-launch"])
         .args(["--grace_period", &GRACE.to_string()])
         .args(extra)
-        .arg(repo().join("tests/fixtures/launch/control.py"))
+        .arg(crate::util::fixture("launch/control.py"))
         .arg(out)
         .arg(mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .start()
 }
 
 fn out_dir(d: &Path) -> PathBuf {
@@ -206,8 +204,7 @@ fn munge_cred(socket: &Path, user: Option<&str>, payload: &[u8]) -> String {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     child.stdin.take().unwrap().write_all(payload).unwrap();
     let o = child.output_within(WAIT);
     assert!(o.status.success(), "munge: {}", text(&o));
@@ -240,13 +237,12 @@ fn srun_node_1_30_s_late_joins_and_strangers_without_a_munge_credential_of_the_u
             "--rdzv_timeout",
             "120",
         ])
-        .arg(repo().join("tests/fixtures/launch/control.py"))
+        .arg(crate::util::fixture("launch/control.py"))
         .arg(&out)
         .arg("allreduce")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     // Node 0 states the authentication in force, naming its control port.
     let err = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();

@@ -14,34 +14,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_accel-launch");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn venv_bin() -> PathBuf {
-    Path::new(ROOT).join(".venv/bin")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(ROOT).join("tests/fixtures/torchrun").join(name)
-}
+use crate::util::{bin, fixture, isolated, repo, venv_bin};
 
 /// The one environment both launchers get: the venv first on PATH, a HOME and a TMPDIR of their
 /// own, a UTF-8 locale (Python would otherwise add LC_CTYPE to torchrun's workers), the test's mark.
 fn base(program: &Path, dir: &Path, path_front: Option<&Path>) -> Command {
-    let mut c = Command::new(program);
-    let mut path = format!(
-        "{}:{}",
-        venv_bin().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let mut path = crate::util::venv_path();
     if let Some(p) = path_front {
         path = format!("{}:{path}", p.display());
     }
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    c.env_clear()
-        .env(crate::util::proc::OWNER_VAR, crate::util::proc::owner())
-        .env("PATH", path)
+    let mut c = isolated(program);
+    c.env("PATH", path)
         .env("HOME", dir)
         .env("LANG", "C.UTF-8")
         .env("TMPDIR", &tmp)
@@ -413,7 +398,7 @@ const CASES: &[Case] = &[
 fn commands(case: &Case, program: &Path, side: &Path, port: u16) -> Vec<Command> {
     let out = side.join("out");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::copy(fixture("trprobe.py"), side.join("trprobe.py")).unwrap();
+    std::fs::copy(fixture("torchrun/trprobe.py"), side.join("trprobe.py")).unwrap();
     (0..case.launchers)
         .map(|node| {
             let mut c = base(program, side, None);
@@ -447,8 +432,7 @@ fn run_side(mut cmds: Vec<Command>) -> Result<Vec<(String, String)>, String> {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+                .start()
         })
         .collect();
     let mut outs = Vec::new();
@@ -561,7 +545,7 @@ fn compare_case(case: &Case, root: &Path) -> Vec<String> {
     let (pt, pa) = (crate::util::free_port(), crate::util::free_port());
     let (ct, ca) = (
         commands(case, &torchrun(), &t, pt),
-        commands(case, Path::new(BIN), &a, pa),
+        commands(case, &bin("accel-launch"), &a, pa),
     );
     let (rt, ra) = std::thread::scope(|s| {
         let ht = s.spawn(|| run_side(ct));
@@ -714,7 +698,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
     let variants = [None, Some("3,1,2,0")];
     let mut started = Vec::new();
     for (n, visible) in variants.iter().enumerate() {
-        for (who, program) in [("torchrun", torchrun()), ("accel", PathBuf::from(BIN))] {
+        for (who, program) in [("torchrun", torchrun()), ("accel", bin("accel-launch"))] {
             let side = d.path().join(format!("{n}{who}"));
             std::fs::create_dir_all(side.join("out")).unwrap();
             let mut c = base(&program, &side, Some(&smi));
@@ -728,9 +712,9 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
                 "--log-dir",
                 "logs",
             ])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "--tag=${local_rank}"]);
-            started.push((side, c.marked().spawn().unwrap()));
+            started.push((side, c.marked().start()));
         }
     }
     let mut got = Vec::new();
@@ -761,7 +745,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
         }
     }
     // `gpu` counts the visible GPUs, and a rank without a GPU in the list is refused as torchrun does.
-    let v = dry_json(base(Path::new(BIN), d.path(), Some(&smi)).args([
+    let v = dry_json(base(&bin("accel-launch"), d.path(), Some(&smi)).args([
         "--dry-run",
         "--json",
         "--nproc-per-node",
@@ -772,7 +756,7 @@ fn virtual_local_rank_gives_each_rank_its_gpu_as_device_0() {
     let ranks = v["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 4);
     assert_eq!(ranks[3]["env"]["CUDA_VISIBLE_DEVICES"], "3");
-    let o = base(Path::new(BIN), d.path(), Some(&smi))
+    let o = base(&bin("accel-launch"), d.path(), Some(&smi))
         .env("CUDA_VISIBLE_DEVICES", "0,1")
         .args([
             "--dry-run",
@@ -843,7 +827,7 @@ fn fake_sysfs(root: &Path, pcis: &[String]) {
 /// index → its CPU list, or `error: …`.
 fn torch_binding(root: &Path, specs: &[(&str, Vec<String>)]) -> Vec<BTreeMap<usize, String>> {
     let o = Command::new(venv_bin().join("python"))
-        .arg(fixture("numa_reference.py"))
+        .arg(fixture("torchrun/numa_reference.py"))
         .arg(root)
         .args(specs.iter().map(|(m, p)| format!("{m}:{}", p.join(","))))
         .output_within(WAIT);
@@ -896,7 +880,7 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
     for visible in visibles {
         for mode in modes {
             let want = wants.next().unwrap();
-            let mut c = base(Path::new(BIN), d.path(), Some(&smi));
+            let mut c = base(&bin("accel-launch"), d.path(), Some(&smi));
             c.env("ACCEL_SYSFS_ROOT", &root);
             if let Some(v) = visible {
                 c.env("CUDA_VISIBLE_DEVICES", v);
@@ -926,7 +910,7 @@ fn numa_binding_per_mode_matches_torchs_own_code() {
     // With accelerate's enable_cpu_affinity, the binding wins: accelerate would pin each rank's main
     // thread again when it starts.
     for numa in [false, true] {
-        let mut c = base(Path::new(BIN), d.path(), Some(&smi));
+        let mut c = base(&bin("accel-launch"), d.path(), Some(&smi));
         c.env("ACCEL_SYSFS_ROOT", &root).args([
             "--dry-run",
             "--json",
@@ -980,10 +964,10 @@ fn numa_binding_is_applied_to_each_rank() {
     for (mode, want) in modes.into_iter().zip(wants) {
         let side = d.path().join(mode);
         std::fs::create_dir_all(side.join("out")).unwrap();
-        let o = base(Path::new(BIN), &side, Some(&smi))
+        let o = base(&bin("accel-launch"), &side, Some(&smi))
             .env("ACCEL_SYSFS_ROOT", &root)
             .args(["--nproc-per-node", "2", "--numa-binding", mode])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .arg("out")
             .output_within(WAIT);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -1040,14 +1024,13 @@ fn signals_to_handle_forwards_only_what_it_names() {
         let side = d.path().join(n.to_string());
         let out = side.join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let ch = base(Path::new(BIN), &side, None)
+        let ch = base(&bin("accel-launch"), &side, None)
             .args(["--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "signals"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         let _reaper = crate::util::proc::Reaper(ch.id() as i32);
         wait_for(&out.join("ready.0"));
         wait_for(&out.join("ready.1"));
@@ -1085,7 +1068,7 @@ fn shutdown_timeout_is_the_grace_period() {
         let side = d.path().join(n.to_string());
         let out = side.join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let mut c = base(Path::new(BIN), &side, None);
+        let mut c = base(&bin("accel-launch"), &side, None);
         if flag {
             c.args(["--shutdown-timeout", "7"]);
         } else {
@@ -1093,12 +1076,11 @@ fn shutdown_timeout_is_the_grace_period() {
         }
         let mut ch = c
             .args(["--nproc-per-node", "1", "--report_json", "report.json"])
-            .arg(fixture("trprobe.py"))
+            .arg(fixture("torchrun/trprobe.py"))
             .args(["out", "hold_term"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         let _reaper = crate::util::proc::Reaper(ch.id() as i32);
         wait_for(&out.join("ready.0"));
         kill(ch.id(), libc::SIGTERM);
@@ -1130,7 +1112,7 @@ fn shutdown_timeout_is_the_grace_period() {
         );
         eprintln!("lived {lived:.2} s after SIGTERM");
     }
-    let o = base(Path::new(BIN), d.path(), None)
+    let o = base(&bin("accel-launch"), d.path(), None)
         .args(["--grace_period", "5", "--shutdown-timeout", "7", "x.py"])
         .output_within(WAIT);
     assert_eq!(o.status.code(), Some(2));
@@ -1142,7 +1124,7 @@ fn shutdown_timeout_is_the_grace_period() {
 }
 
 fn dry(dir: &Path, args: &[&str]) -> std::process::Output {
-    base(Path::new(BIN), dir, None)
+    base(&bin("accel-launch"), dir, None)
         .arg("--dry-run")
         .args(args)
         .output_within(WAIT)
@@ -1362,7 +1344,7 @@ fn only_torchrun_flags_read_no_config_and_export_no_accelerate_variables() {
 /// `--flag` in each spelling it has, and its short options) is an option of accel-launch.
 #[test]
 fn every_torchrun_flag_is_accepted_in_both_spellings() {
-    let site = Path::new(ROOT).join(".venv/lib");
+    let site = repo().join(".venv/lib");
     let run_py = std::fs::read_dir(&site)
         .unwrap()
         .map(|e| {
@@ -1424,7 +1406,7 @@ fn pet_variables_are_torchruns_command_line() {
     let ranks = |pet: &[(&str, &str)],
                  args: &[&str]|
      -> (Option<i32>, Vec<BTreeMap<String, String>>, String) {
-        let mut c = base(Path::new(BIN), d.path(), None);
+        let mut c = base(&bin("accel-launch"), d.path(), None);
         c.envs(pet.iter().copied())
             .args(["--dry-run", "--json"])
             .args(args)

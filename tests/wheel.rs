@@ -90,7 +90,7 @@ fn wheel() -> (PathBuf, String) {
 fn venv(dir: &Path, packages: &[&str], wheel: &Path) -> PathBuf {
     let venv = dir.join("venv");
     run(
-        Command::new(repo().join(".venv/bin/python"))
+        Command::new(crate::util::venv_python())
             .args(["-m", "venv"])
             .arg(&venv),
         WAIT,
@@ -127,18 +127,17 @@ fn venv(dir: &Path, packages: &[&str], wheel: &Path) -> PathBuf {
 /// A command run as a user of `venv` would: its `bin` and the system's directories on PATH, nothing
 /// of the checkout, no cargo; a HOME of its own.
 fn user(venv: &Path, home: &Path, program: &str) -> Command {
-    let mut c = Command::new(program);
-    c.env_clear()
-        .env(
-            "PATH",
-            format!(
-                "{}:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
-                venv.join("bin").display()
-            ),
-        )
-        .env("HOME", home)
-        .env("ACCEL_NO_PROGRESS", "1")
-        .current_dir(home);
+    let mut c = crate::util::isolated(program);
+    c.env(
+        "PATH",
+        format!(
+            "{}:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+            venv.join("bin").display()
+        ),
+    )
+    .env("HOME", home)
+    .env("ACCEL_NO_PROGRESS", "1")
+    .current_dir(home);
     c
 }
 

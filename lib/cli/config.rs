@@ -17,13 +17,7 @@ use crate::env_vars::Group;
 /// ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/default_config.yaml. The format follows the
 /// extension: .json is JSON, .toml is TOML, anything else YAML (which also reads JSON).
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-config",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-config", version, max_term_width = 100)]
 pub struct ConfigCli {
     #[command(subcommand)]
     pub command: Option<ConfigCommand>,

@@ -19,7 +19,7 @@ use crate::env_vars::Group;
 /// … and accelerate's variables for the resolved config) from SLURM or MPI variables and execs CMD, so
 /// `srun accel-env -- python train.py` runs one task per GPU with no supervisor process.
 #[derive(Debug, Parser)]
-#[command(name = "accel-env", version, about, long_about, max_term_width = 100)]
+#[command(name = "accel-env", version, max_term_width = 100)]
 pub struct EnvCli {
     /// Print JSON instead of Markdown.
     #[arg(long)]

@@ -24,13 +24,7 @@ use crate::estimate::table::TableDtype;
 /// detected GPUs) whether it fits and the largest batch or context that does. The FORMULAS section
 /// states every formula and assumption.
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-estimate-memory",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-estimate-memory", version, max_term_width = 100)]
 pub struct EstimateCli {
     /// The model: a .safetensors file, a model directory, a config.json or index, or a Hub id (org/name).
     #[arg(value_name = "MODEL_NAME", value_hint = clap::ValueHint::AnyPath)]

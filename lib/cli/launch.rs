@@ -28,13 +28,7 @@ use crate::env_vars::Group;
 /// torchrun's command line is taken too (--nnodes, --nproc-per-node, --standalone, …): given only
 /// torchrun's flags, the ranks get exactly torchrun's environment and log layout.
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-launch",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-launch", version, max_term_width = 100)]
 pub struct LaunchCli {
     /// Which options the command line itself gave (first: the fields after it take their values
     /// out of clap's matches).
@@ -299,7 +293,6 @@ pub struct LaunchCli {
     /// torchrun's flags that accelerate lacks ([`super::torchrun`]).
     #[command(flatten)]
     pub torchrun: TorchrunFlags,
-
 
     /// The training script (or module with -m, or program with --no_python) and its arguments.
     #[arg(

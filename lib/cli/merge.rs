@@ -23,13 +23,7 @@ use crate::env_vars::Group;
 /// `pytorch_model*.bin`, their indexes) is replaced by the new ones, once those are complete: until
 /// then both are on disk.
 #[derive(Debug, Parser)]
-#[command(
-    name = "accel-merge-weights",
-    version,
-    about,
-    long_about,
-    max_term_width = 100
-)]
+#[command(name = "accel-merge-weights", version, max_term_width = 100)]
 pub struct MergeCli {
     /// The checkpoint directory: a DCP directory with `.metadata`, accelerate's save_state directory
     /// (the model is read from its `pytorch_model_fsdp_0/`), or a DeepSpeed save directory (with

@@ -28,7 +28,7 @@ use crate::env_vars::Group;
 /// within them, and the same matmul on every rank, prints the matrix, and names any node, link or
 /// rank slower than the median by more than --probe_threshold (exit status 6; see PROBE).
 #[derive(Debug, Parser)]
-#[command(name = "accel-test", version, about, long_about, max_term_width = 100)]
+#[command(name = "accel-test", version, max_term_width = 100)]
 pub struct TestCli {
     /// Config file (default: ACCEL_CONFIG_FILE, else accelerate's default config path).
     #[arg(long = "config_file", visible_alias = "config-file", value_name = "PATH", value_hint = clap::ValueHint::FilePath)]

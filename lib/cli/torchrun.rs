@@ -218,6 +218,7 @@ pub const MAN_DIFFERENCES: &[&str] = &[
     "TORCHELASTIC_USE_AGENT_STORE is not set: rank 0 hosts the TCPStore on MASTER_PORT (torchrun's agent hosts it and sets True); with torchrun's local rendezvous MASTER_PORT is a free port accel-launch picks (and picks again if another process takes it first).",
     "Many nodes: the launchers also meet on a control plane at the master port + 1 (see MULTI-NODE CONTROL PLANE): a failed rank stops every node at once, and --max_restarts restarts every node together with one global TORCHELASTIC_RESTART_COUNT (torchrun restarts a node's workers and lets the others notice).",
     "The grace period applies to every stop; torchrun waits a fixed 30 s after a failed worker and uses --shutdown-timeout only for signals. A signal --signals_to_handle does not name never kills the launcher and leaves no rank running.",
+    "A failed run is summed up in one report per node instead of ChildFailedError's table: the root-cause rank and its host, time, pid and error file (<N/A> when it has none), the error file's message, the last 20 lines of its stderr, then how this node's other ranks ended on one line.",
     "Without --nnodes, a SLURM, MPI, Kubeflow or SkyPilot placement is detected as for accelerate's flags (torchrun would start one separate world per node).",
 ];
 

@@ -292,168 +292,220 @@ pub struct TaskPlace {
 pub fn detect_task(env: &Environment, default_port: u16) -> Result<TaskPlace, ContractError> {
     let job = SlurmJob::detect(env).map_err(|e| ContractError::Topology(e.to_string()))?;
     if let Some(job) = job.filter(|j| j.procid.is_some()) {
-        let rank = job.procid.unwrap_or(0);
-        let world = job.ntasks.ok_or_else(|| {
-            ContractError::Topology("SLURM_PROCID is set but SLURM_NTASKS is not".into())
-        })?;
-        let local_rank = job.localid.unwrap_or(0);
-        let num_nodes = job.num_nodes();
-        // The step's real layout, one count per node (`2(x3),1`: three nodes of 2 and one of 1; `-n4`
-        // on nodes with room for 3 places 3 + 1): each task's node runs as many ranks as SLURM put
-        // there, and RANK is SLURM's own, so uneven nodes make a valid world.
-        let layout_var = env
-            .non_empty(env_vars::SLURM_STEP_TASKS_PER_NODE)
-            .or_else(|| env.non_empty(env_vars::SLURM_NTASKS_PER_NODE));
-        let layout = match layout_var {
-            Some(v) => Some(
-                crate::slurm::expand_counts(v)
-                    .filter(|l| !l.is_empty())
-                    .ok_or_else(|| {
-                        ContractError::Topology(format!("`{v}` is not a SLURM task layout"))
-                    })?,
-            ),
-            None => None,
-        };
-        let node = job.node_id.unwrap_or(0) as usize;
-        let local_world = match &layout {
-            // A layout as long as the node list names every node; a single count applies to all.
-            Some(l) if l.len() == num_nodes as usize => {
-                let total: u32 = l.iter().sum();
-                if total != world {
-                    return Err(ContractError::Topology(format!(
-                        "the task layout {} places {total} tasks but SLURM_NTASKS={world}",
-                        layout_var.unwrap_or_default()
-                    )));
-                }
-                l[node.min(l.len() - 1)]
-            }
-            Some(l) if l.len() == 1 => l[0],
-            _ => {
-                if world % num_nodes != 0 {
-                    return Err(ContractError::Topology(format!(
-                        "{world} tasks do not divide evenly over {num_nodes} nodes, and SLURM gave no per-node layout; use --ntasks-per-node"
-                    )));
-                }
-                world / num_nodes
-            }
-        };
-        if let Some(gpus) = job.gpus_on_node.filter(|g| *g > 0) {
-            if gpus != local_world && gpus != 1 {
-                return Err(ContractError::Topology(format!(
-                    "{local_world} tasks per node but SLURM_GPUS_ON_NODE={gpus}: one task per GPU needs as many tasks as GPUs"
-                )));
-            }
+        return slurm_task(&job, env, default_port);
+    }
+    for vars in [OPEN_MPI, PMI] {
+        if let Some(t) = mpi_rank_task(vars, env, default_port)? {
+            return Ok(t);
         }
-        let master = job
-            .nodes
-            .first()
-            .cloned()
-            .ok_or_else(|| ContractError::Topology("SLURM_JOB_NODELIST is not set".into()))?;
-        if num_nodes > 1
-            && job
-                .nodes
-                .iter()
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-                > 1
-            && is_loopback(&master)
-        {
-            return Err(ContractError::Topology(format!(
-                "the rendezvous host `{master}` resolves to a loopback address on a {num_nodes}-node job"
-            )));
-        }
-        return task(
-            Source::Slurm,
-            rank,
-            local_rank,
-            world,
-            local_world,
-            job.node_id.unwrap_or(rank / local_world.max(1)),
-            num_nodes,
-            master,
-            job.derived_port().unwrap_or(default_port),
-            env,
-        );
     }
-    if let (Some(rank), Some(world)) = (
-        get_u32(env, env_vars::OMPI_COMM_WORLD_RANK)?,
-        get_u32(env, env_vars::OMPI_COMM_WORLD_SIZE)?,
-    ) {
-        let local_rank = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_RANK)?.unwrap_or(0);
-        let local_world = get_u32(env, env_vars::OMPI_COMM_WORLD_LOCAL_SIZE)?.unwrap_or(world);
-        return mpi_task(
-            Source::Mpi,
-            rank,
-            local_rank,
-            world,
-            local_world,
-            env,
-            default_port,
-        );
-    }
-    if let (Some(rank), Some(world)) = (
-        get_u32(env, env_vars::PMI_RANK)?,
-        get_u32(env, env_vars::PMI_SIZE)?,
-    ) {
-        let local_rank = get_u32(env, env_vars::MPI_LOCALRANKID)?.unwrap_or(0);
-        let local_world = get_u32(env, env_vars::MPI_LOCALNRANKS)?.unwrap_or(world);
-        return mpi_task(
-            Source::Mpi,
-            rank,
-            local_rank,
-            world,
-            local_world,
-            env,
-            default_port,
-        );
-    }
-    // A Kubeflow PyTorchJob (v1) pod: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK per pod, no LOCAL_RANK —
-    // one process per pod is the whole contract.
-    if env.non_empty(env_vars::RANK).is_some()
-        && env.non_empty(env_vars::LOCAL_RANK).is_none()
-        && env.non_empty(env_vars::MASTER_ADDR).is_some()
-    {
-        let rank = get_u32(env, env_vars::RANK)?.unwrap_or(0);
-        let world = get_u32(env, env_vars::WORLD_SIZE)?
-            .ok_or_else(|| ContractError::Topology("RANK is set but WORLD_SIZE is not".into()))?;
-        let port = port(env, env_vars::MASTER_PORT)?.unwrap_or(default_port);
-        return task(
-            Source::External,
-            rank,
-            0,
-            world,
-            1,
-            rank,
-            world,
-            env.non_empty(env_vars::MASTER_ADDR)
-                .unwrap_or_default()
-                .to_string(),
-            port,
-            env,
-        );
+    if let Some(t) = pytorchjob_pod(env, default_port)? {
+        return Ok(t);
     }
     if env.non_empty(env_vars::RANK).is_some() {
-        let c = super::WorkerContract::parse(env)?;
-        let num_nodes = c
-            .group_world_size
-            .unwrap_or((c.world_size / c.local_world_size).max(1));
-        let node = c.group_rank.unwrap_or(c.rank / c.local_world_size);
-        return task(
-            Source::External,
-            c.rank,
-            c.local_rank,
-            c.world_size,
-            c.local_world_size,
-            node,
-            num_nodes,
-            c.master_addr,
-            c.master_port,
-            env,
-        );
+        return torchrun_task(env);
     }
     Err(ContractError::NoScheduler(
         "no SLURM task (SLURM_PROCID), MPI rank (OMPI_COMM_WORLD_RANK, PMI_RANK) or RANK in the environment".into(),
     ))
+}
+
+/// A SLURM task: SLURM's rank and layout, rank 0 on the step's first node.
+fn slurm_task(
+    job: &SlurmJob,
+    env: &Environment,
+    default_port: u16,
+) -> Result<TaskPlace, ContractError> {
+    let rank = job.procid.unwrap_or(0);
+    let world = job.ntasks.ok_or_else(|| {
+        ContractError::Topology("SLURM_PROCID is set but SLURM_NTASKS is not".into())
+    })?;
+    let local_rank = job.localid.unwrap_or(0);
+    let num_nodes = job.num_nodes();
+    let node = job.node_id.unwrap_or(0) as usize;
+    let local_world = slurm_tasks_on_node(job.tasks_per_node.as_deref(), num_nodes, node, world)?;
+    if let Some(gpus) = job.gpus_on_node.filter(|g| *g > 0) {
+        if gpus != local_world && gpus != 1 {
+            return Err(ContractError::Topology(format!(
+                "{local_world} tasks per node but SLURM_GPUS_ON_NODE={gpus}: one task per GPU needs as many tasks as GPUs"
+            )));
+        }
+    }
+    let master = job
+        .nodes
+        .first()
+        .cloned()
+        .ok_or_else(|| ContractError::Topology("SLURM_JOB_NODELIST is not set".into()))?;
+    if num_nodes > 1
+        && job
+            .nodes
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1
+        && is_loopback(&master)
+    {
+        return Err(ContractError::Topology(format!(
+            "the rendezvous host `{master}` resolves to a loopback address on a {num_nodes}-node job"
+        )));
+    }
+    task(
+        Source::Slurm,
+        rank,
+        local_rank,
+        world,
+        local_world,
+        job.node_id.unwrap_or(rank / local_world.max(1)),
+        num_nodes,
+        master,
+        job.derived_port().unwrap_or(default_port),
+        env,
+    )
+}
+
+/// How many of the step's `world` tasks run on `node`. The step's real layout (`layout`, SLURM's
+/// per-node counts: `2(x3),1` is three nodes of 2 and one of 1; `-n4` on nodes with room for 3
+/// places 3 + 1) decides: each task's node runs as many ranks as SLURM put there, and RANK is
+/// SLURM's own, so uneven nodes make a valid world. Without a layout the tasks must divide evenly.
+fn slurm_tasks_on_node(
+    layout: Option<&str>,
+    num_nodes: u32,
+    node: usize,
+    world: u32,
+) -> Result<u32, ContractError> {
+    let counts = match layout {
+        Some(v) => Some(
+            crate::slurm::expand_counts(v)
+                .filter(|l| !l.is_empty())
+                .ok_or_else(|| {
+                    ContractError::Topology(format!("`{v}` is not a SLURM task layout"))
+                })?,
+        ),
+        None => None,
+    };
+    Ok(match &counts {
+        // A layout as long as the node list names every node; a single count applies to all.
+        Some(l) if l.len() == num_nodes as usize => {
+            let total: u32 = l.iter().sum();
+            if total != world {
+                return Err(ContractError::Topology(format!(
+                    "the task layout {} places {total} tasks but SLURM_NTASKS={world}",
+                    layout.unwrap_or_default()
+                )));
+            }
+            l[node.min(l.len() - 1)]
+        }
+        Some(l) if l.len() == 1 => l[0],
+        _ => {
+            if world % num_nodes != 0 {
+                return Err(ContractError::Topology(format!(
+                    "{world} tasks do not divide evenly over {num_nodes} nodes, and SLURM gave no per-node layout; use --ntasks-per-node"
+                )));
+            }
+            world / num_nodes
+        }
+    })
+}
+
+/// The variables an MPI launcher gives each rank: its rank and the world's size, its rank on the
+/// node and the node's rank count.
+#[derive(Clone, Copy)]
+struct MpiVars {
+    rank: &'static str,
+    size: &'static str,
+    local_rank: &'static str,
+    local_size: &'static str,
+}
+
+const OPEN_MPI: MpiVars = MpiVars {
+    rank: env_vars::OMPI_COMM_WORLD_RANK,
+    size: env_vars::OMPI_COMM_WORLD_SIZE,
+    local_rank: env_vars::OMPI_COMM_WORLD_LOCAL_RANK,
+    local_size: env_vars::OMPI_COMM_WORLD_LOCAL_SIZE,
+};
+
+const PMI: MpiVars = MpiVars {
+    rank: env_vars::PMI_RANK,
+    size: env_vars::PMI_SIZE,
+    local_rank: env_vars::MPI_LOCALRANKID,
+    local_size: env_vars::MPI_LOCALNRANKS,
+};
+
+/// An MPI rank, when `vars` give its rank and the world's size.
+fn mpi_rank_task(
+    vars: MpiVars,
+    env: &Environment,
+    default_port: u16,
+) -> Result<Option<TaskPlace>, ContractError> {
+    let (Some(rank), Some(world)) = (get_u32(env, vars.rank)?, get_u32(env, vars.size)?) else {
+        return Ok(None);
+    };
+    let local_rank = get_u32(env, vars.local_rank)?.unwrap_or(0);
+    let local_world = get_u32(env, vars.local_size)?.unwrap_or(world);
+    mpi_task(
+        Source::Mpi,
+        rank,
+        local_rank,
+        world,
+        local_world,
+        env,
+        default_port,
+    )
+    .map(Some)
+}
+
+/// A Kubeflow PyTorchJob (v1) pod: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK per pod, no LOCAL_RANK —
+/// one process per pod is the whole contract.
+fn pytorchjob_pod(
+    env: &Environment,
+    default_port: u16,
+) -> Result<Option<TaskPlace>, ContractError> {
+    if env.non_empty(env_vars::RANK).is_none()
+        || env.non_empty(env_vars::LOCAL_RANK).is_some()
+        || env.non_empty(env_vars::MASTER_ADDR).is_none()
+    {
+        return Ok(None);
+    }
+    let rank = get_u32(env, env_vars::RANK)?.unwrap_or(0);
+    let world = get_u32(env, env_vars::WORLD_SIZE)?
+        .ok_or_else(|| ContractError::Topology("RANK is set but WORLD_SIZE is not".into()))?;
+    let port = port(env, env_vars::MASTER_PORT)?.unwrap_or(default_port);
+    task(
+        Source::External,
+        rank,
+        0,
+        world,
+        1,
+        rank,
+        world,
+        env.non_empty(env_vars::MASTER_ADDR)
+            .unwrap_or_default()
+            .to_string(),
+        port,
+        env,
+    )
+    .map(Some)
+}
+
+/// A whole torchrun contract set from outside (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, …).
+fn torchrun_task(env: &Environment) -> Result<TaskPlace, ContractError> {
+    let c = super::WorkerContract::parse(env)?;
+    let num_nodes = c
+        .group_world_size
+        .unwrap_or((c.world_size / c.local_world_size).max(1));
+    let node = c.group_rank.unwrap_or(c.rank / c.local_world_size);
+    task(
+        Source::External,
+        c.rank,
+        c.local_rank,
+        c.world_size,
+        c.local_world_size,
+        node,
+        num_nodes,
+        c.master_addr,
+        c.master_port,
+        env,
+    )
 }
 
 fn mpi_task(
@@ -819,6 +871,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("rank 3 is not below the world size 3"));
+    }
+
+    #[test]
+    fn tasks_on_a_node_follow_slurms_layout() {
+        let on = |layout, nodes, node, world| slurm_tasks_on_node(layout, nodes, node, world);
+        assert_eq!(on(Some("3,1"), 2, 0, 4).unwrap(), 3);
+        assert_eq!(on(Some("3,1"), 2, 1, 4).unwrap(), 1);
+        // A node id past the list takes the last count; one count applies to every node.
+        assert_eq!(on(Some("2(x2),1"), 3, 7, 5).unwrap(), 1);
+        assert_eq!(on(Some("4"), 3, 2, 12).unwrap(), 4);
+        // No layout, or one that does not name every node: the tasks divide evenly.
+        assert_eq!(on(None, 2, 0, 8).unwrap(), 4);
+        assert_eq!(on(Some("2,2"), 3, 0, 6).unwrap(), 2);
+        let err = |layout, nodes, world| on(layout, nodes, 0, world).unwrap_err().to_string();
+        assert!(err(None, 2, 5).contains("5 tasks do not divide evenly over 2 nodes"));
+        assert!(err(Some("3,1"), 2, 5)
+            .contains("the task layout 3,1 places 4 tasks but SLURM_NTASKS=5"));
+        assert!(err(Some("x"), 2, 4).contains("`x` is not a SLURM task layout"));
+        assert!(err(Some(""), 2, 4).contains("`` is not a SLURM task layout"));
     }
 
     #[test]

@@ -650,127 +650,25 @@ fn build_base(config: &Config) -> Result<Built, EstimateError> {
 /// The Llama-shaped decoders: embeddings, N decoder layers (attention, gated MLP or MoE, RMS norms),
 /// final norm, rotary buffers.
 fn decoder(c: &Config) -> Result<Built, EstimateError> {
-    // The language models of Qwen2-VL and Qwen2.5-VL are Qwen2's decoder.
-    let t = match c.model_type.as_str() {
-        "qwen2_vl_text" | "qwen2_5_vl_text" => "qwen2",
-        t => t,
-    };
-    // Gemma 3's text config is nested in its multimodal config, where Hub configs often leave
-    // out what equals Gemma3TextConfig's defaults.
-    let gemma3 = t == "gemma3_text";
-    let or = |d: u64| if gemma3 { Some(d) } else { None };
-    let v = c.uint(&["vocab_size"], or(262_208))?;
-    let h = c.uint(&["hidden_size"], or(2304))?;
-    let layers = c.uint(&["num_hidden_layers"], or(26))?;
-    let heads = c.uint(&["num_attention_heads"], or(8))?;
-    let kv = c.uint(
-        &["num_key_value_heads"],
-        Some(if gemma3 { 4 } else { heads }),
-    )?;
-    let default_head_dim = match t {
-        "gemma" | "gemma2" | "gemma3_text" => 256,
-        "qwen3" => 128,
-        _ => h / heads.max(1),
-    };
-    let hd = c.uint(&["head_dim"], Some(default_head_dim))?;
-    let inter = c.uint(&["intermediate_size"], or(9216))?;
-    let (q_bias, o_bias) = match t {
-        "qwen2" => (true, false),
-        "qwen2_moe" => (c.flag("qkv_bias", true), false),
-        "mistral" | "mixtral" | "phi3" => (false, false),
-        _ => {
-            let b = c.flag("attention_bias", false);
-            (b, b)
-        }
-    };
-    let mlp_bias = t == "llama" && c.flag("mlp_bias", false);
-    let experts = match t {
-        "mixtral" => c.uint(&["num_local_experts"], Some(8))?,
-        "qwen2_moe" => c.uint(&["num_experts"], Some(60))?,
-        "qwen3_moe" => c.uint(&["num_experts"], Some(128))?,
-        _ => 0,
-    };
-    let moe_inter = match t {
-        "mixtral" => inter,
-        "qwen2_moe" => c.uint(&["moe_intermediate_size"], Some(1408))?,
-        "qwen3_moe" => c.uint(&["moe_intermediate_size"], Some(768))?,
-        _ => 0,
-    };
-    let sparse_step = c.uint(&["decoder_sparse_step"], Some(1))?.max(1);
-    let mlp_only = c.uint_list("mlp_only_layers");
-    // LlamaConfig, Gemma2Config and Gemma3TextConfig check the width (`validate_architecture`);
-    // the others derive head_dim by floor division and build.
-    let whole_heads = matches!(t, "llama" | "gemma2" | "gemma3_text");
-    c.check_attention(
-        ("hidden_size", h),
-        ("num_attention_heads", heads),
-        whole_heads,
-    )?;
-    c.check_kv_heads(heads, kv)?;
-    c.check_layer_types(layers)?;
-
+    let s = DecoderShape::of(c)?;
+    let t = s.t;
     let mut o = Out(Vec::new());
-    o.w("embed_tokens.weight".into(), &[v, h]);
-    if matches!(t, "gemma" | "gemma2" | "gemma3_text") {
+    o.w("embed_tokens.weight".into(), &[s.v, s.h]);
+    if is_gemma(t) {
         o.0.push(Tensor::buffer("embed_tokens.embed_scale", DType::F32, &[]));
     }
-    for i in 0..layers {
-        let p = format!("layers.{i}");
-        let a = format!("{p}.self_attn");
-        if t == "phi3" {
-            o.linear(&format!("{a}.o_proj"), heads * hd, h, false);
-            o.linear(&format!("{a}.qkv_proj"), h, heads * hd + 2 * kv * hd, false);
-        } else {
-            o.linear(&format!("{a}.q_proj"), h, heads * hd, q_bias);
-            o.linear(&format!("{a}.k_proj"), h, kv * hd, q_bias);
-            o.linear(&format!("{a}.v_proj"), h, kv * hd, q_bias);
-            o.linear(&format!("{a}.o_proj"), heads * hd, h, o_bias);
-        }
-        if matches!(t, "qwen3" | "qwen3_moe" | "gemma3_text") {
-            o.norm(&format!("{a}.q_norm"), hd, false);
-            o.norm(&format!("{a}.k_norm"), hd, false);
-        }
-        let m = format!("{p}.mlp");
-        let sparse = experts > 0
-            && (t == "mixtral" || (!mlp_only.contains(&i) && (i + 1) % sparse_step == 0));
-        if sparse {
-            o.mm(format!("{m}.gate.weight"), &[experts, h]);
-            o.w(
-                format!("{m}.experts.gate_up_proj"),
-                &[experts, 2 * moe_inter, h],
-            );
-            o.w(format!("{m}.experts.down_proj"), &[experts, h, moe_inter]);
-            if t == "qwen2_moe" {
-                let s = c.uint(&["shared_expert_intermediate_size"], Some(5632))?;
-                o.linear(&format!("{m}.shared_expert.gate_proj"), h, s, false);
-                o.linear(&format!("{m}.shared_expert.up_proj"), h, s, false);
-                o.linear(&format!("{m}.shared_expert.down_proj"), s, h, false);
-                o.linear(&format!("{m}.shared_expert_gate"), h, 1, false);
-            }
-        } else if t == "phi3" {
-            o.linear(&format!("{m}.gate_up_proj"), h, 2 * inter, false);
-            o.linear(&format!("{m}.down_proj"), inter, h, false);
-        } else {
-            o.linear(&format!("{m}.gate_proj"), h, inter, mlp_bias);
-            o.linear(&format!("{m}.up_proj"), h, inter, mlp_bias);
-            o.linear(&format!("{m}.down_proj"), inter, h, mlp_bias);
-        }
-        o.norm(&format!("{p}.input_layernorm"), h, false);
-        o.norm(&format!("{p}.post_attention_layernorm"), h, false);
-        if matches!(t, "gemma2" | "gemma3_text") {
-            o.norm(&format!("{p}.pre_feedforward_layernorm"), h, false);
-            o.norm(&format!("{p}.post_feedforward_layernorm"), h, false);
-        }
+    for i in 0..s.layers {
+        decoder_layer(&mut o, c, &s, i)?;
     }
-    o.norm("norm", h, false);
-    if gemma3 {
+    o.norm("norm", s.h, false);
+    if t == "gemma3_text" {
         // Gemma3RotaryEmbedding: one pair of frequency buffers per attention type in use, named
         // after it (sliding window layers rotate with their own base).
-        for layer_type in gemma3_layer_types(c, layers) {
-            o.rotary_named(&format!("rotary_emb.{layer_type}_"), hd, 1.0);
+        for layer_type in gemma3_layer_types(c, s.layers) {
+            o.rotary_named(&format!("rotary_emb.{layer_type}_"), s.hd, 1.0);
         }
     } else {
-        o.rotary("rotary_emb", hd, c.partial_rotary_factor(1.0));
+        o.rotary("rotary_emb", s.hd, c.partial_rotary_factor(1.0));
     }
     let top_k = match t {
         "mixtral" => c.uint(&["num_experts_per_tok"], Some(2))?,
@@ -779,9 +677,9 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
         _ => 0,
     };
     let mlp_size = match t {
-        "qwen2_moe" => c.uint(&["shared_expert_intermediate_size"], Some(5632))?,
-        _ if experts > 0 => 0,
-        _ => inter,
+        "qwen2_moe" => shared_expert_size(c)?,
+        _ if s.experts > 0 => 0,
+        _ => s.inter,
     };
     Ok(Built {
         tensors: o.0,
@@ -790,28 +688,223 @@ fn decoder(c: &Config) -> Result<Built, EstimateError> {
         },
         dims: Dims {
             model_type: t.to_string(),
-            hidden_size: h,
-            num_layers: layers,
-            num_attention_heads: heads,
-            num_key_value_heads: kv,
-            head_dim: hd,
-            vocab_size: v,
+            hidden_size: s.h,
+            num_layers: s.layers,
+            num_attention_heads: s.heads,
+            num_key_value_heads: s.kv,
+            head_dim: s.hd,
+            vocab_size: s.v,
             mlp_size,
-            expert_mlp_size: top_k * moe_inter,
+            expert_mlp_size: top_k * s.moe_inter,
             experts_per_token: top_k,
             gated_mlp: true,
-            experts,
+            experts: s.experts,
             attention_dropout: c.float("attention_dropout").unwrap_or(0.0) > 0.0,
-            kv_per_token: 2 * kv * hd,
+            kv_per_token: 2 * s.kv * s.hd,
             // Gemma2Config's defaults: 50.0 and 30.0; null turns each off.
             attention_softcap: t == "gemma2" && c.softcap("attn_logit_softcapping"),
             final_softcap: t == "gemma2" && c.softcap("final_logit_softcapping"),
-            sandwich_norms: matches!(t, "gemma2" | "gemma3_text"),
+            sandwich_norms: s.sandwich(),
             ..Dims::default()
         },
-        head: lm_head(c, matches!(t, "gemma" | "gemma2" | "gemma3_text"), v, h),
+        head: lm_head(c, is_gemma(t), s.v, s.h),
         tied: Vec::new(),
     })
+}
+
+/// The decoder family a model type builds: the language models of Qwen2-VL and Qwen2.5-VL are
+/// Qwen2's decoder.
+fn decoder_family(model_type: &str) -> &str {
+    match model_type {
+        "qwen2_vl_text" | "qwen2_5_vl_text" => "qwen2",
+        t => t,
+    }
+}
+
+/// The Gemma families: scaled embeddings, 256-wide heads by default, the LM head tied by default.
+fn is_gemma(family: &str) -> bool {
+    matches!(family, "gemma" | "gemma2" | "gemma3_text")
+}
+
+/// Qwen2-MoE's shared expert's width.
+fn shared_expert_size(c: &Config) -> Result<u64, EstimateError> {
+    c.uint(&["shared_expert_intermediate_size"], Some(5632))
+}
+
+/// A Llama-shaped decoder's sizes and options, from its config and its family's defaults.
+struct DecoderShape<'c> {
+    /// The family ([`decoder_family`]).
+    t: &'c str,
+    v: u64,
+    h: u64,
+    layers: u64,
+    heads: u64,
+    kv: u64,
+    hd: u64,
+    inter: u64,
+    /// Biases of the q, k and v projections, and of the output projection.
+    q_bias: bool,
+    o_bias: bool,
+    mlp_bias: bool,
+    /// Experts of a mixture-of-experts MLP (0: dense) and each one's width.
+    experts: u64,
+    moe_inter: u64,
+    /// Every `sparse_step`-th layer has experts, except those of `mlp_only`.
+    sparse_step: u64,
+    mlp_only: Vec<u64>,
+}
+
+impl<'c> DecoderShape<'c> {
+    fn of(c: &'c Config) -> Result<Self, EstimateError> {
+        let t = decoder_family(&c.model_type);
+        // Gemma 3's text config is nested in its multimodal config, where Hub configs often leave
+        // out what equals Gemma3TextConfig's defaults.
+        let gemma3 = t == "gemma3_text";
+        let or = |d: u64| if gemma3 { Some(d) } else { None };
+        let v = c.uint(&["vocab_size"], or(262_208))?;
+        let h = c.uint(&["hidden_size"], or(2304))?;
+        let layers = c.uint(&["num_hidden_layers"], or(26))?;
+        let heads = c.uint(&["num_attention_heads"], or(8))?;
+        let kv = c.uint(
+            &["num_key_value_heads"],
+            Some(if gemma3 { 4 } else { heads }),
+        )?;
+        let default_head_dim = match t {
+            _ if is_gemma(t) => 256,
+            "qwen3" => 128,
+            _ => h / heads.max(1),
+        };
+        let hd = c.uint(&["head_dim"], Some(default_head_dim))?;
+        let inter = c.uint(&["intermediate_size"], or(9216))?;
+        let (q_bias, o_bias) = match t {
+            "qwen2" => (true, false),
+            "qwen2_moe" => (c.flag("qkv_bias", true), false),
+            "mistral" | "mixtral" | "phi3" => (false, false),
+            _ => {
+                let b = c.flag("attention_bias", false);
+                (b, b)
+            }
+        };
+        let mlp_bias = t == "llama" && c.flag("mlp_bias", false);
+        let experts = match t {
+            "mixtral" => c.uint(&["num_local_experts"], Some(8))?,
+            "qwen2_moe" => c.uint(&["num_experts"], Some(60))?,
+            "qwen3_moe" => c.uint(&["num_experts"], Some(128))?,
+            _ => 0,
+        };
+        let moe_inter = match t {
+            "mixtral" => inter,
+            "qwen2_moe" => c.uint(&["moe_intermediate_size"], Some(1408))?,
+            "qwen3_moe" => c.uint(&["moe_intermediate_size"], Some(768))?,
+            _ => 0,
+        };
+        let sparse_step = c.uint(&["decoder_sparse_step"], Some(1))?.max(1);
+        let mlp_only = c.uint_list("mlp_only_layers");
+        // LlamaConfig, Gemma2Config and Gemma3TextConfig check the width (`validate_architecture`);
+        // the others derive head_dim by floor division and build.
+        let whole_heads = matches!(t, "llama" | "gemma2" | "gemma3_text");
+        c.check_attention(
+            ("hidden_size", h),
+            ("num_attention_heads", heads),
+            whole_heads,
+        )?;
+        c.check_kv_heads(heads, kv)?;
+        c.check_layer_types(layers)?;
+        Ok(DecoderShape {
+            t,
+            v,
+            h,
+            layers,
+            heads,
+            kv,
+            hd,
+            inter,
+            q_bias,
+            o_bias,
+            mlp_bias,
+            experts,
+            moe_inter,
+            sparse_step,
+            mlp_only,
+        })
+    }
+
+    /// Gemma 2 and 3 norm before and after each block as well (sandwich norms).
+    fn sandwich(&self) -> bool {
+        matches!(self.t, "gemma2" | "gemma3_text")
+    }
+
+    /// Whether layer `i`'s MLP is a mixture of experts: every layer of Mixtral, every
+    /// `decoder_sparse_step`-th of Qwen's MoE but those of `mlp_only_layers`.
+    fn sparse(&self, i: u64) -> bool {
+        self.experts > 0
+            && (self.t == "mixtral"
+                || (!self.mlp_only.contains(&i) && (i + 1) % self.sparse_step == 0))
+    }
+}
+
+/// Decoder layer `i`: attention, the MLP, the norms.
+fn decoder_layer(o: &mut Out, c: &Config, s: &DecoderShape, i: u64) -> Result<(), EstimateError> {
+    let (h, hd, heads, kv) = (s.h, s.hd, s.heads, s.kv);
+    let p = format!("layers.{i}");
+    let a = format!("{p}.self_attn");
+    if s.t == "phi3" {
+        o.linear(&format!("{a}.o_proj"), heads * hd, h, false);
+        o.linear(&format!("{a}.qkv_proj"), h, heads * hd + 2 * kv * hd, false);
+    } else {
+        o.linear(&format!("{a}.q_proj"), h, heads * hd, s.q_bias);
+        o.linear(&format!("{a}.k_proj"), h, kv * hd, s.q_bias);
+        o.linear(&format!("{a}.v_proj"), h, kv * hd, s.q_bias);
+        o.linear(&format!("{a}.o_proj"), heads * hd, h, s.o_bias);
+    }
+    if matches!(s.t, "qwen3" | "qwen3_moe" | "gemma3_text") {
+        o.norm(&format!("{a}.q_norm"), hd, false);
+        o.norm(&format!("{a}.k_norm"), hd, false);
+    }
+    decoder_mlp(o, c, s, i, &format!("{p}.mlp"))?;
+    o.norm(&format!("{p}.input_layernorm"), h, false);
+    o.norm(&format!("{p}.post_attention_layernorm"), h, false);
+    if s.sandwich() {
+        o.norm(&format!("{p}.pre_feedforward_layernorm"), h, false);
+        o.norm(&format!("{p}.post_feedforward_layernorm"), h, false);
+    }
+    Ok(())
+}
+
+/// Layer `i`'s MLP under `m`: the experts (with Qwen2-MoE's shared expert), Phi-3's fused gate
+/// and up projection, or the gated MLP.
+fn decoder_mlp(
+    o: &mut Out,
+    c: &Config,
+    s: &DecoderShape,
+    i: u64,
+    m: &str,
+) -> Result<(), EstimateError> {
+    let (h, inter) = (s.h, s.inter);
+    if s.sparse(i) {
+        let (experts, moe_inter) = (s.experts, s.moe_inter);
+        o.mm(format!("{m}.gate.weight"), &[experts, h]);
+        o.w(
+            format!("{m}.experts.gate_up_proj"),
+            &[experts, 2 * moe_inter, h],
+        );
+        o.w(format!("{m}.experts.down_proj"), &[experts, h, moe_inter]);
+        if s.t == "qwen2_moe" {
+            let shared = shared_expert_size(c)?;
+            o.linear(&format!("{m}.shared_expert.gate_proj"), h, shared, false);
+            o.linear(&format!("{m}.shared_expert.up_proj"), h, shared, false);
+            o.linear(&format!("{m}.shared_expert.down_proj"), shared, h, false);
+            o.linear(&format!("{m}.shared_expert_gate"), h, 1, false);
+        }
+    } else if s.t == "phi3" {
+        o.linear(&format!("{m}.gate_up_proj"), h, 2 * inter, false);
+        o.linear(&format!("{m}.down_proj"), inter, h, false);
+    } else {
+        o.linear(&format!("{m}.gate_proj"), h, inter, s.mlp_bias);
+        o.linear(&format!("{m}.up_proj"), h, inter, s.mlp_bias);
+        o.linear(&format!("{m}.down_proj"), inter, h, s.mlp_bias);
+    }
+    Ok(())
 }
 
 /// Gemma 3's attention types in use, sorted as Gemma3RotaryEmbedding sorts them: `layer_types`,
@@ -1230,30 +1323,67 @@ pub fn generic_dims(c: &Config) -> Result<Dims, String> {
 /// unless the embeddings are tied.
 fn multimodal(c: &Config) -> Result<Built, EstimateError> {
     let t = c.model_type.as_str();
-    let (default_text, default_vision) = match t {
+    let (default_text, default_vision) = multimodal_parts(t);
+    let language = multimodal_language(c, default_text)?;
+    let vision = multimodal_vision_config(c, default_vision);
+    let th = language.dims.hidden_size;
+    let mut o = Out(Vec::new());
+    let mut patterns = vec!["layers.#"];
+    match t {
+        "qwen2_vl" | "qwen2_5_vl" => {
+            qwen2_vl_vision(&mut o, &vision, t == "qwen2_5_vl")?;
+            patterns.push("blocks.#");
+        }
+        _ => {
+            let vh = vision_tower(&mut o, t, &vision, default_vision)?;
+            // The vision embeddings (CLIP/SigLIP) and SigLIP's pooling head are no-split
+            // modules of their own.
+            patterns.extend(["embeddings", "head"]);
+            projector(&mut o, c, vh, th);
+        }
+    }
+    let mut tensors = o.0;
+    tensors.extend(language.tensors.into_iter().map(|mut x| {
+        x.name.insert_str(0, "language_model.");
+        x
+    }));
+    // transformers 5 ties by the outer config's tie_word_embeddings; Llava and Qwen2-VL also
+    // honour a text_config that ties (configs saved before v5 put it there).
+    let text_ties = language.head.is_empty();
+    let tied = match t {
+        "gemma3" => c.tied_embeddings(true),
+        _ => c.tied_embeddings(false) || text_ties,
+    };
+    let v = language.dims.vocab_size;
+    let mut dims = language.dims;
+    dims.model_type = t.to_string();
+    Ok(Built {
+        tensors,
+        no_split: NoSplit { patterns },
+        dims,
+        head: if tied {
+            Vec::new()
+        } else {
+            vec![Tensor::matmul("lm_head.weight", &[v, th])]
+        },
+        tied: Vec::new(),
+    })
+}
+
+/// A multimodal family's default text and vision model types.
+fn multimodal_parts(model_type: &str) -> (&'static str, &'static str) {
+    match model_type {
         "gemma3" => ("gemma3_text", "siglip_vision_model"),
         "llava" => ("llama", "clip_vision_model"),
         "qwen2_vl" => ("qwen2_vl_text", "qwen2_vl"),
         _ => ("qwen2_5_vl_text", "qwen2_5_vl"),
-    };
-    let mut text = match c.text() {
-        Some(text) => text,
-        // Qwen2-VL's Hub configs are flat: the language model's keys sit at the top level.
-        None if t.starts_with("qwen2") => {
-            Config::with_type(c.map.clone(), default_text, c.source.clone())
-        }
-        None => Config::with_type(
-            Map::new(),
-            default_text,
-            format!("{} (text_config)", c.source),
-        ),
-    };
-    if text.model_type.is_empty() {
-        text.model_type = default_text.to_string();
     }
-    // A nested text config takes its class's defaults for what it leaves out (Llava-1.5's names
-    // little more than the vocabulary size of its Llama).
-    let defaults: &[(&str, u64)] = match text.model_type.as_str() {
+}
+
+/// What a nested text config of `model_type` takes from its class's defaults when it leaves it out
+/// (Llava-1.5's names little more than the vocabulary size of its Llama).
+fn text_defaults(model_type: &str) -> &'static [(&'static str, u64)] {
+    match model_type {
         "llama" => &[
             ("vocab_size", 32000),
             ("hidden_size", 4096),
@@ -1285,24 +1415,49 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
             ("num_key_value_heads", 8),
         ],
         _ => &[],
+    }
+}
+
+/// The language model of `text_config` (`default_text` when it names no type), built as its own
+/// family.
+fn multimodal_language(c: &Config, default_text: &str) -> Result<Built, EstimateError> {
+    let t = c.model_type.as_str();
+    let mut text = match c.text() {
+        Some(text) => text,
+        // Qwen2-VL's Hub configs are flat: the language model's keys sit at the top level.
+        None if t.starts_with("qwen2") => {
+            Config::with_type(c.map.clone(), default_text, c.source.clone())
+        }
+        None => Config::with_type(
+            Map::new(),
+            default_text,
+            format!("{} (text_config)", c.source),
+        ),
     };
-    for (key, value) in defaults {
+    if text.model_type.is_empty() {
+        text.model_type = default_text.to_string();
+    }
+    for (key, value) in text_defaults(&text.model_type) {
         if text.get(key).is_none() {
             text.map.insert(key.to_string(), Value::from(*value));
         }
     }
-    let language = match text.model_type.as_str() {
+    match text.model_type.as_str() {
         "qwen2_vl_text" | "qwen2_5_vl_text" => decoder(&text),
         other if FAMILIES.contains(&other) && !is_multimodal(other) => build_base(&text),
         other => Err(EstimateError::UnknownArchitecture {
             model_type: format!("{t}` with text_config `{other}"),
             known: FAMILIES,
         }),
-    }?;
-    // Llava's default vision tower is CLIP ViT-L/14 at 336 px, not CLIPVisionConfig's defaults.
-    let vision = match c.sub("vision_config") {
+    }
+}
+
+/// `vision_config`, or the family's default vision tower. Llava's default is CLIP ViT-L/14 at
+/// 336 px, not CLIPVisionConfig's defaults.
+fn multimodal_vision_config(c: &Config, default_vision: &str) -> Config {
+    match c.sub("vision_config") {
         Some(v) => v,
-        None if t == "llava" => Config::with_type(
+        None if c.model_type == "llava" => Config::with_type(
             serde_json::json!({"intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
                 "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16})
             .as_object()
@@ -1316,79 +1471,49 @@ fn multimodal(c: &Config) -> Result<Built, EstimateError> {
             default_vision,
             format!("{} (vision_config)", c.source),
         ),
-    };
-    let th = language.dims.hidden_size;
-    let mut o = Out(Vec::new());
-    let mut patterns = vec!["layers.#"];
-    match t {
-        "qwen2_vl" => {
-            qwen2_vl_vision(&mut o, &vision, false)?;
-            patterns.push("blocks.#");
-        }
-        "qwen2_5_vl" => {
-            qwen2_vl_vision(&mut o, &vision, true)?;
-            patterns.push("blocks.#");
-        }
-        _ => {
-            let vt = if vision.model_type.is_empty() {
-                default_vision
-            } else {
-                vision.model_type.as_str()
-            };
-            let vh = match vt {
-                "clip_vision_model" => vit(&mut o, &vision, false)?,
-                "siglip_vision_model" => vit(&mut o, &vision, true)?,
-                other => {
-                    return Err(EstimateError::UnknownArchitecture {
-                        model_type: format!("{t}` with vision_config `{other}"),
-                        known: FAMILIES,
-                    })
-                }
-            };
-            // The vision embeddings (CLIP/SigLIP) and SigLIP's pooling head are no-split
-            // modules of their own.
-            patterns.extend(["embeddings", "head"]);
-            let p = "multi_modal_projector";
-            if t == "gemma3" {
-                o.mm(format!("{p}.mm_input_projection_weight"), &[vh, th]);
-                o.norm(&format!("{p}.mm_soft_emb_norm"), vh, false);
-            } else {
-                let layers = match c.get("vision_feature_layer") {
-                    Some(Value::Array(list)) => list.len() as u64,
-                    _ => 1,
-                };
-                let bias = c.flag("multimodal_projector_bias", true);
-                o.linear(&format!("{p}.linear_1"), vh * layers, th, bias);
-                o.linear(&format!("{p}.linear_2"), th, th, bias);
-            }
-        }
     }
-    let mut tensors = o.0;
-    tensors.extend(language.tensors.into_iter().map(|mut x| {
-        x.name.insert_str(0, "language_model.");
-        x
-    }));
-    // transformers 5 ties by the outer config's tie_word_embeddings; Llava and Qwen2-VL also
-    // honour a text_config that ties (configs saved before v5 put it there).
-    let text_ties = language.head.is_empty();
-    let tied = match t {
-        "gemma3" => c.tied_embeddings(true),
-        _ => c.tied_embeddings(false) || text_ties,
+}
+
+/// Gemma 3's or Llava's vision tower (SigLIP or CLIP, as `vision_config` says); returns its hidden
+/// size.
+fn vision_tower(
+    o: &mut Out,
+    t: &str,
+    vision: &Config,
+    default_vision: &str,
+) -> Result<u64, EstimateError> {
+    let vt = if vision.model_type.is_empty() {
+        default_vision
+    } else {
+        vision.model_type.as_str()
     };
-    let v = language.dims.vocab_size;
-    let mut dims = language.dims;
-    dims.model_type = t.to_string();
-    Ok(Built {
-        tensors,
-        no_split: NoSplit { patterns },
-        dims,
-        head: if tied {
-            Vec::new()
-        } else {
-            vec![Tensor::matmul("lm_head.weight", &[v, th])]
-        },
-        tied: Vec::new(),
-    })
+    match vt {
+        "clip_vision_model" => vit(o, vision, false),
+        "siglip_vision_model" => vit(o, vision, true),
+        other => Err(EstimateError::UnknownArchitecture {
+            model_type: format!("{t}` with vision_config `{other}"),
+            known: FAMILIES,
+        }),
+    }
+}
+
+/// The projector from the vision tower's width `vh` to the language model's `th`: Gemma 3's
+/// projection and soft-embedding norm, or Llava's two linear layers (over every feature layer
+/// taken).
+fn projector(o: &mut Out, c: &Config, vh: u64, th: u64) {
+    let p = "multi_modal_projector";
+    if c.model_type == "gemma3" {
+        o.mm(format!("{p}.mm_input_projection_weight"), &[vh, th]);
+        o.norm(&format!("{p}.mm_soft_emb_norm"), vh, false);
+    } else {
+        let layers = match c.get("vision_feature_layer") {
+            Some(Value::Array(list)) => list.len() as u64,
+            _ => 1,
+        };
+        let bias = c.flag("multimodal_projector_bias", true);
+        o.linear(&format!("{p}.linear_1"), vh * layers, th, bias);
+        o.linear(&format!("{p}.linear_2"), th, th, bias);
+    }
 }
 
 fn is_multimodal(model_type: &str) -> bool {
@@ -1504,4 +1629,126 @@ fn qwen2_vl_vision(o: &mut Out, c: &Config, v2_5: bool) -> Result<(), EstimateEr
     // VisionRotaryEmbedding(head_dim / 2): frequencies for half of each head's dimensions.
     o.rotary("rotary_pos_emb", (e / heads.max(1)) / 2, 1.0);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        Config::parse(text, "config.json").unwrap()
+    }
+
+    #[test]
+    fn decoder_families_and_their_defaults() {
+        assert_eq!(decoder_family("qwen2_vl_text"), "qwen2");
+        assert_eq!(decoder_family("qwen2_5_vl_text"), "qwen2");
+        assert_eq!(decoder_family("qwen2_moe"), "qwen2_moe");
+        assert!(is_gemma("gemma") && is_gemma("gemma2") && is_gemma("gemma3_text"));
+        assert!(!is_gemma("gemma3") && !is_gemma("llama"));
+        // Gemma 3's nested text config builds from Gemma3TextConfig's defaults alone.
+        let gemma3 = config(r#"{"model_type": "gemma3_text"}"#);
+        let s = DecoderShape::of(&gemma3).unwrap();
+        assert_eq!(
+            (s.v, s.h, s.layers, s.heads, s.kv, s.hd, s.inter),
+            (262_208, 2304, 26, 8, 4, 256, 9216)
+        );
+        assert!(s.sandwich());
+    }
+
+    #[test]
+    fn experts_sit_on_every_sparse_step_but_the_dense_layers() {
+        let c = config(
+            r#"{"model_type": "qwen2_moe", "vocab_size": 10, "hidden_size": 16,
+                "num_hidden_layers": 6, "num_attention_heads": 2, "intermediate_size": 32,
+                "decoder_sparse_step": 2, "mlp_only_layers": [3]}"#,
+        );
+        let s = DecoderShape::of(&c).unwrap();
+        let sparse: Vec<u64> = (0..6).filter(|&i| s.sparse(i)).collect();
+        assert_eq!(sparse, [1, 5]);
+        assert!(!s.sandwich());
+        // Every layer of Mixtral has experts, whatever the step.
+        let c = config(
+            r#"{"model_type": "mixtral", "vocab_size": 10, "hidden_size": 16,
+                "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 32,
+                "decoder_sparse_step": 2, "mlp_only_layers": [1]}"#,
+        );
+        let s = DecoderShape::of(&c).unwrap();
+        assert!((0..3).all(|i| s.sparse(i)));
+        // A dense family has none.
+        let c = config(
+            r#"{"model_type": "llama", "vocab_size": 10, "hidden_size": 16,
+                "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 32}"#,
+        );
+        assert!(!(0..3).any(|i| DecoderShape::of(&c).unwrap().sparse(i)));
+    }
+
+    #[test]
+    fn the_shared_expert_is_built_and_counted_as_the_dense_mlp() {
+        let c = config(
+            r#"{"model_type": "qwen2_moe", "vocab_size": 10, "hidden_size": 16,
+                "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
+                "shared_expert_intermediate_size": 24, "num_experts": 4}"#,
+        );
+        let built = decoder(&c).unwrap();
+        let shared = built
+            .tensors
+            .iter()
+            .find(|t| t.name == "layers.1.mlp.shared_expert.gate_proj.weight")
+            .unwrap();
+        assert_eq!(shared.numel, 24 * 16);
+        assert_eq!(built.dims.mlp_size, 24);
+        assert_eq!(built.dims.experts, 4);
+    }
+
+    #[test]
+    fn multimodal_parts_and_nested_text_defaults() {
+        assert_eq!(
+            multimodal_parts("gemma3"),
+            ("gemma3_text", "siglip_vision_model")
+        );
+        assert_eq!(multimodal_parts("llava"), ("llama", "clip_vision_model"));
+        assert_eq!(multimodal_parts("qwen2_vl"), ("qwen2_vl_text", "qwen2_vl"));
+        assert_eq!(
+            multimodal_parts("qwen2_5_vl"),
+            ("qwen2_5_vl_text", "qwen2_5_vl")
+        );
+        assert!(text_defaults("llama").contains(&("intermediate_size", 11008)));
+        assert!(text_defaults("mistral").contains(&("num_key_value_heads", 8)));
+        assert_eq!(
+            text_defaults("qwen2_5_vl_text"),
+            text_defaults("qwen2_vl_text")
+        );
+        assert!(text_defaults("gemma3_text").is_empty());
+        // Llava's text config naming only its vocabulary builds the Llama of those defaults.
+        let llava = config(r#"{"model_type": "llava", "text_config": {"vocab_size": 32064}}"#);
+        let language = multimodal_language(&llava, "llama").unwrap();
+        assert_eq!(
+            (language.dims.vocab_size, language.dims.hidden_size),
+            (32064, 4096)
+        );
+        assert_eq!(language.dims.mlp_size, 11008);
+    }
+
+    #[test]
+    fn llava_s_default_vision_tower_is_clip_at_336_pixels() {
+        let llava = config(r#"{"model_type": "llava"}"#);
+        let vision = multimodal_vision_config(&llava, "clip_vision_model");
+        let mut o = Out(Vec::new());
+        assert_eq!(
+            vision_tower(&mut o, "llava", &vision, "clip_vision_model").unwrap(),
+            1024
+        );
+        let positions =
+            o.0.iter()
+                .find(|t| t.name == "vision_tower.embeddings.position_embedding.weight")
+                .unwrap();
+        // (336 / 14)² patches and the class token, 1024 wide.
+        assert_eq!(positions.numel, (24 * 24 + 1) * 1024);
+        let unknown = Config::with_type(Map::new(), "owlvit", "vision_config".into());
+        assert!(matches!(
+            vision_tower(&mut o, "llava", &unknown, "clip_vision_model"),
+            Err(EstimateError::UnknownArchitecture { .. })
+        ));
+    }
 }

@@ -1,8 +1,8 @@
 //! Starting and supervising the ranks of a run: [`resolve`] decides what the run is (config, merge,
 //! placement, GPUs, topology, port) once for every tool; the [`plan::Plan`] turns it into per-rank argv
-//! and environment; [`supervise::supervise`] runs it (process groups, signals, fail-fast, restarts,
-//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run, and the [`hang`] watch with the world's verdict over it; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) uses
-//! [`supervise::run`] with a [`Capture`].
+//! and environment; [`supervise::run`] runs it (process groups, signals, fail-fast, restarts,
+//! logs); rendezvous [`ports`]; the [`control`] plane between the node launchers of a multi-node run, and the [`hang`] watch with the world's verdict over it; SLURM [`requeue`] on preemption. A tool that reads its ranks' output itself (accel-test) runs
+//! it the same way, with a [`Capture`].
 
 pub mod control;
 pub mod hang;
@@ -17,5 +17,5 @@ pub mod torchrun;
 pub use plan::{Plan, RankSpec};
 pub use resolve::{resolve, Engine, Run, RunInput, Scope};
 pub use supervise::{
-    run, supervise, Capture, Captured, Console, OnFailure, Options, RankEnd, RankResult, RunOutcome,
+    run, Capture, Captured, Console, OnFailure, Options, RankEnd, RankResult, RunOutcome,
 };

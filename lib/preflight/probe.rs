@@ -42,8 +42,6 @@ pub const LATENCY_WARMUP: u32 = 5;
 pub const LATENCY_ITERS: u32 = 30;
 /// Times the compute workload runs per rank; the best counts.
 pub const COMPUTE_TRIALS: u32 = 5;
-/// The default of --probe_threshold, in percent.
-pub const DEFAULT_THRESHOLD_PCT: f64 = 25.0;
 
 /// What --probe measures (`--probe`, `--probe=links`, `--probe=compute`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -734,14 +732,87 @@ fn direction_words(d: Direction) -> &'static str {
     }
 }
 
-/// The stragglers and each node's slowest link, at `threshold` (a fraction: 0.25).
+/// The unit of link rates.
+const GBPS: &str = "Gbit/s";
+
+impl MemberSlow {
+    /// The straggler this slow member is: `who` names it, `others` says what its links reach.
+    fn straggler(
+        &self,
+        kind: Kind,
+        node: usize,
+        rank: Option<usize>,
+        who: String,
+        others: &str,
+    ) -> Straggler {
+        Straggler {
+            kind,
+            node,
+            rank,
+            peer: None,
+            direction: Some(self.direction),
+            ratio: self.ratio,
+            value: self.value,
+            median: self.median,
+            unit: GBPS,
+            text: format!(
+                "{who}: link to every other {others}{} {:.2}× the median ({} vs {} Gbit/s)",
+                direction_words(self.direction),
+                self.ratio,
+                sig3(self.value),
+                sig3(self.median)
+            ),
+        }
+    }
+}
+
+impl EdgeSlow {
+    /// How the text draws the link: both ways, or from sender to receiver.
+    fn arrow(&self) -> &'static str {
+        if self.both {
+            "↔"
+        } else {
+            "→"
+        }
+    }
+
+    /// The straggler this slow link is, with its `text`.
+    fn straggler(&self, kind: Kind, node: usize, rank: Option<usize>, text: String) -> Straggler {
+        Straggler {
+            kind,
+            node,
+            rank,
+            peer: Some(self.to),
+            direction: Some(if self.both {
+                Direction::Both
+            } else {
+                Direction::Send
+            }),
+            ratio: self.ratio,
+            value: self.value,
+            median: self.median,
+            unit: GBPS,
+            text,
+        }
+    }
+}
+
+/// The stragglers, then each node's slowest link, at `threshold` (a fraction: 0.25).
 pub fn analyze(d: &ProbeData, threshold: f64) -> Verdict {
     let cut = 1.0 - threshold;
-    let mut stragglers = Vec::new();
-    let gb = "Gbit/s";
+    let mut stragglers = node_stragglers(d, cut);
+    stragglers.extend(local_stragglers(d, cut));
+    stragglers.extend(compute_stragglers(d, cut));
+    Verdict {
+        threshold,
+        stragglers,
+        slowest: slowest_links(d),
+    }
+}
 
-    // Between nodes: members are nodes.
-    let node_edges: Vec<Edge> = d
+/// Between nodes: members are nodes.
+fn node_stragglers(d: &ProbeData, cut: f64) -> Vec<Straggler> {
+    let edges: Vec<Edge> = d
         .links
         .iter()
         .filter(|l| d.between_nodes(l))
@@ -751,59 +822,34 @@ pub fn analyze(d: &ProbeData, threshold: f64) -> Verdict {
             gbps: l.gbps(),
         })
         .collect();
-    let (nodes, links) = judge(&node_edges, cut);
-    for m in nodes {
-        stragglers.push(Straggler {
-            kind: Kind::Node,
-            node: m.member,
-            rank: None,
-            peer: None,
-            direction: Some(m.direction),
-            ratio: m.ratio,
-            value: m.value,
-            median: m.median,
-            unit: gb,
-            text: format!(
-                "node {}: link to every other node{} {:.2}× the median ({} vs {} Gbit/s)",
-                d.node_label(m.member),
-                direction_words(m.direction),
-                m.ratio,
-                sig3(m.value),
-                sig3(m.median)
-            ),
-        });
-    }
-    for e in links {
-        let arrow = if e.both { "↔" } else { "→" };
-        stragglers.push(Straggler {
-            kind: Kind::NodeLink,
-            node: e.from,
-            rank: None,
-            peer: Some(e.to),
-            direction: Some(if e.both {
-                Direction::Both
-            } else {
-                Direction::Send
-            }),
-            ratio: e.ratio,
-            value: e.value,
-            median: e.median,
-            unit: gb,
-            text: format!(
-                "link {} {arrow} {}: {:.2}× the median ({} vs {} Gbit/s)",
-                d.node_label(e.from),
-                d.node_label(e.to),
-                e.ratio,
-                sig3(e.value),
-                sig3(e.median)
-            ),
-        });
-    }
+    let (nodes, links) = judge(&edges, cut);
+    let mut out: Vec<Straggler> = nodes
+        .iter()
+        .map(|m| {
+            let who = format!("node {}", d.node_label(m.member));
+            m.straggler(Kind::Node, m.member, None, who, "node")
+        })
+        .collect();
+    out.extend(links.iter().map(|e| {
+        let text = format!(
+            "link {} {} {}: {:.2}× the median ({} vs {} Gbit/s)",
+            d.node_label(e.from),
+            e.arrow(),
+            d.node_label(e.to),
+            e.ratio,
+            sig3(e.value),
+            sig3(e.median)
+        );
+        e.straggler(Kind::NodeLink, e.from, None, text)
+    }));
+    out
+}
 
-    // Within nodes: members are ranks, edges only between ranks of one node; the medians are the
-    // whole world's (the nodes of a job are alike). Only between GPUs: between CPU ranks the "link"
-    // is the loopback device, as fast as the cores the ranks share, so its spread is scheduling.
-    let local_edges: Vec<Edge> = d
+/// Within nodes: members are ranks, edges only between ranks of one node; the medians are the
+/// whole world's (the nodes of a job are alike). Only between GPUs: between CPU ranks the "link"
+/// is the loopback device, as fast as the cores the ranks share, so its spread is scheduling.
+fn local_stragglers(d: &ProbeData, cut: f64) -> Vec<Straggler> {
+    let edges: Vec<Edge> = d
         .links
         .iter()
         .filter(|l| !d.between_nodes(l) && d.judges_local_links())
@@ -813,87 +859,69 @@ pub fn analyze(d: &ProbeData, threshold: f64) -> Verdict {
             gbps: l.gbps(),
         })
         .collect();
-    let (ranks, links) = judge(&local_edges, cut);
-    for m in ranks {
-        stragglers.push(Straggler {
-            kind: Kind::Rank,
-            node: d.node_of(m.member),
-            rank: Some(m.member),
-            peer: None,
-            direction: Some(m.direction),
-            ratio: m.ratio,
-            value: m.value,
-            median: m.median,
-            unit: gb,
-            text: format!(
-                "{}: link to every other rank of its node{} {:.2}× the median ({} vs {} Gbit/s)",
-                d.rank_label(m.member),
-                direction_words(m.direction),
-                m.ratio,
-                sig3(m.value),
-                sig3(m.median)
-            ),
-        });
-    }
-    for e in links {
-        let arrow = if e.both { "↔" } else { "→" };
-        stragglers.push(Straggler {
-            kind: Kind::LocalLink,
-            node: d.node_of(e.from),
-            rank: Some(e.from),
-            peer: Some(e.to),
-            direction: Some(if e.both {
-                Direction::Both
-            } else {
-                Direction::Send
-            }),
-            ratio: e.ratio,
-            value: e.value,
-            median: e.median,
-            unit: gb,
-            text: format!(
-                "link rank {} {arrow} rank {} on {}: {:.2}× the median within nodes ({} vs {} Gbit/s)",
-                e.from,
-                e.to,
-                d.node_label(d.node_of(e.from)),
-                e.ratio,
-                sig3(e.value),
-                sig3(e.median)
-            ),
-        });
-    }
+    let (ranks, links) = judge(&edges, cut);
+    let mut out: Vec<Straggler> = ranks
+        .iter()
+        .map(|m| {
+            let node = d.node_of(m.member);
+            let who = d.rank_label(m.member);
+            m.straggler(Kind::Rank, node, Some(m.member), who, "rank of its node")
+        })
+        .collect();
+    out.extend(links.iter().map(|e| {
+        let node = d.node_of(e.from);
+        let text = format!(
+            "link rank {} {} rank {} on {}: {:.2}× the median within nodes ({} vs {} Gbit/s)",
+            e.from,
+            e.arrow(),
+            e.to,
+            d.node_label(node),
+            e.ratio,
+            sig3(e.value),
+            sig3(e.median)
+        );
+        e.straggler(Kind::LocalLink, node, Some(e.from), text)
+    }));
+    out
+}
 
-    // Compute.
-    if d.compute.len() >= 2 {
-        let vals: Vec<f64> = d.compute.iter().map(|c| c.gflops).collect();
-        if let Some(med) = median(&vals).filter(|m| *m > 0.0) {
-            let mut slow: Vec<&Compute> =
-                d.compute.iter().filter(|c| c.gflops < cut * med).collect();
-            slow.sort_by_key(|c| c.rank);
-            for c in slow {
-                let ratio = c.gflops / med;
-                stragglers.push(Straggler {
-                    kind: Kind::Compute,
-                    node: d.node_of(c.rank),
-                    rank: Some(c.rank),
-                    peer: None,
-                    direction: None,
-                    ratio,
-                    value: c.gflops,
-                    median: med,
-                    unit: "GFLOP/s",
-                    text: format!(
-                        "{}: compute {ratio:.2}× the median ({} vs {} GFLOP/s)",
-                        d.rank_label(c.rank),
-                        sig3(c.gflops),
-                        sig3(med)
-                    ),
-                });
+/// Ranks whose compute is below `cut` × the median, among two ranks or more, by rank.
+fn compute_stragglers(d: &ProbeData, cut: f64) -> Vec<Straggler> {
+    if d.compute.len() < 2 {
+        return Vec::new();
+    }
+    let vals: Vec<f64> = d.compute.iter().map(|c| c.gflops).collect();
+    let Some(med) = median(&vals).filter(|m| *m > 0.0) else {
+        return Vec::new();
+    };
+    let mut slow: Vec<&Compute> = d.compute.iter().filter(|c| c.gflops < cut * med).collect();
+    slow.sort_by_key(|c| c.rank);
+    slow.into_iter()
+        .map(|c| {
+            let ratio = c.gflops / med;
+            Straggler {
+                kind: Kind::Compute,
+                node: d.node_of(c.rank),
+                rank: Some(c.rank),
+                peer: None,
+                direction: None,
+                ratio,
+                value: c.gflops,
+                median: med,
+                unit: "GFLOP/s",
+                text: format!(
+                    "{}: compute {ratio:.2}× the median ({} vs {} GFLOP/s)",
+                    d.rank_label(c.rank),
+                    sig3(c.gflops),
+                    sig3(med)
+                ),
             }
-        }
-    }
+        })
+        .collect()
+}
 
-    // Each node's slowest link: to or from another node, else within it.
+/// Each node's slowest link: to or from another node, else within it.
+fn slowest_links(d: &ProbeData) -> Vec<Slowest> {
     let mut slowest = Vec::new();
     for &node in d.nodes().keys() {
         let pick = |between: bool| {
@@ -922,15 +950,42 @@ pub fn analyze(d: &ProbeData, threshold: f64) -> Verdict {
             });
         }
     }
-    Verdict {
-        threshold,
-        stragglers,
-        slowest,
-    }
+    slowest
 }
 
 fn pad(s: &str, w: usize) -> String {
     format!("{s:>w$}")
+}
+
+/// The width of a table's first column and of each of its cells.
+const CELL: usize = 8;
+
+/// A table's first column: the row's name, left-aligned.
+fn row_name(name: &str) -> String {
+    format!("{name:<CELL$}")
+}
+
+/// A node-by-node table's header: `corner`, then a column per node.
+fn matrix_head(corner: &str, ids: &[usize]) -> String {
+    let mut head = row_name(corner);
+    for n in ids {
+        head += &pad(&format!("n{n}"), CELL);
+    }
+    head
+}
+
+/// A node-by-node table's row for node `a`: `-` on the diagonal, `?` where `cell` has nothing.
+fn matrix_row(a: usize, ids: &[usize], cell: impl Fn(usize, usize) -> Option<String>) -> String {
+    let mut line = row_name(&format!("n{a}"));
+    for &b in ids {
+        let text = if a == b {
+            "-".to_string()
+        } else {
+            cell(a, b).unwrap_or_else(|| "?".into())
+        };
+        line += &pad(&text, CELL);
+    }
+    line
 }
 
 /// The probe's part of the report: the tables, each node's slowest link, the stragglers, the time.
@@ -948,147 +1003,17 @@ pub fn render(d: &ProbeData, v: &Verdict) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-    }
-    if d.parts.links && nodes.len() >= 2 {
-        out += &format!(
-            "probe: bandwidth between nodes, Gbit/s, row sends to column (first ranks of the nodes, {} round(s) of pairs)\n",
-            d.node_rounds
-        );
         let ids: Vec<usize> = nodes.keys().copied().collect();
-        let w = 8;
-        let mut head = format!("{:<8}", "from\\to");
-        for n in &ids {
-            head += &pad(&format!("n{n}"), w);
+        if ids.len() >= 2 {
+            out += &node_bandwidth(d, v, &ids);
+            out += &node_latency(d, &ids);
         }
-        head += "  slowest link";
-        out += &head;
-        out.push('\n');
-        let rate = |a: usize, b: usize| {
-            d.links
-                .iter()
-                .filter(|l| d.node_of(l.from) == a && d.node_of(l.to) == b && d.between_nodes(l))
-                .map(Link::gbps)
-                .reduce(f64::min)
-        };
-        for &a in &ids {
-            let mut line = format!("{:<8}", format!("n{a}"));
-            for &b in &ids {
-                let cell = if a == b {
-                    "-".to_string()
-                } else {
-                    rate(a, b).map_or("?".into(), sig3)
-                };
-                line += &pad(&cell, w);
-            }
-            if let Some(s) = v.slowest.iter().find(|s| s.node == a && !s.within_node) {
-                line += &format!("  n{} → n{} {}", s.from, s.to, sig3(s.gbps));
-            }
-            out += line.trim_end();
-            out.push('\n');
-        }
-        out += &format!(
-            "probe: latency between nodes, µs one way (half the median of {LATENCY_ITERS} round trips of {LATENCY_BYTES} bytes)\n"
-        );
-        let lat = |a: usize, b: usize| {
-            d.latency
-                .iter()
-                .filter(|l| {
-                    let (x, y) = (d.node_of(l.a), d.node_of(l.b));
-                    x != y && ((x, y) == (a, b) || (x, y) == (b, a))
-                })
-                .map(|l| l.us)
-                .reduce(f64::max)
-        };
-        out += &format!("{:<8}", "");
-        for n in &ids {
-            out += &pad(&format!("n{n}"), w);
-        }
-        out.push('\n');
-        for &a in &ids {
-            let mut line = format!("{:<8}", format!("n{a}"));
-            for &b in &ids {
-                let cell = if a == b {
-                    "-".to_string()
-                } else {
-                    lat(a, b).map_or("?".into(), |u| format!("{u:.0}"))
-                };
-                line += &pad(&cell, w);
-            }
-            out += &line;
-            out.push('\n');
-        }
-    }
-    if d.parts.links && per_node >= 2 {
-        let judged = if d.judges_local_links() {
-            ""
-        } else {
-            "; shown, not judged: between CPU ranks it is the loopback of the cores they share"
-        };
-        out += &format!(
-            "probe: links within nodes, Gbit/s (every pair of local ranks, {} round(s), every node at once{judged})\n",
-            d.local_rounds
-        );
-        for &n in nodes.keys() {
-            let links: Vec<&Link> = d
-                .links
-                .iter()
-                .filter(|l| !d.between_nodes(l) && d.node_of(l.from) == n)
-                .collect();
-            let rates: Vec<f64> = links.iter().map(|l| l.gbps()).collect();
-            let lats: Vec<f64> = d
-                .latency
-                .iter()
-                .filter(|l| d.node_of(l.a) == n && d.node_of(l.b) == n)
-                .map(|l| l.us)
-                .collect();
-            let slow = links.iter().min_by(|a, b| a.gbps().total_cmp(&b.gbps()));
-            let mut line = format!("n{n}: {} link(s)", links.len());
-            if let (Some(lo), Some(hi), Some(med)) = (
-                rates.iter().copied().reduce(f64::min),
-                rates.iter().copied().reduce(f64::max),
-                median(&rates),
-            ) {
-                line += &format!(", {}–{} (median {})", sig3(lo), sig3(hi), sig3(med));
-            }
-            if let Some(s) = slow {
-                line += &format!(
-                    ", slowest rank {} → rank {} {}",
-                    s.from,
-                    s.to,
-                    sig3(s.gbps())
-                );
-            }
-            if let Some(m) = median(&lats) {
-                line += &format!(", latency {m:.0} µs");
-            }
-            out += &line;
-            out.push('\n');
+        if per_node >= 2 {
+            out += &local_links(d, &ids);
         }
     }
     if d.parts.compute && !d.compute.is_empty() {
-        out += &format!("probe: compute, GFLOP/s ({}), by local rank\n", d.workload);
-        let w = 8;
-        let mut head = format!("{:<8}", "node");
-        for lr in 0..per_node {
-            head += &pad(&format!("{lr}"), w);
-        }
-        out += &head;
-        out.push('\n');
-        for &n in nodes.keys() {
-            let mut line = format!("{:<8}", format!("n{n}"));
-            let mut mine: Vec<&RankInfo> = d.ranks.iter().filter(|r| r.node == n).collect();
-            mine.sort_by_key(|r| r.local_rank);
-            for r in mine {
-                let cell = d
-                    .compute
-                    .iter()
-                    .find(|c| c.rank == r.rank)
-                    .map_or("?".into(), |c| sig3(c.gflops));
-                line += &pad(&cell, w);
-            }
-            out += &line;
-            out.push('\n');
-        }
+        out += &compute_table(d, &nodes, per_node);
     }
     if !d.rechecked.is_empty() {
         out += &format!(
@@ -1100,6 +1025,142 @@ pub fn render(d: &ProbeData, v: &Verdict) -> String {
                 .join(", ")
         );
     }
+    out + &verdict_lines(d, v, nodes.len())
+}
+
+/// The bandwidth between nodes, row sends to column (the slowest of its measurements), with each
+/// node's slowest link at the end of its row.
+fn node_bandwidth(d: &ProbeData, v: &Verdict, ids: &[usize]) -> String {
+    let mut out = format!(
+        "probe: bandwidth between nodes, Gbit/s, row sends to column (first ranks of the nodes, {} round(s) of pairs)\n",
+        d.node_rounds
+    );
+    out += &matrix_head("from\\to", ids);
+    out += "  slowest link\n";
+    let rate = |a: usize, b: usize| {
+        d.links
+            .iter()
+            .filter(|l| d.node_of(l.from) == a && d.node_of(l.to) == b && d.between_nodes(l))
+            .map(Link::gbps)
+            .reduce(f64::min)
+            .map(sig3)
+    };
+    for &a in ids {
+        let mut line = matrix_row(a, ids, rate);
+        if let Some(s) = v.slowest.iter().find(|s| s.node == a && !s.within_node) {
+            line += &format!("  n{} → n{} {}", s.from, s.to, sig3(s.gbps));
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// The one-way latency between nodes (the highest of its measurements, either way).
+fn node_latency(d: &ProbeData, ids: &[usize]) -> String {
+    let mut out = format!(
+        "probe: latency between nodes, µs one way (half the median of {LATENCY_ITERS} round trips of {LATENCY_BYTES} bytes)\n"
+    );
+    let lat = |a: usize, b: usize| {
+        d.latency
+            .iter()
+            .filter(|l| {
+                let (x, y) = (d.node_of(l.a), d.node_of(l.b));
+                x != y && ((x, y) == (a, b) || (x, y) == (b, a))
+            })
+            .map(|l| l.us)
+            .reduce(f64::max)
+            .map(|u| format!("{u:.0}"))
+    };
+    out += &matrix_head("", ids);
+    out.push('\n');
+    for &a in ids {
+        out += &matrix_row(a, ids, lat);
+        out.push('\n');
+    }
+    out
+}
+
+/// A line per node on the links between its ranks: their range and median, the slowest, the
+/// latency.
+fn local_links(d: &ProbeData, ids: &[usize]) -> String {
+    let judged = if d.judges_local_links() {
+        ""
+    } else {
+        "; shown, not judged: between CPU ranks it is the loopback of the cores they share"
+    };
+    let mut out = format!(
+        "probe: links within nodes, Gbit/s (every pair of local ranks, {} round(s), every node at once{judged})\n",
+        d.local_rounds
+    );
+    for &n in ids {
+        let links: Vec<&Link> = d
+            .links
+            .iter()
+            .filter(|l| !d.between_nodes(l) && d.node_of(l.from) == n)
+            .collect();
+        let rates: Vec<f64> = links.iter().map(|l| l.gbps()).collect();
+        let lats: Vec<f64> = d
+            .latency
+            .iter()
+            .filter(|l| d.node_of(l.a) == n && d.node_of(l.b) == n)
+            .map(|l| l.us)
+            .collect();
+        let slow = links.iter().min_by(|a, b| a.gbps().total_cmp(&b.gbps()));
+        let mut line = format!("n{n}: {} link(s)", links.len());
+        if let (Some(lo), Some(hi), Some(med)) = (
+            rates.iter().copied().reduce(f64::min),
+            rates.iter().copied().reduce(f64::max),
+            median(&rates),
+        ) {
+            line += &format!(", {}–{} (median {})", sig3(lo), sig3(hi), sig3(med));
+        }
+        if let Some(s) = slow {
+            line += &format!(
+                ", slowest rank {} → rank {} {}",
+                s.from,
+                s.to,
+                sig3(s.gbps())
+            );
+        }
+        if let Some(m) = median(&lats) {
+            line += &format!(", latency {m:.0} µs");
+        }
+        out += &line;
+        out.push('\n');
+    }
+    out
+}
+
+/// Each rank's compute, a row per node and a column per local rank.
+fn compute_table(d: &ProbeData, nodes: &BTreeMap<usize, String>, per_node: usize) -> String {
+    let mut out = format!("probe: compute, GFLOP/s ({}), by local rank\n", d.workload);
+    out += &row_name("node");
+    for lr in 0..per_node {
+        out += &pad(&format!("{lr}"), CELL);
+    }
+    out.push('\n');
+    for &n in nodes.keys() {
+        let mut line = row_name(&format!("n{n}"));
+        let mut mine: Vec<&RankInfo> = d.ranks.iter().filter(|r| r.node == n).collect();
+        mine.sort_by_key(|r| r.local_rank);
+        for r in mine {
+            let cell = d
+                .compute
+                .iter()
+                .find(|c| c.rank == r.rank)
+                .map_or("?".into(), |c| sig3(c.gflops));
+            line += &pad(&cell, CELL);
+        }
+        out += &line;
+        out.push('\n');
+    }
+    out
+}
+
+/// The stragglers (or that there is none), then the world and the time it took.
+fn verdict_lines(d: &ProbeData, v: &Verdict, nodes: usize) -> String {
+    let mut out = String::new();
     let pct = v.threshold * 100.0;
     if v.stragglers.is_empty() {
         out += &format!(
@@ -1111,9 +1172,8 @@ pub fn render(d: &ProbeData, v: &Verdict) -> String {
         }
     }
     out += &format!(
-        "probe: {} rank(s) on {} node(s) in {:.1} s (threshold {pct:.0}%)\n",
+        "probe: {} rank(s) on {nodes} node(s) in {:.1} s (threshold {pct:.0}%)\n",
         d.ranks.len(),
-        nodes.len(),
         d.seconds
     );
     out
@@ -1603,6 +1663,51 @@ mod tests {
             .unwrap()
             .iter()
             .any(|l| l["within_node"] == true));
+    }
+
+    #[test]
+    fn a_node_with_no_link_to_another_has_its_slowest_link_within() {
+        let d = world(
+            1,
+            3,
+            |_, _| 0.0,
+            |a, b| if (a, b) == (2, 0) { 3.0 } else { 12.0 },
+            |_| 1.0,
+        );
+        let s = slowest_links(&d);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(
+            (s[0].node, s[0].from, s[0].to, s[0].within_node),
+            (0, 2, 0, true)
+        );
+        assert!((s[0].gbps - 3.0).abs() < 1e-9);
+        // Between nodes the link is named by its nodes, and links within are not considered.
+        let d = world(
+            2,
+            2,
+            |a, _| if a == 1 { 1.0 } else { 2.0 },
+            |_, _| 0.5,
+            |_| 1.0,
+        );
+        let s = slowest_links(&d);
+        assert_eq!(
+            s.iter()
+                .map(|s| (s.node, s.from, s.to, s.within_node))
+                .collect::<Vec<_>>(),
+            vec![(0, 1, 0, false), (1, 1, 0, false)]
+        );
+    }
+
+    #[test]
+    fn node_tables_mark_the_diagonal_and_what_was_not_measured() {
+        let ids = [0, 1, 2];
+        assert_eq!(
+            matrix_head("from\\to", &ids),
+            format!("{:<8}{:>8}{:>8}{:>8}", "from\\to", "n0", "n1", "n2")
+        );
+        let row = matrix_row(1, &ids, |a, b| (b == 0).then(|| format!("{a}{b}")));
+        assert_eq!(row, format!("{:<8}{:>8}{:>8}{:>8}", "n1", "10", "-", "?"));
+        assert_eq!(row_name("node"), "node    ");
     }
 
     #[test]

@@ -141,229 +141,343 @@ pub fn ask(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
     cluster(q, ctx)
 }
 
+/// `get_cluster_input`, one step per block of accelerate's questions, in its order; each step asks
+/// only when accelerate would and otherwise keeps accelerate's default.
 fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, QuestionnaireError> {
     let labels: Vec<&str> = MACHINE_TYPES.iter().map(|(l, _)| *l).collect();
-    let chosen = MACHINE_TYPES[q.options("Which type of machine are you using?", &labels, 0)?].1;
-    let mut dt: &str = chosen;
+    let mut dt = MACHINE_TYPES[q.options("Which type of machine are you using?", &labels, 0)?].1;
 
-    let mut machine_rank = 0i64;
-    let mut num_machines = 1i64;
-    let mut gpu_ids: Option<String> = None;
-    let mut main_process_ip: Option<String> = None;
-    let mut main_process_port: Option<i64> = None;
-    let mut rdzv_backend = "static".to_string();
-    // The questionnaire's default; the dataclass default (what `config default` writes) is false.
-    let mut same_network = true;
-    let mut debug = false;
+    let machines = machines(q, dt)?;
+    let use_cpu = use_cpu(q, dt)?;
+    let mpirun_config = mpirun(q, ctx, dt, use_cpu)?;
+    let dynamo_config = dynamo(q)?;
+    let use_mps = !use_cpu && mps_available();
+    let (deepspeed_config, use_deepspeed_config) =
+        deepspeed_plugin(q, &mut dt, machines.num_machines, use_mps)?;
+    let fsdp_config = fsdp_plugin(q, &mut dt)?;
+    let parallelism_config = parallelism_plugin(q, &fsdp_config)?;
+    let megatron_lm_config = megatron_plugin(q, &mut dt)?;
+    let num_processes = num_processes(q, dt, machines.num_machines)?;
+    let gpu_ids = gpu_ids(q, dt, use_cpu, use_mps)?;
+    let enable_cpu_affinity = cpu_affinity(q, dt, use_cpu, use_mps)?;
 
-    if is_multi(dt) {
-        num_machines = q.int(
-            "How many different machines will you use (use more than 1 for multi-node training)? [1]: ",
-            Some(1),
-            1,
-            i64::MAX,
-        )?;
-        if num_machines > 1 {
-            machine_rank = if num_machines <= MAX_RANK_MENU {
-                let ranks: Vec<String> = (0..num_machines).map(|r| r.to_string()).collect();
-                q.options("What is the rank of this machine?", &ranks, 0)? as i64
-            } else {
-                q.int(
-                    "What is the rank of this machine? ",
-                    None,
-                    0,
-                    num_machines - 1,
-                )?
-            };
-            main_process_ip = Some(q.text(
-                "What is the IP address of the machine that will host the main process? ",
-                None,
-            )?);
-            main_process_port = Some(q.int(
-                "What is the port you will use to communicate with the main process? ",
-                None,
-                0,
-                65535,
-            )?);
-            same_network = q.yes_no(
-                "Are all the machines on the same local network? Answer `no` if nodes are on the cloud and/or on different network hosts [YES/no]: ",
-                true,
-            )?;
-            if !same_network {
-                rdzv_backend = q.text_checked(
-                    "What rendezvous backend will you use? ('static', 'c10d', ...): ",
-                    Some("static"),
-                    |s| match schema::top("rdzv_backend").map(|k| k.kind) {
-                        Some(schema::Kind::Choice { values, .. }) if !values.contains(&s) => {
-                            Err(format!("Please enter one of: {}.", values.join(", ")))
-                        }
-                        _ => Ok(()),
-                    },
-                )?;
-            }
-        }
-        debug = q.yes_no(
-            "Should distributed operations be checked while running for errors? This can avoid timeout issues but will be slower. [yes/NO]: ",
-            false,
-        )?;
+    let mut fp8_config = Map::new();
+    let (main_training_function, mixed_precision, tpu) = if dt == "XLA" {
+        let (function, tpu) = xla(q, ctx)?;
+        (function, Some("no"), tpu)
+    } else {
+        let mp = mixed_precision(q, dt, use_deepspeed_config, &mut fp8_config)?;
+        ("main".to_string(), mp, Tpu::default())
+    };
+
+    if dynamo_config.is_some() && mixed_precision == Some("no") && !use_cpu {
+        // accelerate says here that it will enable TF32 at launch; accelerate 1.15 does not, so
+        // neither message nor launch claims it.
+        q.say("Torch dynamo used without mixed precision requires TF32 to be efficient: consider enabling it in your script (torch.backends.cuda.matmul.allow_tf32 = True).");
     }
 
-    let use_cpu = match dt {
+    Ok(Answers {
+        distributed_type: dt,
+        num_processes,
+        gpu_ids,
+        mixed_precision,
+        machines,
+        main_training_function,
+        sections: Sections {
+            fp8_config,
+            deepspeed_config,
+            fsdp_config,
+            parallelism_config,
+            megatron_lm_config,
+            mpirun_config,
+            dynamo_config: dynamo_config.unwrap_or_default(),
+        },
+        use_cpu,
+        tpu,
+        enable_cpu_affinity,
+    }
+    .into_dict())
+}
+
+/// The answers about the machines of a `MULTI_*` job, or accelerate's defaults for one machine.
+#[derive(Debug)]
+struct Machines {
+    machine_rank: i64,
+    num_machines: i64,
+    main_process_ip: Option<String>,
+    main_process_port: Option<i64>,
+    rdzv_backend: String,
+    same_network: bool,
+    debug: bool,
+}
+
+impl Default for Machines {
+    fn default() -> Self {
+        Machines {
+            machine_rank: 0,
+            num_machines: 1,
+            main_process_ip: None,
+            main_process_port: None,
+            rdzv_backend: "static".to_string(),
+            // The questionnaire's default; the dataclass default (what `config default` writes) is
+            // false.
+            same_network: true,
+            debug: false,
+        }
+    }
+}
+
+/// How many machines, and for more than one where this one stands and how they meet; then whether
+/// distributed operations are checked. Asked for `MULTI_*` types only.
+fn machines(q: &mut Fields<'_>, dt: &str) -> io::Result<Machines> {
+    let mut m = Machines::default();
+    if !is_multi(dt) {
+        return Ok(m);
+    }
+    m.num_machines = q.int(
+        "How many different machines will you use (use more than 1 for multi-node training)? [1]: ",
+        Some(1),
+        1,
+        i64::MAX,
+    )?;
+    if m.num_machines > 1 {
+        main_process(q, &mut m)?;
+    }
+    m.debug = q.yes_no(
+        "Should distributed operations be checked while running for errors? This can avoid timeout issues but will be slower. [yes/NO]: ",
+        false,
+    )?;
+    Ok(m)
+}
+
+/// This machine's rank, the main process's address and port, and the rendezvous of machines on
+/// different networks.
+fn main_process(q: &mut Fields<'_>, m: &mut Machines) -> io::Result<()> {
+    m.machine_rank = if m.num_machines <= MAX_RANK_MENU {
+        let ranks: Vec<String> = (0..m.num_machines).map(|r| r.to_string()).collect();
+        q.options("What is the rank of this machine?", &ranks, 0)? as i64
+    } else {
+        q.int(
+            "What is the rank of this machine? ",
+            None,
+            0,
+            m.num_machines - 1,
+        )?
+    };
+    m.main_process_ip = Some(q.text(
+        "What is the IP address of the machine that will host the main process? ",
+        None,
+    )?);
+    m.main_process_port = Some(q.int(
+        "What is the port you will use to communicate with the main process? ",
+        None,
+        0,
+        65535,
+    )?);
+    m.same_network = q.yes_no(
+        "Are all the machines on the same local network? Answer `no` if nodes are on the cloud and/or on different network hosts [YES/no]: ",
+        true,
+    )?;
+    if !m.same_network {
+        m.rdzv_backend = q.text_checked(
+            "What rendezvous backend will you use? ('static', 'c10d', ...): ",
+            Some("static"),
+            rdzv_backend_check,
+        )?;
+    }
+    Ok(())
+}
+
+/// A rendezvous backend the schema accepts (the schema's choices, when it lists any).
+fn rdzv_backend_check(s: &str) -> Result<(), String> {
+    match schema::top("rdzv_backend").map(|k| k.kind) {
+        Some(schema::Kind::Choice { values, .. }) if !values.contains(&s) => {
+            Err(format!("Please enter one of: {}.", values.join(", ")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// CPU only: asked without distributed training, implied by multi-CPU.
+fn use_cpu(q: &mut Fields<'_>, dt: &str) -> io::Result<bool> {
+    Ok(match dt {
         "NO" => q.yes_no(
             "Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU device is available)? [yes/NO]:",
             false,
         )?,
         "MULTI_CPU" => true,
         _ => false,
-    };
+    })
+}
 
-    let mut mpirun_config = Map::new();
-    if use_cpu && dt == "MULTI_CPU" {
-        let use_mpirun = q.yes_no("Do you want accelerate to launch mpirun? [yes/NO]: ", false)?;
-        if use_mpirun {
-            let hostfile = q.text(
-                "Please enter the path to the hostfile to use with mpirun [~/hostfile]: ",
-                Some("~/hostfile"),
-            )?;
-            set(
-                &mut mpirun_config,
-                "mpirun_hostfile",
-                expand_user(hostfile.trim(), ctx),
-            );
-        }
+/// The `mpirun_config` section: whether a multi-CPU job is launched through mpirun, and its
+/// hostfile.
+fn mpirun(
+    q: &mut Fields<'_>,
+    ctx: &Context,
+    dt: &str,
+    use_cpu: bool,
+) -> io::Result<Map<String, Value>> {
+    let mut c = Map::new();
+    if use_cpu
+        && dt == "MULTI_CPU"
+        && q.yes_no("Do you want accelerate to launch mpirun? [yes/NO]: ", false)?
+    {
+        let hostfile = q.text(
+            "Please enter the path to the hostfile to use with mpirun [~/hostfile]: ",
+            Some("~/hostfile"),
+        )?;
+        set(&mut c, "mpirun_hostfile", expand_user(hostfile.trim(), ctx));
     }
+    Ok(c)
+}
 
-    let mut dynamo_config = Map::new();
-    let use_dynamo = q.yes_no(
+/// The `dynamo_config` section, or `None` when torch dynamo is not used.
+fn dynamo(q: &mut Fields<'_>) -> io::Result<Option<Map<String, Value>>> {
+    if !q.yes_no(
         "Do you wish to optimize your script with torch dynamo?[yes/NO]:",
         false,
+    )? {
+        return Ok(None);
+    }
+    let mut c = Map::new();
+    let shown: Vec<String> = dynamo_backends().iter().map(|b| b.to_lowercase()).collect();
+    let backend = q.options("Which dynamo backend would you like to use?", &shown, 2)?;
+    // Stored upper-case: the value of accelerate's DynamoBackend enum.
+    set(&mut c, "dynamo_backend", dynamo_backends()[backend]);
+    let custom = q.yes_no(
+        "Do you want to customize the defaults sent to torch.compile? [yes/NO]: ",
+        false,
     )?;
-    if use_dynamo {
-        let shown: Vec<String> = dynamo_backends().iter().map(|b| b.to_lowercase()).collect();
-        let backend = q.options("Which dynamo backend would you like to use?", &shown, 2)?;
-        // Stored upper-case: the value of accelerate's DynamoBackend enum.
-        set(
-            &mut dynamo_config,
-            "dynamo_backend",
-            dynamo_backends()[backend],
-        );
-        let custom = q.yes_no(
-            "Do you want to customize the defaults sent to torch.compile? [yes/NO]: ",
+    if custom {
+        let mode = q.choose("Which mode do you want to use?", TORCH_DYNAMO_MODES, 0)?;
+        set(&mut c, "dynamo_mode", mode);
+        let fullgraph = q.yes_no(
+            "Do you want the fullgraph mode or it is ok to break model into several subgraphs? [yes/NO]: ",
             false,
         )?;
-        if custom {
-            let mode = q.choose("Which mode do you want to use?", TORCH_DYNAMO_MODES, 0)?;
-            set(&mut dynamo_config, "dynamo_mode", mode);
-            let fullgraph = q.yes_no(
-                "Do you want the fullgraph mode or it is ok to break model into several subgraphs? [yes/NO]: ",
-                false,
-            )?;
-            set(&mut dynamo_config, "dynamo_use_fullgraph", fullgraph);
-            let dynamic = q.yes_no(
-                "Do you want to enable dynamic shape tracing? [yes/NO]: ",
-                false,
-            )?;
-            set(&mut dynamo_config, "dynamo_use_dynamic", dynamic);
-            let regional = q.yes_no(
-                "Do you want to enable regional compilation? [yes/NO]: ",
-                false,
-            )?;
-            set(
-                &mut dynamo_config,
-                "dynamo_use_regional_compilation",
-                regional,
-            );
-        }
+        set(&mut c, "dynamo_use_fullgraph", fullgraph);
+        let dynamic = q.yes_no(
+            "Do you want to enable dynamic shape tracing? [yes/NO]: ",
+            false,
+        )?;
+        set(&mut c, "dynamo_use_dynamic", dynamic);
+        let regional = q.yes_no(
+            "Do you want to enable regional compilation? [yes/NO]: ",
+            false,
+        )?;
+        set(&mut c, "dynamo_use_regional_compilation", regional);
     }
+    Ok(Some(c))
+}
 
-    let use_mps = !use_cpu && mps_available();
-    let mut deepspeed_config = Map::new();
+/// Whether DeepSpeed is used (the type becomes `DEEPSPEED`), its section, and whether a DeepSpeed
+/// JSON file decides the precision. Asked for accelerators and no distribution, not on Apple
+/// silicon.
+fn deepspeed_plugin(
+    q: &mut Fields<'_>,
+    dt: &mut &'static str,
+    num_machines: i64,
+    use_mps: bool,
+) -> Result<(Map<String, Value>, bool), QuestionnaireError> {
+    let mut c = Map::new();
     let mut use_deepspeed_config = false;
-    if (is_multi_accelerator(dt) || dt == "NO") && !use_mps {
-        let use_deepspeed = q.yes_no("Do you want to use DeepSpeed? [yes/NO]: ", false)?;
-        if use_deepspeed {
-            if dt == "MULTI_NEURON" {
-                return Err(QuestionnaireError::Unsupported(
-                    "DeepSpeed is not supported on Neuron devices",
-                ));
-            }
-            // accelerate asserts here that the deepspeed package is installed; accel cannot look
-            // without Python, and the launch reports a missing DeepSpeed anyway.
-            dt = "DEEPSPEED";
-        }
-        if dt == "DEEPSPEED" {
-            deepspeed(
-                q,
-                &mut deepspeed_config,
-                num_machines,
-                &mut use_deepspeed_config,
-            )?;
-        }
+    if !(is_multi_accelerator(dt) || *dt == "NO") || use_mps {
+        return Ok((c, use_deepspeed_config));
     }
-
-    let mut fsdp_config = Map::new();
-    if is_multi_accelerator(dt) {
-        let use_fsdp = q.yes_no(
-            "Do you want to use FullyShardedDataParallel? [yes/NO]: ",
-            false,
-        )?;
-        if use_fsdp {
-            if dt == "MULTI_NEURON" {
-                return Err(QuestionnaireError::Unsupported(
-                    "FSDP is not currently supported on Neuron devices",
-                ));
-            }
-            dt = "FSDP";
+    if q.yes_no("Do you want to use DeepSpeed? [yes/NO]: ", false)? {
+        if *dt == "MULTI_NEURON" {
+            return Err(QuestionnaireError::Unsupported(
+                "DeepSpeed is not supported on Neuron devices",
+            ));
         }
-        if dt == "FSDP" {
-            fsdp(q, &mut fsdp_config)?;
-        }
+        // accelerate asserts here that the deepspeed package is installed; accel cannot look
+        // without Python, and the launch reports a missing DeepSpeed anyway.
+        *dt = "DEEPSPEED";
     }
+    if *dt == "DEEPSPEED" {
+        deepspeed(q, &mut c, num_machines, &mut use_deepspeed_config)?;
+    }
+    Ok((c, use_deepspeed_config))
+}
 
-    let mut parallelism_config = Map::new();
-    if fsdp_config
+/// Whether FSDP is used on a multi-accelerator machine (the type becomes `FSDP`), and its section.
+fn fsdp_plugin(
+    q: &mut Fields<'_>,
+    dt: &mut &'static str,
+) -> Result<Map<String, Value>, QuestionnaireError> {
+    let mut c = Map::new();
+    if !is_multi_accelerator(dt) {
+        return Ok(c);
+    }
+    let use_fsdp = q.yes_no(
+        "Do you want to use FullyShardedDataParallel? [yes/NO]: ",
+        false,
+    )?;
+    if use_fsdp {
+        if *dt == "MULTI_NEURON" {
+            return Err(QuestionnaireError::Unsupported(
+                "FSDP is not currently supported on Neuron devices",
+            ));
+        }
+        *dt = "FSDP";
+    }
+    if *dt == "FSDP" {
+        fsdp(q, &mut c)?;
+    }
+    Ok(c)
+}
+
+/// The `parallelism_config` section, offered with FSDP2 only.
+fn parallelism_plugin(
+    q: &mut Fields<'_>,
+    fsdp_config: &Map<String, Value>,
+) -> io::Result<Map<String, Value>> {
+    let mut c = Map::new();
+    let fsdp_version = fsdp_config
         .get("fsdp_version")
         .and_then(Value::as_i64)
-        .unwrap_or(1)
-        == 2
-    {
-        let use_parallelism = q.yes_no(
+        .unwrap_or(1);
+    if fsdp_version == 2
+        && q.yes_no(
             "Do you want to use the parallelism config? [yes/NO]: ",
             false,
-        )?;
-        if use_parallelism {
-            parallelism(q, &mut parallelism_config)?;
-        }
+        )?
+    {
+        parallelism(q, &mut c)?;
     }
+    Ok(c)
+}
 
-    let mut megatron_lm_config = Map::new();
-    if dt == "MULTI_GPU" {
-        let use_megatron = q.yes_no("Do you want to use Megatron-LM ? [yes/NO]: ", false)?;
-        if use_megatron {
-            dt = "MEGATRON_LM";
-            megatron(q, &mut megatron_lm_config)?;
-        }
+/// Whether Megatron-LM is used on multi-GPU (the type becomes `MEGATRON_LM`), and its section.
+fn megatron_plugin(q: &mut Fields<'_>, dt: &mut &'static str) -> io::Result<Map<String, Value>> {
+    let mut c = Map::new();
+    if *dt == "MULTI_GPU" && q.yes_no("Do you want to use Megatron-LM ? [yes/NO]: ", false)? {
+        *dt = "MEGATRON_LM";
+        megatron(q, &mut c)?;
     }
+    Ok(c)
+}
 
-    // TPU defaults, as accelerate initialises them.
-    let mut tpu_commands: Option<Vec<Value>> = None;
-    let mut tpu_command_file: Option<String> = None;
-    let mut tpu_env: Vec<Value> = Vec::new();
-    let mut tpu_name: Option<String> = None;
-    let mut tpu_vm: Option<Vec<Value>> = None;
-    let mut tpu_zone: Option<String> = None;
-    let mut tpu_use_sudo = false;
-    let mut tpu_use_cluster = false;
+/// What the number of processes counts, in the "How many ... should be used" prompt of a
+/// `MULTI_*` or XLA type. accelerate derives the word from `str(DistributedType.X)`, hence "XLA(s)"
+/// for TPUs.
+fn processes_word(dt: &str) -> String {
+    let kind = dt.trim_start_matches("MULTI_");
+    match kind {
+        "TPU" | "NEURON" => format!("{kind} cores"),
+        "CPU" => "processes".to_string(),
+        other => format!("{other}(s)"),
+    }
+}
 
-    let num_processes = if is_multi(dt) || dt == "XLA" {
-        // accelerate derives the word from `str(DistributedType.X)`, hence "XLA(s)" for TPUs.
-        let kind = dt.trim_start_matches("MULTI_");
-        let word = match kind {
-            "TPU" | "NEURON" => format!("{kind} cores"),
-            "CPU" => "processes".to_string(),
-            other => format!("{other}(s)"),
-        };
-        let prompt = format!("How many {word} should be used for distributed training? [1]:");
+/// `num_processes`: asked for `MULTI_*`, XLA and the GPU backends, 1 otherwise.
+fn num_processes(q: &mut Fields<'_>, dt: &str, num_machines: i64) -> io::Result<i64> {
+    if is_multi(dt) || dt == "XLA" {
+        let prompt = format!(
+            "How many {} should be used for distributed training? [1]:",
+            processes_word(dt)
+        );
         loop {
             let n = q.int(&prompt, Some(1), 1, i64::MAX)?;
             // accelerate raises a ValueError here (after every other answer was given); asking again
@@ -372,7 +486,7 @@ fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
                 q.say("multi-GPU with 1 GPU on a single machine is not distributed training: enter 2 or more, or press Ctrl-C and select `No distributed training` for the type of machine.");
                 continue;
             }
-            break n;
+            return Ok(n);
         }
     } else if matches!(dt, "FSDP" | "DEEPSPEED" | "MEGATRON_LM") {
         q.int(
@@ -380,173 +494,256 @@ fn cluster(q: &mut Fields<'_>, ctx: &Context) -> Result<Map<String, Value>, Ques
             Some(1),
             1,
             i64::MAX,
-        )?
+        )
     } else {
-        1
+        Ok(1)
+    }
+}
+
+/// The device in the `gpu_ids` prompt. accelerate names it from what torch finds installed; the
+/// type chosen says the same.
+fn device_word(dt: &str) -> &'static str {
+    match dt {
+        "MULTI_NPU" => "NPU(s)",
+        "MULTI_MLU" => "MLU(s)",
+        "MULTI_SDAA" => "SDAA(s)",
+        "MULTI_MUSA" => "MUSA(s)",
+        "MULTI_XPU" => "XPU(s)",
+        "MULTI_HPU" => "HPU(s)",
+        "MULTI_NEURON" => "Neuron cores",
+        _ => "GPU(s)",
+    }
+}
+
+/// `gpu_ids`, asked for accelerators (and no distribution) unless on CPU or Apple silicon.
+fn gpu_ids(
+    q: &mut Fields<'_>,
+    dt: &str,
+    use_cpu: bool,
+    use_mps: bool,
+) -> io::Result<Option<String>> {
+    if !(is_multi_accelerator(dt) || dt == "NO") || use_cpu || use_mps {
+        return Ok(None);
+    }
+    let prompt = format!(
+        "What {} (by id) should be used for training on this machine as a comma-separated list? [all]:",
+        device_word(dt)
+    );
+    Ok(Some(q.text_checked(&prompt, Some("all"), gpu_ids_check)?))
+}
+
+/// `enable_cpu_affinity`, asked for no distribution and multi-GPU, unless on CPU or Apple silicon.
+fn cpu_affinity(q: &mut Fields<'_>, dt: &str, use_cpu: bool, use_mps: bool) -> io::Result<bool> {
+    if !matches!(dt, "NO" | "MULTI_GPU") || use_cpu || use_mps {
+        return Ok(false);
+    }
+    q.yes_no(
+        "Would you like to enable numa efficiency? (Currently only supported on NVIDIA hardware). [yes/NO]: ",
+        false,
+    )
+}
+
+/// The TPU answers, as accelerate initialises them when they are not asked.
+#[derive(Debug, Default)]
+struct Tpu {
+    commands: Option<Vec<Value>>,
+    command_file: Option<String>,
+    env: Vec<Value>,
+    name: Option<String>,
+    vm: Option<Vec<Value>>,
+    zone: Option<String>,
+    use_sudo: bool,
+    use_cluster: bool,
+}
+
+/// XLA's questions: the function launched in every process, and the TPU cluster.
+fn xla(q: &mut Fields<'_>, ctx: &Context) -> io::Result<(String, Tpu)> {
+    let main_training_function = q.text(
+        "What is the name of the function in your script that should be launched in all parallel scripts? [main]: ",
+        Some("main"),
+    )?;
+    let mut tpu = Tpu {
+        use_cluster: q.yes_no("Are you using a TPU cluster? [yes/NO]: ", false)?,
+        ..Tpu::default()
     };
-
-    if (is_multi_accelerator(dt) || dt == "NO") && !use_cpu && !use_mps {
-        // accelerate names the device from what torch finds installed; the type chosen says the same.
-        let word = match dt {
-            "MULTI_NPU" => "NPU(s)",
-            "MULTI_MLU" => "MLU(s)",
-            "MULTI_SDAA" => "SDAA(s)",
-            "MULTI_MUSA" => "MUSA(s)",
-            "MULTI_XPU" => "XPU(s)",
-            "MULTI_HPU" => "HPU(s)",
-            "MULTI_NEURON" => "Neuron cores",
-            _ => "GPU(s)",
-        };
-        gpu_ids = Some(q.text_checked(
-            &format!("What {word} (by id) should be used for training on this machine as a comma-separated list? [all]:"),
-            Some("all"),
-            gpu_ids_check,
-        )?);
+    if tpu.use_cluster {
+        tpu_cluster(q, ctx, &mut tpu)?;
     }
+    Ok((main_training_function, tpu))
+}
 
-    let mut enable_cpu_affinity = false;
-    if matches!(dt, "NO" | "MULTI_GPU") && !use_cpu && !use_mps {
-        enable_cpu_affinity = q.yes_no(
-            "Would you like to enable numa efficiency? (Currently only supported on NVIDIA hardware). [yes/NO]: ",
-            false,
-        )?;
+/// The TPU cluster's name, zone, sudo, startup code, VMs and environment.
+fn tpu_cluster(q: &mut Fields<'_>, ctx: &Context, tpu: &mut Tpu) -> io::Result<()> {
+    tpu.name = Some(q.text("What is the name of your TPU cluster? ", None)?);
+    tpu.zone = Some(q.text("What is the zone of your TPU cluster? ", None)?);
+    // accelerate stores this answer as the raw string typed; a boolean is what it means.
+    tpu.use_sudo = q.yes_no(
+        "To run a python script in a TPU pod, should `sudo` be used? [yes/NO]: ",
+        false,
+    )?;
+    let run_commands = q.yes_no(
+        "Do you have code you wish to run on startup in each pod? [yes/NO]: ",
+        false,
+    )?;
+    if run_commands {
+        tpu_startup(q, ctx, tpu)?;
     }
+    // Empty pieces are dropped: accelerate writes `['']` for an empty answer.
+    tpu.vm = Some(comma_list(&q.text(
+        "If not using an instance group, what are the names of the Compute VM instances to be used, separated by a comma: ",
+        Some(""),
+    )?));
+    tpu.env = comma_list(&q.text(
+        "What environment variables do you wish to set in each pod, separated by a comma: ",
+        Some(""),
+    )?);
+    Ok(())
+}
 
-    let mut fp8_config = Map::new();
-    let main_training_function;
-    let mixed_precision: Option<&str>;
-    if dt == "XLA" {
-        mixed_precision = Some("no");
-        main_training_function = q.text(
-            "What is the name of the function in your script that should be launched in all parallel scripts? [main]: ",
-            Some("main"),
-        )?;
-        tpu_use_cluster = q.yes_no("Are you using a TPU cluster? [yes/NO]: ", false)?;
-        if tpu_use_cluster {
-            tpu_name = Some(q.text("What is the name of your TPU cluster? ", None)?);
-            tpu_zone = Some(q.text("What is the zone of your TPU cluster? ", None)?);
-            // accelerate stores this answer as the raw string typed; a boolean is what it means.
-            tpu_use_sudo = q.yes_no(
-                "To run a python script in a TPU pod, should `sudo` be used? [yes/NO]: ",
-                false,
-            )?;
-            let run_commands = q.yes_no(
-                "Do you have code you wish to run on startup in each pod? [yes/NO]: ",
-                false,
-            )?;
-            if run_commands {
-                let use_command_file =
-                    q.yes_no("Is this code located in a bash script? [yes/NO]: ", false)?;
-                if use_command_file {
-                    let file = q.text("What is the path to your bash script? ", None)?;
-                    tpu_command_file = Some(abspath(&file, ctx));
-                } else {
-                    q.say("Please enter each command separately you wish to run on startup in each pod.");
-                    let mut commands = Vec::new();
-                    loop {
-                        commands.push(Value::from(
-                            q.text("Please enter a single command to be ran ", None)?,
-                        ));
-                        if !q.yes_no("Do you wish to add another command? [yes/NO]: ", false)? {
-                            break;
-                        }
-                    }
-                    tpu_commands = Some(commands);
-                }
+/// The code run on startup in each pod: a bash script, or commands typed one by one.
+fn tpu_startup(q: &mut Fields<'_>, ctx: &Context, tpu: &mut Tpu) -> io::Result<()> {
+    if q.yes_no("Is this code located in a bash script? [yes/NO]: ", false)? {
+        let file = q.text("What is the path to your bash script? ", None)?;
+        tpu.command_file = Some(abspath(&file, ctx));
+        return Ok(());
+    }
+    q.say("Please enter each command separately you wish to run on startup in each pod.");
+    let mut commands = Vec::new();
+    loop {
+        commands.push(Value::from(
+            q.text("Please enter a single command to be ran ", None)?,
+        ));
+        if !q.yes_no("Do you wish to add another command? [yes/NO]: ", false)? {
+            break;
+        }
+    }
+    tpu.commands = Some(commands);
+    Ok(())
+}
+
+/// `mixed_precision` off XLA (with fp8's section), or `None` when a DeepSpeed JSON file decides it
+/// (no key is written then).
+fn mixed_precision(
+    q: &mut Fields<'_>,
+    dt: &str,
+    use_deepspeed_config: bool,
+    fp8_config: &mut Map<String, Value>,
+) -> io::Result<Option<&'static str>> {
+    if dt == "DEEPSPEED" && use_deepspeed_config {
+        return Ok(None);
+    }
+    let mp = q.choose("Do you wish to use mixed precision?", MIXED_PRECISION, 0)?;
+    if mp == "fp8" {
+        fp8(q, fp8_config)?;
+    }
+    Ok(Some(mp))
+}
+
+/// The sections of the config, each written only when it holds a key.
+#[derive(Debug, Default)]
+struct Sections {
+    fp8_config: Map<String, Value>,
+    deepspeed_config: Map<String, Value>,
+    fsdp_config: Map<String, Value>,
+    parallelism_config: Map<String, Value>,
+    megatron_lm_config: Map<String, Value>,
+    mpirun_config: Map<String, Value>,
+    dynamo_config: Map<String, Value>,
+}
+
+/// Every answer of the questionnaire, as `ClusterConfig` holds them.
+#[derive(Debug)]
+struct Answers {
+    distributed_type: &'static str,
+    num_processes: i64,
+    gpu_ids: Option<String>,
+    mixed_precision: Option<&'static str>,
+    machines: Machines,
+    main_training_function: String,
+    sections: Sections,
+    use_cpu: bool,
+    tpu: Tpu,
+    enable_cpu_affinity: bool,
+}
+
+impl Answers {
+    /// `ClusterConfig.to_dict()`: None values and empty sections are left out; lists stay, even
+    /// empty. The keys are in accelerate's order.
+    fn into_dict(self) -> Map<String, Value> {
+        let Answers {
+            distributed_type,
+            num_processes,
+            gpu_ids,
+            mixed_precision,
+            machines,
+            main_training_function,
+            sections,
+            use_cpu,
+            tpu,
+            enable_cpu_affinity,
+        } = self;
+        let mut m = Map::new();
+        set(&mut m, "compute_environment", "LOCAL_MACHINE");
+        set(&mut m, "distributed_type", distributed_type);
+        set(&mut m, "num_processes", num_processes);
+        if let Some(ids) = gpu_ids {
+            set(&mut m, "gpu_ids", ids);
+        }
+        if let Some(mp) = mixed_precision {
+            set(&mut m, "mixed_precision", mp);
+        }
+        // accelerate then asks about `downcast_bf16` for XLA with bf16, which cannot happen (XLA
+        // forces mixed_precision "no"), so it always writes its default answer, the string 'no'
+        // (`commands/config/cluster.py`: `tpu_downcast_bf16 = "no"`). The same file is written
+        // here, byte for byte; accel reads 'no' as false.
+        set(&mut m, "downcast_bf16", "no");
+        set(&mut m, "machine_rank", machines.machine_rank);
+        set(&mut m, "num_machines", machines.num_machines);
+        if let Some(ip) = machines.main_process_ip {
+            set(&mut m, "main_process_ip", ip);
+        }
+        if let Some(port) = machines.main_process_port {
+            set(&mut m, "main_process_port", port);
+        }
+        set(&mut m, "main_training_function", main_training_function);
+        for (key, section) in [
+            ("fp8_config", sections.fp8_config),
+            ("deepspeed_config", sections.deepspeed_config),
+            ("fsdp_config", sections.fsdp_config),
+            ("parallelism_config", sections.parallelism_config),
+            ("megatron_lm_config", sections.megatron_lm_config),
+            ("mpirun_config", sections.mpirun_config),
+            ("dynamo_config", sections.dynamo_config),
+        ] {
+            if !section.is_empty() {
+                set(&mut m, key, Value::Object(section));
             }
-            // Empty pieces are dropped: accelerate writes `['']` for an empty answer.
-            tpu_vm = Some(comma_list(&q.text(
-                "If not using an instance group, what are the names of the Compute VM instances to be used, separated by a comma: ",
-                Some(""),
-            )?));
-            tpu_env = comma_list(&q.text(
-                "What environment variables do you wish to set in each pod, separated by a comma: ",
-                Some(""),
-            )?);
         }
-    } else {
-        main_training_function = "main".to_string();
-        if dt == "DEEPSPEED" && use_deepspeed_config {
-            // The DeepSpeed JSON decides; no `mixed_precision` key is written.
-            mixed_precision = None;
-        } else {
-            let mp = q.choose("Do you wish to use mixed precision?", MIXED_PRECISION, 0)?;
-            if mp == "fp8" {
-                fp8(q, &mut fp8_config)?;
-            }
-            mixed_precision = Some(mp);
+        set(&mut m, "use_cpu", use_cpu);
+        set(&mut m, "rdzv_backend", machines.rdzv_backend);
+        set(&mut m, "same_network", machines.same_network);
+        if let Some(c) = tpu.commands {
+            set(&mut m, "commands", c);
         }
-    }
-
-    if use_dynamo && mixed_precision == Some("no") && !use_cpu {
-        // accelerate says here that it will enable TF32 at launch; accelerate 1.15 does not, so
-        // neither message nor launch claims it.
-        q.say("Torch dynamo used without mixed precision requires TF32 to be efficient: consider enabling it in your script (torch.backends.cuda.matmul.allow_tf32 = True).");
-    }
-    // accelerate then asks about `downcast_bf16` for XLA with bf16, which cannot happen (XLA forces
-    // mixed_precision "no" above), so it always writes its default answer, the string 'no'
-    // (`commands/config/cluster.py`: `tpu_downcast_bf16 = "no"`). The same file is written here, byte for
-    // byte; accel reads 'no' as false.
-    let downcast_bf16 = "no";
-
-    // `ClusterConfig.to_dict()`: None values and empty sections are left out; lists stay, even empty.
-    let mut m = Map::new();
-    set(&mut m, "compute_environment", "LOCAL_MACHINE");
-    set(&mut m, "distributed_type", dt);
-    set(&mut m, "num_processes", num_processes);
-    if let Some(ids) = gpu_ids {
-        set(&mut m, "gpu_ids", ids);
-    }
-    if let Some(mp) = mixed_precision {
-        set(&mut m, "mixed_precision", mp);
-    }
-    set(&mut m, "downcast_bf16", downcast_bf16);
-    set(&mut m, "machine_rank", machine_rank);
-    set(&mut m, "num_machines", num_machines);
-    if let Some(ip) = main_process_ip {
-        set(&mut m, "main_process_ip", ip);
-    }
-    if let Some(port) = main_process_port {
-        set(&mut m, "main_process_port", port);
-    }
-    set(&mut m, "main_training_function", main_training_function);
-    for (key, section) in [
-        ("fp8_config", fp8_config),
-        ("deepspeed_config", deepspeed_config),
-        ("fsdp_config", fsdp_config),
-        ("parallelism_config", parallelism_config),
-        ("megatron_lm_config", megatron_lm_config),
-        ("mpirun_config", mpirun_config),
-        ("dynamo_config", dynamo_config),
-    ] {
-        if !section.is_empty() {
-            set(&mut m, key, Value::Object(section));
+        if let Some(f) = tpu.command_file {
+            set(&mut m, "command_file", f);
         }
+        set(&mut m, "tpu_env", tpu.env);
+        if let Some(n) = tpu.name {
+            set(&mut m, "tpu_name", n);
+        }
+        if let Some(v) = tpu.vm {
+            set(&mut m, "tpu_vm", v);
+        }
+        if let Some(z) = tpu.zone {
+            set(&mut m, "tpu_zone", z);
+        }
+        set(&mut m, "tpu_use_sudo", tpu.use_sudo);
+        set(&mut m, "tpu_use_cluster", tpu.use_cluster);
+        set(&mut m, "debug", machines.debug);
+        set(&mut m, "enable_cpu_affinity", enable_cpu_affinity);
+        m
     }
-    set(&mut m, "use_cpu", use_cpu);
-    set(&mut m, "rdzv_backend", rdzv_backend);
-    set(&mut m, "same_network", same_network);
-    if let Some(c) = tpu_commands {
-        set(&mut m, "commands", c);
-    }
-    if let Some(f) = tpu_command_file {
-        set(&mut m, "command_file", f);
-    }
-    set(&mut m, "tpu_env", tpu_env);
-    if let Some(n) = tpu_name {
-        set(&mut m, "tpu_name", n);
-    }
-    if let Some(v) = tpu_vm {
-        set(&mut m, "tpu_vm", v);
-    }
-    if let Some(z) = tpu_zone {
-        set(&mut m, "tpu_zone", z);
-    }
-    set(&mut m, "tpu_use_sudo", tpu_use_sudo);
-    set(&mut m, "tpu_use_cluster", tpu_use_cluster);
-    set(&mut m, "debug", debug);
-    set(&mut m, "enable_cpu_affinity", enable_cpu_affinity);
-    Ok(m)
 }
 
 fn deepspeed(
@@ -1346,6 +1543,75 @@ mod tests {
         assert!(s.asked.iter().any(|q| q.starts_with("What NPU(s) (by id)")));
         // numa efficiency is asked for NO and MULTI_GPU only.
         assert!(!s.asked.iter().any(|q| q.contains("numa")));
+    }
+
+    #[test]
+    fn process_and_device_words_follow_the_type() {
+        assert_eq!(processes_word("MULTI_GPU"), "GPU(s)");
+        assert_eq!(processes_word("MULTI_CPU"), "processes");
+        assert_eq!(processes_word("MULTI_NEURON"), "NEURON cores");
+        assert_eq!(processes_word("XLA"), "XLA(s)");
+        assert_eq!(device_word("MULTI_GPU"), "GPU(s)");
+        assert_eq!(device_word("NO"), "GPU(s)");
+        assert_eq!(device_word("MULTI_XPU"), "XPU(s)");
+        assert_eq!(device_word("MULTI_NEURON"), "Neuron cores");
+    }
+
+    #[test]
+    fn rendezvous_backends_are_the_schemas() {
+        assert_eq!(rdzv_backend_check("c10d"), Ok(()));
+        assert_eq!(
+            rdzv_backend_check("zmq"),
+            Err("Please enter one of: static, c10d, etcd, etcd-v2.".to_string())
+        );
+    }
+
+    #[test]
+    fn into_dict_leaves_out_none_and_empty_sections_in_accelerates_order() {
+        let mut fsdp_config = Map::new();
+        set(&mut fsdp_config, "fsdp_version", 2);
+        let m = Answers {
+            distributed_type: "FSDP",
+            num_processes: 8,
+            gpu_ids: None,
+            mixed_precision: None,
+            machines: Machines::default(),
+            main_training_function: "main".into(),
+            sections: Sections {
+                fsdp_config,
+                ..Sections::default()
+            },
+            use_cpu: false,
+            tpu: Tpu::default(),
+            enable_cpu_affinity: true,
+        }
+        .into_dict();
+        let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "compute_environment",
+                "distributed_type",
+                "num_processes",
+                "downcast_bf16",
+                "machine_rank",
+                "num_machines",
+                "main_training_function",
+                "fsdp_config",
+                "use_cpu",
+                "rdzv_backend",
+                "same_network",
+                "tpu_env",
+                "tpu_use_sudo",
+                "tpu_use_cluster",
+                "debug",
+                "enable_cpu_affinity",
+            ]
+        );
+        assert_eq!(m["tpu_env"], json!([]));
+        assert_eq!(m["same_network"], true);
+        assert_eq!(m["rdzv_backend"], "static");
+        assert_eq!(m["fsdp_config"], json!({"fsdp_version": 2}));
     }
 
     #[test]

@@ -123,6 +123,19 @@ fn per_gpu_estimate(
     plan: Plan,
     env: &Environment,
 ) -> Result<PerGpu> {
+    let (gpu_memory, num_gpus) = gpus(cli, env)?;
+    let mut out = match plan {
+        Plan::Inference => inference_estimate(cli, model, gpu_memory, num_gpus)?,
+        _ => training_estimate(cli, model, sizes, gpu_memory, num_gpus)?,
+    };
+    out.fits = out
+        .gpu_memory
+        .map(|m| out.breakdown.gpu_total() <= m as f64);
+    Ok(out)
+}
+
+/// Each GPU's memory and how many GPUs: --gpu-memory and --num-gpus, else what this machine has.
+fn gpus(cli: &EstimateCli, env: &Environment) -> Result<(Option<u64>, u64), EstimateError> {
     let gpu_memory = match &cli.gpu_memory {
         Some(text) => Some(per_gpu::parse_size(text).map_err(EstimateError::Usage)?),
         None => None,
@@ -136,154 +149,179 @@ fn per_gpu_estimate(
     } else {
         (gpu_memory, 0)
     };
-    let num_gpus = cli.num_gpus.unwrap_or(detected_gpus.max(1));
-    let mut out = match plan {
-        Plan::Inference => {
-            let context = cli.context.unwrap_or(1);
-            let dims = dims_or_error(model, cli, "the KV cache (--context)")?;
-            let batch = cli.batch_size.unwrap_or(1);
-            let weights = inference_weights(model, cli.dtype);
-            let kv = per_gpu::kv_cache(dims, context, batch, cli.kv_dtype);
-            let breakdown = per_gpu::inference(weights, kv, num_gpus);
-            let largest = gpu_memory.map(|m| {
-                let per_token = per_gpu::kv_cache(dims, 1, batch, cli.kv_dtype) / num_gpus as f64;
-                (
-                    "context",
-                    per_gpu::largest_fitting(m as f64, breakdown.weights, per_token),
-                )
-            });
-            PerGpu {
-                plan,
-                title: format!(
-                    "Inference: {num_gpus} GPU{}, {} weights, {} KV cache, {batch} x {context} tokens",
-                    plural(num_gpus),
-                    name(&cli.dtype),
-                    name(&cli.kv_dtype)
-                ),
-                breakdown,
-                setup: json!({
-                    "num_gpus": num_gpus, "context": context, "batch_size": batch,
-                    "dtype": cli.dtype, "kv_dtype": cli.kv_dtype,
-                }),
-                gpu_memory,
-                fits: None,
-                largest,
-                ranks: Vec::new(),
-            }
-        }
-        _ => {
-            let strategy = cli.strategy.unwrap_or(per_gpu::Strategy::Ddp);
-            if cli.attn_implementation.is_some() && cli.seq_len.is_none() {
-                return Err(EstimateError::Usage(
-                    "--attn-implementation changes activation memory, which needs --seq-len (and --batch-size)".into(),
-                )
-                .into());
-            }
-            let dims = if cli.seq_len.is_some() || cli.batch_size.is_some() {
-                if cli.seq_len.is_none() {
-                    return Err(EstimateError::Usage(
-                        "activation memory needs --seq-len as well as --batch-size".into(),
-                    )
-                    .into());
-                }
-                let mut dims = dims_or_error(model, cli, "activation memory (--seq-len)")?.clone();
-                if let Some(attention) = cli.attn_implementation {
-                    arch::check_supported(attention, &dims.model_type).map_err(|reason| {
-                        EstimateError::Usage(format!("--attn-implementation: {reason}"))
-                    })?;
-                    dims.attn_implementation = attention;
-                }
-                Some(dims)
-            } else {
-                None
-            };
-            let dims = dims.as_ref();
-            let training = Training {
-                strategy,
-                num_gpus,
-                offload: cli.offload,
-                precision: cli.precision,
-                batch_size: cli.seq_len.map(|_| cli.batch_size.unwrap_or(1)),
-                seq_len: cli.seq_len,
-                grad_checkpointing: cli.grad_checkpointing,
-            };
-            let trained = trained_tensors(model);
-            let params: u64 = trained.iter().map(|p| p.numel).sum();
-            let largest_params = (sizes.largest_layer.value / 4.0) as u64;
-            let breakdown = per_gpu::training(&trained, largest_params, dims, &training);
-            // FSDP2's uneven shards and ZeRO-2's partition edges make ranks differ; small worlds
-            // list every rank.
-            let ranks: Vec<Value> = if strategy != per_gpu::Strategy::Ddp && num_gpus <= 64 {
-                (0..num_gpus)
-                    .map(|r| {
-                        let b =
-                            per_gpu::training_on_rank(&trained, largest_params, dims, &training, r);
-                        json!({
-                            "rank": r, "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
-                            "optimizer_states": b.optimizer_states.ceil(),
-                            "master_weights": b.master_weights.ceil(),
-                        })
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let largest = match (gpu_memory, dims, training.seq_len) {
-                (Some(m), Some(d), Some(s)) => {
-                    // Activations are c + b.u: a part per sample and one per micro-batch (T5's
-                    // position-bias indices, one layer recomputed under checkpointing).
-                    let act =
-                        |b| per_gpu::activations(d, b, s, cli.grad_checkpointing, cli.precision);
-                    let per_sample = act(2) - act(1);
-                    let fixed = breakdown.gpu_total() - breakdown.activations + act(1) - per_sample;
-                    Some((
-                        "batch_size",
-                        per_gpu::largest_fitting(m as f64, fixed, per_sample),
-                    ))
-                }
-                _ => None,
-            };
-            let mut title = format!(
-                "Training: {} on {num_gpus} GPU{}, {}",
-                strategy.name(),
-                plural(num_gpus),
-                name(&cli.precision)
-            );
-            if cli.offload {
-                title.push_str(", CPU offload");
-            }
-            if let (Some(b), Some(s)) = (training.batch_size, training.seq_len) {
-                title.push_str(&format!(", {b} x {s} tokens"));
-                if let Some(d) = dims {
-                    title.push_str(&format!(", {} attention", d.attn_implementation.name()));
-                }
-                if cli.grad_checkpointing {
-                    title.push_str(", checkpointing");
-                }
-            }
-            PerGpu {
-                plan,
-                title,
-                breakdown,
-                setup: json!({
-                    "strategy": strategy, "num_gpus": num_gpus, "offload": cli.offload,
-                    "precision": cli.precision, "batch_size": training.batch_size,
-                    "attn_implementation": dims.map(|d| d.attn_implementation),
-                    "seq_len": training.seq_len, "grad_checkpointing": cli.grad_checkpointing,
-                    "parameters": params, "parameter_tensors": trained.len(),
-                    "largest_layer_parameters": largest_params,
-                }),
-                ranks,
-                gpu_memory,
-                fits: None,
-                largest,
-            }
-        }
+    Ok((gpu_memory, cli.num_gpus.unwrap_or(detected_gpus.max(1))))
+}
+
+/// --context: the weights and the KV cache, and the longest context that fits.
+fn inference_estimate(
+    cli: &EstimateCli,
+    model: &Model,
+    gpu_memory: Option<u64>,
+    num_gpus: u64,
+) -> Result<PerGpu, EstimateError> {
+    let context = cli.context.unwrap_or(1);
+    let dims = dims_or_error(model, cli, "the KV cache (--context)")?;
+    let batch = cli.batch_size.unwrap_or(1);
+    let weights = inference_weights(model, cli.dtype);
+    let kv = per_gpu::kv_cache(dims, context, batch, cli.kv_dtype);
+    let breakdown = per_gpu::inference(weights, kv, num_gpus);
+    let largest = gpu_memory.map(|m| {
+        let per_token = per_gpu::kv_cache(dims, 1, batch, cli.kv_dtype) / num_gpus as f64;
+        (
+            "context",
+            per_gpu::largest_fitting(m as f64, breakdown.weights, per_token),
+        )
+    });
+    Ok(PerGpu {
+        plan: Plan::Inference,
+        title: format!(
+            "Inference: {num_gpus} GPU{}, {} weights, {} KV cache, {batch} x {context} tokens",
+            plural(num_gpus),
+            name(&cli.dtype),
+            name(&cli.kv_dtype)
+        ),
+        breakdown,
+        setup: json!({
+            "num_gpus": num_gpus, "context": context, "batch_size": batch,
+            "dtype": cli.dtype, "kv_dtype": cli.kv_dtype,
+        }),
+        gpu_memory,
+        fits: None,
+        largest,
+        ranks: Vec::new(),
+    })
+}
+
+/// Training: weights, gradients, optimizer state and buffers of the strategy, the activations when
+/// --seq-len is given, each rank where ranks differ, and the largest micro-batch that fits.
+fn training_estimate(
+    cli: &EstimateCli,
+    model: &Model,
+    sizes: &MaximumSizes,
+    gpu_memory: Option<u64>,
+    num_gpus: u64,
+) -> Result<PerGpu, EstimateError> {
+    let strategy = cli.strategy.unwrap_or(per_gpu::Strategy::Ddp);
+    let dims = activation_dims(cli, model)?;
+    let dims = dims.as_ref();
+    let training = Training {
+        strategy,
+        num_gpus,
+        offload: cli.offload,
+        precision: cli.precision,
+        batch_size: cli.seq_len.map(|_| cli.batch_size.unwrap_or(1)),
+        seq_len: cli.seq_len,
+        grad_checkpointing: cli.grad_checkpointing,
     };
-    out.fits = out
-        .gpu_memory
-        .map(|m| out.breakdown.gpu_total() <= m as f64);
-    Ok(out)
+    let trained = trained_tensors(model);
+    let params: u64 = trained.iter().map(|p| p.numel).sum();
+    let largest_params = (sizes.largest_layer.value / 4.0) as u64;
+    let breakdown = per_gpu::training(&trained, largest_params, dims, &training);
+    let ranks = rank_breakdowns(&trained, largest_params, dims, &training);
+    let largest = match (gpu_memory, dims, training.seq_len) {
+        (Some(m), Some(d), Some(s)) => {
+            // Activations are c + b.u: a part per sample and one per micro-batch (T5's
+            // position-bias indices, one layer recomputed under checkpointing).
+            let act = |b| per_gpu::activations(d, b, s, cli.grad_checkpointing, cli.precision);
+            let per_sample = act(2) - act(1);
+            let fixed = breakdown.gpu_total() - breakdown.activations + act(1) - per_sample;
+            Some((
+                "batch_size",
+                per_gpu::largest_fitting(m as f64, fixed, per_sample),
+            ))
+        }
+        _ => None,
+    };
+    Ok(PerGpu {
+        plan: Plan::Training,
+        title: training_title(&training, dims),
+        breakdown,
+        setup: json!({
+            "strategy": strategy, "num_gpus": num_gpus, "offload": cli.offload,
+            "precision": cli.precision, "batch_size": training.batch_size,
+            "attn_implementation": dims.map(|d| d.attn_implementation),
+            "seq_len": training.seq_len, "grad_checkpointing": cli.grad_checkpointing,
+            "parameters": params, "parameter_tensors": trained.len(),
+            "largest_layer_parameters": largest_params,
+        }),
+        ranks,
+        gpu_memory,
+        fits: None,
+        largest,
+    })
+}
+
+/// The model's dimensions for activation memory (--seq-len, with --batch-size), with the attention
+/// of --attn-implementation; `None` when activations are not estimated.
+fn activation_dims(cli: &EstimateCli, model: &Model) -> Result<Option<Dims>, EstimateError> {
+    if cli.attn_implementation.is_some() && cli.seq_len.is_none() {
+        return Err(EstimateError::Usage(
+            "--attn-implementation changes activation memory, which needs --seq-len (and --batch-size)".into(),
+        ));
+    }
+    if cli.seq_len.is_none() && cli.batch_size.is_none() {
+        return Ok(None);
+    }
+    if cli.seq_len.is_none() {
+        return Err(EstimateError::Usage(
+            "activation memory needs --seq-len as well as --batch-size".into(),
+        ));
+    }
+    let mut dims = dims_or_error(model, cli, "activation memory (--seq-len)")?.clone();
+    if let Some(attention) = cli.attn_implementation {
+        arch::check_supported(attention, &dims.model_type)
+            .map_err(|reason| EstimateError::Usage(format!("--attn-implementation: {reason}")))?;
+        dims.attn_implementation = attention;
+    }
+    Ok(Some(dims))
+}
+
+/// FSDP2's uneven shards and ZeRO-2's partition edges make ranks differ; small worlds list every
+/// rank.
+fn rank_breakdowns(
+    trained: &[per_gpu::Param],
+    largest_params: u64,
+    dims: Option<&Dims>,
+    training: &Training,
+) -> Vec<Value> {
+    if training.strategy == per_gpu::Strategy::Ddp || training.num_gpus > 64 {
+        return Vec::new();
+    }
+    (0..training.num_gpus)
+        .map(|r| {
+            let b = per_gpu::training_on_rank(trained, largest_params, dims, training, r);
+            json!({
+                "rank": r, "weights": b.weights.ceil(), "gradients": b.gradients.ceil(),
+                "optimizer_states": b.optimizer_states.ceil(),
+                "master_weights": b.master_weights.ceil(),
+            })
+        })
+        .collect()
+}
+
+/// The training table's title: the strategy, the GPUs, the precision, then what was asked of the
+/// activations.
+fn training_title(training: &Training, dims: Option<&Dims>) -> String {
+    let mut title = format!(
+        "Training: {} on {} GPU{}, {}",
+        training.strategy.name(),
+        training.num_gpus,
+        plural(training.num_gpus),
+        name(&training.precision)
+    );
+    if training.offload {
+        title.push_str(", CPU offload");
+    }
+    if let (Some(b), Some(s)) = (training.batch_size, training.seq_len) {
+        title.push_str(&format!(", {b} x {s} tokens"));
+        if let Some(d) = dims {
+            title.push_str(&format!(", {} attention", d.attn_implementation.name()));
+        }
+        if training.grad_checkpointing {
+            title.push_str(", checkpointing");
+        }
+    }
+    title
 }
 
 /// Inference weight bytes of the causal LM (its untied LM head included): floating-point tensors at `dtype`, integer tensors (GPTQ/AWQ packed
@@ -485,4 +523,62 @@ fn to_json(
         v["per_gpu"] = p.to_json();
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use per_gpu::{Precision, Strategy};
+
+    fn training(strategy: Strategy, num_gpus: u64) -> Training {
+        Training {
+            strategy,
+            num_gpus,
+            offload: false,
+            precision: Precision::Bf16,
+            batch_size: None,
+            seq_len: None,
+            grad_checkpointing: false,
+        }
+    }
+
+    #[test]
+    fn the_training_title_says_what_was_asked() {
+        assert_eq!(
+            training_title(&training(Strategy::Ddp, 1), None),
+            "Training: ddp on 1 GPU, bf16"
+        );
+        let t = Training {
+            offload: true,
+            batch_size: Some(2),
+            seq_len: Some(512),
+            grad_checkpointing: true,
+            precision: Precision::Fp32,
+            ..training(Strategy::Zero3, 8)
+        };
+        assert_eq!(
+            training_title(&t, None),
+            "Training: zero3 on 8 GPUs, fp32, CPU offload, 2 x 512 tokens, checkpointing"
+        );
+        // Checkpointing is said only with the activations it changes.
+        let t = Training {
+            grad_checkpointing: true,
+            ..training(Strategy::Fsdp, 2)
+        };
+        assert_eq!(training_title(&t, None), "Training: fsdp on 2 GPUs, bf16");
+    }
+
+    #[test]
+    fn ranks_are_listed_for_sharded_strategies_on_small_worlds() {
+        let params = [per_gpu::Param {
+            numel: 1000,
+            rows: 10,
+            matmul: true,
+        }];
+        assert!(rank_breakdowns(&params, 1000, None, &training(Strategy::Ddp, 4)).is_empty());
+        assert!(rank_breakdowns(&params, 1000, None, &training(Strategy::Zero2, 65)).is_empty());
+        let ranks = rank_breakdowns(&params, 1000, None, &training(Strategy::Zero2, 64));
+        assert_eq!(ranks.len(), 64);
+        assert_eq!(ranks[63]["rank"], 63);
+    }
 }

@@ -1,13 +1,20 @@
-//! A small fluent runner for the built binaries: isolated environment (a temp HOME, no ACCEL_*/ACCELERATE_*
-//! leaking in from the developer's shell), arguments, stdin, then assertions on code/stdout/stderr.
+//! The one way the integration tests reach what they run: the built tools ([`bin`], [`tool`]), the
+//! project's venv and fixtures, a cleared environment that keeps the test's mark ([`isolated`]), a
+//! skip that fails under CI ([`skip`]), and a small fluent runner for the built binaries ([`Run`]):
+//! isolated environment (a temp HOME, no ACCEL_*/ACCELERATE_* leaking in from the developer's
+//! shell), arguments, stdin, then assertions on code/stdout/stderr. accel-launch's environment is
+//! in [`launcher`], the check that nothing of a run survives in [`survivors`].
 
 #![allow(dead_code)]
 
 pub mod cgroup;
 pub mod fabric;
+pub mod launcher;
 pub mod proc;
 pub mod suite;
+pub mod survivors;
 
+pub use launcher::launcher;
 pub use proc::{ChildExt, CommandExt, WAIT};
 
 use std::collections::BTreeMap;
@@ -33,15 +40,57 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The project's venv python (scripts/setup makes it); tests that need it fail loudly without it.
+/// The project's venv (scripts/setup makes it): its `bin`, with python, accelerate, torchrun and py-spy.
+pub fn venv_bin() -> PathBuf {
+    repo().join(".venv/bin")
+}
+
+/// The project's venv python; tests that need it fail loudly without it.
 pub fn venv_python() -> PathBuf {
-    let p = repo().join(".venv/bin/python");
+    let p = venv_bin().join("python");
     assert!(
         p.exists(),
         "{} is missing: run scripts/setup first",
         p.display()
     );
     p
+}
+
+/// This process's PATH with the venv's `bin` first.
+pub fn venv_path() -> String {
+    format!(
+        "{}:{}",
+        venv_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A file or directory under tests/fixtures.
+pub fn fixture(rel: &str) -> PathBuf {
+    repo().join("tests/fixtures").join(rel)
+}
+
+/// `program` with none of this process's environment (no SLURM_*/ACCEL_*/MASTER_* of the caller's
+/// shell or job changes what it does) but the test's mark: the caller adds what it is to see.
+pub fn isolated(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    c.env_clear().marked();
+    c
+}
+
+/// One of the built tools (`accel-launch`, …), [`isolated`].
+pub fn tool(name: &str) -> Command {
+    isolated(bin(name))
+}
+
+/// For a test that cannot run on this machine: it says so on its stderr (`SKIP TEST: WHY; WHAT was
+/// NOT tested`), then returns; under CI (`CI` set) such a machine is broken, and the test fails here.
+pub fn skip(test: &str, why: &str, what: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} cannot run under CI: {why}; {what} would not be tested"
+    );
+    eprintln!("SKIP {test}: {why}; {what} was NOT tested");
 }
 
 pub struct Run {
@@ -62,14 +111,10 @@ pub struct Output {
 impl Run {
     /// A tool with a clean environment rooted at `home` (HOME and XDG_CACHE_HOME under it).
     pub fn new(tool: &str, home: &Path) -> Run {
-        let mut cmd = Command::new(bin(tool));
-        cmd.env_clear();
-        let path = std::env::var("PATH").unwrap_or_default();
-        let venv_bin = repo().join(".venv/bin");
-        cmd.env("PATH", format!("{}:{path}", venv_bin.display()));
+        let mut cmd = self::tool(tool);
+        cmd.env("PATH", venv_path());
         cmd.env("HOME", home);
         cmd.env("ACCEL_NO_PROGRESS", "1");
-        cmd.marked();
         cmd.current_dir(home);
         Run {
             cmd,

@@ -317,6 +317,9 @@ pub trait CommandExt {
     fn status_within(&mut self, limit: Duration) -> ExitStatus;
     /// Puts back the test's mark after `env_clear()`.
     fn marked(&mut self) -> &mut Self;
+    /// `spawn()`, marked: the way a test starts a process it waits on or signals itself (then
+    /// through [`ChildExt`], bounded); fails naming the command if it cannot start.
+    fn start(&mut self) -> Child;
 }
 
 impl CommandExt for Command {
@@ -352,6 +355,13 @@ impl CommandExt for Command {
             self.env(OWNER_VAR, owner());
         }
         self
+    }
+
+    fn start(&mut self) -> Child {
+        let what = describe(self);
+        self.marked()
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"))
     }
 }
 

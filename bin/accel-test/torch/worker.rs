@@ -3,6 +3,7 @@
 //! event on stdout for the coordinator. Every wait is bounded by the timeout, and when a collective
 //! breaks, the store tells which ranks went silent, so the report names them.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tch::{Device as TchDevice, Kind, Tensor};
@@ -298,14 +299,47 @@ fn device_check(r: &Rank, env: &Environment) -> Result<String, String> {
 }
 
 fn run_rank(r: &mut Rank, env: &Environment) -> bool {
-    let timeout = r.opts.timeout;
     let c = r.c.clone();
-    let host = c.master_addr.clone();
-    let port = c.master_port;
+    let Some(addrs) = preflight(r, &c, env) else {
+        return false;
+    };
+    let Some(store) = open_store(r, &c, &addrs) else {
+        return false;
+    };
+    let (backend, dev) = if r.opts.device == Device::Cuda {
+        (Backend::Nccl, TchDevice::Cuda(c.local_rank))
+    } else {
+        (Backend::Gloo, TchDevice::Cpu)
+    };
+    let Some(pg) = rendezvous(r, &c, env, &store, backend) else {
+        return false;
+    };
+    if let Err(dead) = collectives(r, &c, &pg, &store, backend, dev) {
+        finish(r, &store, &dead);
+        return false;
+    }
+    if r.opts.bench && r.ok {
+        if let Err(e) = bench(r, &pg, dev) {
+            r.emit("bench", Err(short(&e)), 0.0);
+        }
+    }
+    if let Some(parts) = r.opts.probe {
+        probe_if_all_passed(r, &pg, &store, dev, parts);
+    }
+    drop(pg);
+    if r.opts.python && r.ok {
+        python_check(r, env);
+    }
+    finish(r, &store, &[]);
+    r.ok
+}
 
-    // Pre-flight.
+/// The pre-flight: MASTER_ADDR resolves, is not loopback on a multi-machine job, and the devices
+/// are there. Returns MASTER_ADDR's addresses when the rank can go on.
+fn preflight(r: &mut Rank, c: &Contract, env: &Environment) -> Option<Vec<SocketAddr>> {
+    let host = &c.master_addr;
     let t = Instant::now();
-    let addrs = accel::preflight::network::resolve(&host, port, timeout);
+    let addrs = accel::preflight::network::resolve(host, c.master_port, r.opts.timeout);
     let resolved = r.emit(
         "preflight.resolve",
         addrs
@@ -320,7 +354,7 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
     );
     let addrs = match addrs {
         Ok(a) if resolved => a,
-        _ => return false,
+        _ => return None,
     };
     let loopback = accel::preflight::network::all_loopback(&addrs);
     let multi = c.num_nodes > 1 || c.local_world_size < c.world_size;
@@ -338,11 +372,13 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
     );
     let t = Instant::now();
     r.emit("preflight.devices", device_check(r, env), since_ms(t));
-    if !fine {
-        return false;
-    }
+    fine.then_some(addrs)
+}
 
-    // Rank 0 hosts the store before anyone can reach the port.
+/// Rank 0 hosts the store before anyone can reach the port; every rank then reaches MASTER_ADDR
+/// and the others join the store there.
+fn open_store(r: &mut Rank, c: &Contract, addrs: &[SocketAddr]) -> Option<Store> {
+    let (host, port, timeout) = (&c.master_addr, c.master_port, r.opts.timeout);
     let mut server = None;
     if c.rank == 0 {
         let t = Instant::now();
@@ -357,14 +393,14 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                     )),
                     since_ms(t),
                 );
-                return false;
+                return None;
             }
         }
     }
     let t = Instant::now();
     let reached = r.emit(
         "preflight.reach",
-        accel::preflight::network::reach(&addrs, Instant::now() + timeout)
+        accel::preflight::network::reach(addrs, Instant::now() + timeout)
             .map(|d| {
                 format!(
                     "{host}:{port} accepted a connection after {:.0} ms",
@@ -382,40 +418,78 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
         since_ms(t),
     );
     if !reached {
-        return false;
+        return None;
     }
-    let store = match server {
-        Some(s) => s,
-        None => match Store::new(&host, port, c.world_size, false, timeout) {
-            Ok(s) => s,
-            Err(e) => {
-                r.emit(
-                    "rendezvous",
-                    Err(format!(
-                        "cannot join the store at {host}:{port}: {}",
-                        short(&e)
-                    )),
-                    since_ms(t),
-                );
-                return false;
-            }
-        },
-    };
+    if server.is_some() {
+        return server;
+    }
+    match Store::new(host, port, c.world_size, false, timeout) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            r.emit(
+                "rendezvous",
+                Err(format!(
+                    "cannot join the store at {host}:{port}: {}",
+                    short(&e)
+                )),
+                since_ms(t),
+            );
+            None
+        }
+    }
+}
 
-    // Rendezvous: everyone says it arrived, then the process group connects the full mesh.
-    let backend = if r.opts.device == Device::Cuda {
-        Backend::Nccl
-    } else {
-        Backend::Gloo
-    };
-    let dev = if r.opts.device == Device::Cuda {
-        TchDevice::Cuda(c.local_rank)
-    } else {
-        TchDevice::Cpu
-    };
+/// Rendezvous: every rank checks it was told rank 0's world and says it arrived, then the process
+/// group connects the full mesh.
+fn rendezvous(
+    r: &mut Rank,
+    c: &Contract,
+    env: &Environment,
+    store: &Store,
+    backend: Backend,
+) -> Option<ProcessGroup> {
     let t = Instant::now();
-    // Nodes launched with different world sizes would otherwise only show as ranks that never arrive:
-    // rank 0 publishes the world it was told, and every other rank compares before joining.
+    if let Err(msg) = same_world(c, store, r.opts.timeout) {
+        r.emit("rendezvous", Err(msg), since_ms(t));
+        return None;
+    }
+    let _ = store.set(&format!("{KEY}/arrived/{}", c.rank), b"1");
+    let ifnames = env.get(env_vars::GLOO_SOCKET_IFNAME).unwrap_or("");
+    match ProcessGroup::new(
+        backend,
+        store,
+        c.rank,
+        c.world_size,
+        r.opts.timeout,
+        ifnames,
+    ) {
+        Ok(pg) => {
+            r.emit(
+                "rendezvous",
+                Ok(format!(
+                    "{} process group of {} rank(s) via TCPStore {}:{}",
+                    backend.name(),
+                    c.world_size,
+                    c.master_addr,
+                    c.master_port
+                )),
+                since_ms(t),
+            );
+            Some(pg)
+        }
+        Err(e) => {
+            let msg = rendezvous_failure(c, store, &e, r.opts.timeout);
+            r.emit("rendezvous", Err(msg), since_ms(t));
+            finish(r, store, &[]);
+            None
+        }
+    }
+}
+
+/// Nodes launched with different world sizes would otherwise only show as ranks that never arrive:
+/// rank 0 publishes the world it was told, and every other rank compares before joining. The error
+/// is the mismatch, also left in the store for the ranks that already joined.
+fn same_world(c: &Contract, store: &Store, timeout: Duration) -> Result<(), String> {
     let this_host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -433,70 +507,59 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                 c.rank
             );
             let _ = store.set(&format!("{KEY}/mismatch"), msg.as_bytes());
-            r.emit("rendezvous", Err(msg), since_ms(t));
-            return false;
+            return Err(msg);
         }
     }
-    let _ = store.set(&format!("{KEY}/arrived/{}", c.rank), b"1");
-    let ifnames = env.get(env_vars::GLOO_SOCKET_IFNAME).unwrap_or("");
-    let pg = match ProcessGroup::new(backend, &store, c.rank, c.world_size, timeout, ifnames) {
-        Ok(pg) => pg,
-        Err(e) => {
-            if let Ok(true) = store.check(&format!("{KEY}/mismatch")) {
-                let msg = store
-                    .get(&format!("{KEY}/mismatch"), timeout)
-                    .map(|m| String::from_utf8_lossy(&m).into_owned())
-                    .unwrap_or_default();
-                r.emit("rendezvous", Err(msg), since_ms(t));
-                finish(r, &store, &[]);
-                return false;
-            }
-            let missing = silent(&store, c.world_size, c.rank, |q| {
-                vec![format!("{KEY}/arrived/{q}")]
-            })
-            .unwrap_or_default();
-            let who = if missing.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; {} never arrived within {:.0} s",
-                    ranks_text(&missing),
-                    timeout.as_secs_f64()
-                )
-            };
-            r.emit(
-                "rendezvous",
-                Err(format!("{}{who}", short(&e))),
-                since_ms(t),
-            );
-            finish(r, &store, &[]);
-            return false;
-        }
-    };
-    r.emit(
-        "rendezvous",
-        Ok(format!(
-            "{} process group of {} rank(s) via TCPStore {host}:{port}",
-            backend.name(),
-            c.world_size
-        )),
-        since_ms(t),
-    );
+    Ok(())
+}
 
-    // Collectives.
+/// Why the process group did not connect: a world-size mismatch another rank found, or the ranks
+/// that never arrived.
+fn rendezvous_failure(c: &Contract, store: &Store, e: &TorchError, timeout: Duration) -> String {
+    if let Ok(true) = store.check(&format!("{KEY}/mismatch")) {
+        return store
+            .get(&format!("{KEY}/mismatch"), timeout)
+            .map(|m| String::from_utf8_lossy(&m).into_owned())
+            .unwrap_or_default();
+    }
+    let missing = silent(store, c.world_size, c.rank, |q| {
+        vec![format!("{KEY}/arrived/{q}")]
+    })
+    .unwrap_or_default();
+    let who = if missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} never arrived within {:.0} s",
+            ranks_text(&missing),
+            timeout.as_secs_f64()
+        )
+    };
+    format!("{}{who}", short(e))
+}
+
+/// The collectives of the plan, each marked done in the store. On a broken world the error holds
+/// the ranks that went silent.
+fn collectives(
+    r: &mut Rank,
+    c: &Contract,
+    pg: &ProcessGroup,
+    store: &Store,
+    backend: Backend,
+    dev: TchDevice,
+) -> Result<(), Vec<usize>> {
     let checks = plan::select(plan::plan(c.world_size), &r.opts.checks);
-    let mut dead = Vec::new();
     for (i, check) in checks.iter().enumerate() {
         let t = Instant::now();
-        match run_check(&pg, check, c.rank, c.world_size, backend, dev) {
+        match run_check(pg, check, c.rank, c.world_size, backend, dev) {
             Ok(result) => {
                 r.emit(&check.name(), result.map(|()| String::new()), since_ms(t));
                 let _ = store.set(&format!("{KEY}/done/{i}/{}", c.rank), b"1");
             }
             Err(e) => {
                 let ms = since_ms(t);
-                let who = name_silent(&store, &c, i, timeout);
-                dead = silent(&store, c.world_size, c.rank, |q| {
+                let who = name_silent(store, c, i, r.opts.timeout);
+                let dead = silent(store, c.world_size, c.rank, |q| {
                     vec![
                         format!("{KEY}/done/{i}/{q}"),
                         format!("{KEY}/failed/{i}/{q}"),
@@ -504,42 +567,50 @@ fn run_rank(r: &mut Rank, env: &Environment) -> bool {
                 })
                 .unwrap_or_default();
                 r.emit(&check.name(), Err(format!("{}; {who}", short(&e))), ms);
-                finish(r, &store, &dead);
-                return false;
+                return Err(dead);
             }
         }
     }
+    Ok(())
+}
 
-    if r.opts.bench && r.ok {
-        if let Err(e) = bench(r, &pg, dev) {
-            r.emit("bench", Err(short(&e)), 0.0);
+/// --probe, only when every rank passed its checks: the probe needs all of them.
+fn probe_if_all_passed(
+    r: &mut Rank,
+    pg: &ProcessGroup,
+    store: &Store,
+    dev: TchDevice,
+    parts: accel::preflight::probe::Parts,
+) {
+    let mut ok = Tensor::from_slice(&[i64::from(r.ok)]).to_device(dev);
+    let all_ok = pg
+        .all_reduce(&mut ok, ReduceOp::Min)
+        .ok()
+        .and_then(|()| i64::try_from(ok.to_device(TchDevice::Cpu)).ok())
+        == Some(1);
+    if all_ok {
+        crate::torch::probe::run(r, pg, store, dev, parts);
+    }
+}
+
+/// How long --python's check may take, given the run's timeout: rank 0 waits that much longer
+/// for the others to finish.
+fn python_limit(timeout: Duration) -> Duration {
+    timeout * 2 + Duration::from_secs(60)
+}
+
+/// --python: torch.distributed from the Python found, on the same device.
+fn python_check(r: &mut Rank, env: &Environment) {
+    let t = Instant::now();
+    let timeout = r.opts.timeout;
+    let result = match accel::python::find_python(env) {
+        None => Err("no python: set ACCEL_PYTHON or put python3 on PATH".to_string()),
+        Some(py) => {
+            accel::preflight::python::run(&py, r.opts.device.name(), timeout, python_limit(timeout))
+                .map(|()| format!("{}", py.display()))
         }
-    }
-    if let Some(parts) = r.opts.probe {
-        // Only when every rank passed its checks: the probe needs all of them.
-        let mut ok = Tensor::from_slice(&[i64::from(r.ok)]).to_device(dev);
-        let all_ok = pg
-            .all_reduce(&mut ok, ReduceOp::Min)
-            .ok()
-            .and_then(|()| i64::try_from(ok.to_device(TchDevice::Cpu)).ok())
-            == Some(1);
-        if all_ok {
-            crate::torch::probe::run(r, &pg, &store, dev, parts);
-        }
-    }
-    drop(pg);
-    if r.opts.python && r.ok {
-        let t = Instant::now();
-        let limit = timeout * 2 + Duration::from_secs(60);
-        let result = match accel::python::find_python(env) {
-            None => Err("no python: set ACCEL_PYTHON or put python3 on PATH".to_string()),
-            Some(py) => accel::preflight::python::run(&py, r.opts.device.name(), timeout, limit)
-                .map(|()| format!("{}", py.display())),
-        };
-        r.emit("python", result, since_ms(t));
-    }
-    finish(r, &store, &dead);
-    r.ok
+    };
+    r.emit("python", result, since_ms(t));
 }
 
 /// Says this rank is finished; rank 0 keeps the store up until every live rank has said so.
@@ -551,7 +622,7 @@ fn finish(r: &Rank, store: &Store, dead: &[usize]) {
     }
     let mut wait = r.opts.timeout;
     if r.opts.python {
-        wait += r.opts.timeout * 2 + Duration::from_secs(60);
+        wait += python_limit(r.opts.timeout);
     }
     let deadline = Instant::now() + wait;
     // Ranks that never announced themselves (a plain torch.distributed rank in the world) are not

@@ -29,12 +29,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::{Captured, SuperviseError};
+use super::error::SuperviseError;
+use super::options::{Captured, DEFAULT_LOG_TEMPLATE};
 use crate::error::{IoError, Result};
-use crate::launch::plan::RankSpec;
+use crate::launch::plan::{Plan, RankSpec};
 use crate::launch::torchrun::logs::Duplicate;
-
-pub const DEFAULT_LOG_TEMPLATE: &str = "attempt_{attempt}/{local_rank}/{stream}.log";
 
 /// How long an unfinished line waits for its end before the console gets it anyway.
 pub(super) const PARTIAL_DELAY: Duration = Duration::from_millis(200);
@@ -121,6 +120,7 @@ impl LogFiles {
                         }
                         .into());
                     }
+                    self.inside(&path)?;
                     if path.exists() {
                         return Err(SuperviseError::LogExists {
                             path: path.display().to_string(),
@@ -133,11 +133,41 @@ impl LogFiles {
         Ok(())
     }
 
-    /// Creates a log file; one that appeared since [`LogFiles::check`] is not overwritten.
+    /// A file of the template stays inside the log directory: the template cannot name `..` or an
+    /// absolute path (its parser refuses them), and no directory of its path below the log
+    /// directory may be a symbolic link, which would lead the file anywhere (`--log_dir logs` with
+    /// `logs/0 -> /etc`). The log directory itself may be a link (a scratch file system's).
+    fn inside(&self, path: &Path) -> Result<()> {
+        let Ok(rel) = path.strip_prefix(&self.dir) else {
+            return Ok(());
+        };
+        let mut at = self.dir.clone();
+        for c in rel.components() {
+            at.push(c);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(SuperviseError::LogThroughLink {
+                        path: path.display().to_string(),
+                        link: at.display().to_string(),
+                    }
+                    .into())
+                }
+                Ok(_) => {}
+                // What does not exist yet is made by accel-launch, as a directory or the file.
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a log file; one that appeared since [`LogFiles::check`] is not overwritten, and none
+    /// is written through a link that leaves the log directory.
     pub(super) fn create(&mut self, path: &Path) -> Result<File> {
+        self.inside(path)?;
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).map_err(|e| IoError::new("create", d, e))?;
         }
+        self.inside(path)?;
         let mut o = std::fs::OpenOptions::new();
         o.write(true);
         if self.created.contains(path) {
@@ -158,6 +188,29 @@ impl LogFiles {
         self.created.insert(path.to_path_buf());
         Ok(f)
     }
+}
+
+/// The log file template for this node. Nodes of one run often share `--log_dir` (a network file
+/// system), so on many nodes the default layout goes under `node_N/`, and a template of one's own must
+/// name `{node}` — else the nodes would write each other's files.
+pub(super) fn node_log_template(plan: &Plan, template: &str) -> Result<String> {
+    let Some(t) = plan.topology.as_ref().filter(|t| t.num_nodes > 1) else {
+        return Ok(template.to_string());
+    };
+    if template == DEFAULT_LOG_TEMPLATE {
+        return Ok(format!("node_{{node}}/{template}"));
+    }
+    if !template.contains("{node}") {
+        return Err(SuperviseError::LogCollision {
+            template: template.to_string(),
+            path: format!("(the same path on each of the {} nodes)", t.num_nodes),
+            first: "node 0".into(),
+            second: "the other nodes".into(),
+            missing: "{node}",
+        }
+        .into());
+    }
+    Ok(template.to_string())
 }
 
 /// The last bytes a rank wrote to stderr.

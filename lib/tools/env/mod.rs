@@ -188,11 +188,18 @@ fn text(v: Option<&Value>) -> String {
 /// The report as Markdown, in the order `accelerate env` prints, then accel's additions.
 pub fn markdown(r: &Value) -> String {
     let mut o = String::from("\nCopy-and-paste the text below in your GitHub issue\n\n");
+    o += &versions(r);
+    o += &hardware(r);
+    o += &config_section(r);
+    o += &environment_section(r);
+    o += &network_section(r);
+    o
+}
+
+/// accel, accelerate, the platform, and Python with its packages (or why it was not probed).
+fn versions(r: &Value) -> String {
     let pkg = |name: &str| text(s(r, &["python", "packages", name]));
-    o.push_str(&format!(
-        "- `accel` version: {}\n",
-        text(r.get("accel_version"))
-    ));
+    let mut o = format!("- `accel` version: {}\n", text(r.get("accel_version")));
     o.push_str(&format!("- `Accelerate` version: {}\n", pkg("accelerate")));
     o.push_str(&format!(
         "- Platform: {}\n",
@@ -223,15 +230,20 @@ pub fn markdown(r: &Value) -> String {
         ));
         o.push_str(&format!("- DeepSpeed version: {}\n", pkg("deepspeed")));
     }
+    o
+}
+
+/// The accelerator, memory, CPU, each GPU, the CUDA driver and NCCL.
+fn hardware(r: &Value) -> String {
     let gpus = r
         .get("gpus")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    o.push_str(&format!(
+    let mut o = format!(
         "- PyTorch accelerator: {}\n",
         if gpus.is_empty() { "N/A" } else { "CUDA" }
-    ));
+    );
     let ram = s(r, &["cpu", "ram_bytes"])
         .and_then(Value::as_u64)
         .unwrap_or(0) as f64
@@ -270,13 +282,18 @@ pub fn markdown(r: &Value) -> String {
         "- NCCL version: {}\n",
         text(s(r, &["python", "nccl"]))
     ));
+    o
+}
 
+/// The config file passed or found by default: each value with where it came from, or why there
+/// is none.
+fn config_section(r: &Value) -> String {
     let cfg = r.get("config").cloned().unwrap_or(Value::Null);
     let explicit = cfg
         .get("explicit")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    o.push_str(if explicit {
+    let mut o = String::from(if explicit {
         "- `Accelerate` config passed:\n"
     } else {
         "- `Accelerate` default config:\n"
@@ -297,7 +314,12 @@ pub fn markdown(r: &Value) -> String {
     } else {
         o.push_str("\tNot found\n");
     }
+    o
+}
 
+/// The variables that shape a distributed run, and those of the shell that would leak into it.
+fn environment_section(r: &Value) -> String {
+    let mut o = String::new();
     if let Some(Value::Object(vars)) = r.get("environment") {
         o.push_str("- Environment:\n");
         if vars.is_empty() {
@@ -316,6 +338,12 @@ pub fn markdown(r: &Value) -> String {
             ));
         }
     }
+    o
+}
+
+/// Each network interface with its addresses.
+fn network_section(r: &Value) -> String {
+    let mut o = String::new();
     if let Some(Value::Array(ifs)) = r.get("network") {
         o.push_str("- Network interfaces:\n");
         for i in ifs {
@@ -338,4 +366,80 @@ pub fn markdown(r: &Value) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_lines_say_why_it_was_not_probed() {
+        let skipped = json!({"accel_version": "1", "python": {"skipped": true}});
+        let v = versions(&skipped);
+        assert!(v.starts_with("- `accel` version: 1\n- `Accelerate` version: Not found\n"));
+        assert!(v.ends_with("- Python: not probed (--no-python)\n"), "{v}");
+        assert!(!v.contains("Numpy"));
+        let failed = json!({"python": {"error": "no python3"}});
+        assert!(versions(&failed).ends_with("- Python: no python3\n"));
+        let found = json!({"python": {"version": "3.12", "packages": {"torch": "2.13"}}});
+        let v = versions(&found);
+        assert!(v.contains("- Python version: 3.12\n"));
+        assert!(v.contains("- PyTorch version: 2.13\n- Transformers version: Not found\n"));
+    }
+
+    #[test]
+    fn gpu_lines_only_with_gpus() {
+        let none = json!({"cpu": {"ram_bytes": 2u64 << 30, "model": "x", "logical_cores": 4}});
+        assert_eq!(
+            hardware(&none),
+            "- PyTorch accelerator: N/A\n- System RAM: 2.00 GB\n- CPU: x (4 logical, Not found physical cores)\n- NCCL version: Not found\n"
+        );
+        let two = json!({"gpus": [
+            {"index": 0, "name": "H100", "memory_mib": 81559, "driver": "570", "uuid": "GPU-a"},
+            {"index": 1, "name": "H100", "driver": "570", "uuid": "GPU-b"},
+        ], "cuda_driver_version": "12.8"});
+        let h = hardware(&two);
+        assert!(h.starts_with("- PyTorch accelerator: CUDA\n"));
+        assert!(h.contains("- GPU type: H100\n- GPU 0: H100, 81559 MiB, driver 570, GPU-a\n- GPU 1: H100, ? MiB, driver 570, GPU-b\n- CUDA (driver): 12.8\n"), "{h}");
+    }
+
+    #[test]
+    fn config_lines_give_each_value_its_origin() {
+        let found = json!({"config": {"explicit": true, "found": true, "path": "/c.yaml",
+            "values": {"num_processes": {"value": 2, "origin": "file"},
+                       "mixed_precision": {"value": "bf16", "origin": "default"}}}});
+        assert_eq!(
+            config_section(&found),
+            "- `Accelerate` config passed:\n\t(from /c.yaml)\n\t- num_processes: 2  (file)\n\t- mixed_precision: bf16  (default)\n"
+        );
+        let broken = json!({"config": {"found": true, "error": "bad yaml", "values": {}}});
+        assert_eq!(
+            config_section(&broken),
+            "- `Accelerate` default config:\n\tError: bad yaml\n"
+        );
+        assert_eq!(
+            config_section(&json!({})),
+            "- `Accelerate` default config:\n\tNot found\n"
+        );
+    }
+
+    #[test]
+    fn environment_and_network_lines() {
+        assert_eq!(environment_section(&json!({})), "");
+        assert_eq!(
+            environment_section(&json!({"environment": {}, "leaking": []})),
+            "- Environment:\n\tnone of the variables that shape a distributed run is set\n"
+        );
+        assert_eq!(
+            environment_section(&json!({"environment": {"NCCL_DEBUG": "INFO"}, "leaking": ["RANK", "WORLD_SIZE"]})),
+            "- Environment:\n\t- NCCL_DEBUG=INFO\n- Warning: set in the shell, would leak into every rank: RANK, WORLD_SIZE\n"
+        );
+        assert_eq!(network_section(&json!({})), "");
+        assert_eq!(
+            network_section(
+                &json!({"network": [{"name": "lo", "addresses": ["127.0.0.1"]}, {"name": "eth0"}]})
+            ),
+            "- Network interfaces:\n\t- lo: 127.0.0.1\n\t- eth0: -\n"
+        );
+    }
 }
