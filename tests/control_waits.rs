@@ -626,7 +626,7 @@ fn a_node_that_gives_up_on_the_join_leaves_it_and_its_relaunch_joins() {
     let start = |node: u32, extra: &[&str]| {
         let mut extra = extra.to_vec();
         extra.extend(["--num_processes", "3"]);
-        let mut c = launcher(d.path(), port, 3, node, &extra);
+        let mut c = node_command(d.path(), port, 3, node, &extra);
         c.arg(&script).arg(d.path()).arg("allreduce");
         Watched::spawn(c)
     };

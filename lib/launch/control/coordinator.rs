@@ -1492,7 +1492,10 @@ mod tests {
         );
         // After the finish, a bye is the goodbye it says: no loss, and the server is done.
         let out = ended(&mut c, 0, 0);
-        assert!(matches!(&out[..], [(To::All, Msg::Finish { .. })]), "{out:?}");
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Finish { .. })]),
+            "{out:?}"
+        );
         c.message(0, Msg::Bye);
         assert!(c.done());
     }
