@@ -1180,3 +1180,71 @@ fn a_member_that_never_reads_is_lost_alone_and_the_ranks_code_stands() {
         "node 0 ended {took:.1} s after the failure:\n{e0}"
     );
 }
+
+/// A stranger's flood of node 0's control port (tests/fixtures/launch/flood.py), for `seconds`.
+fn flood(cport: u16, mode: &str, count: u32, addrs: u32, seconds: u32) -> Child {
+    Command::new(crate::util::venv_python())
+        .arg(fixture("launch/flood.py"))
+        .args([
+            cport.to_string(),
+            mode.to_string(),
+            count.to_string(),
+            addrs.to_string(),
+            seconds.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start()
+}
+
+/// The flood's end: how many connections it opened (it exits 0).
+fn flood_end(f: Child) -> u64 {
+    let out = f.output_within(WAIT);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().parse().unwrap()
+}
+
+/// A stranger without the secret holds every handshake slot, each reopened as node 0 closes it
+/// (256 connections from one address; 300 from 50): the real node 1, started 3 s into the flood
+/// with `--rdzv_timeout 6`, still joins (node 0 once closed every newcomer while 256 handshakes
+/// were under way, so node 1, retrying every ~200 ms, could come only in the moments after the
+/// flood's handshakes expired, 10 s after they opened: never within its timeout), the run ends
+/// well and node 0 says why it closed the stranger's connections.
+#[test]
+fn a_stranger_holding_every_handshake_slot_does_not_keep_a_node_out() {
+    for (count, addrs) in [(256, 1), (300, 50)] {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let n0 = node0(d.path(), &port.to_string(), "allreduce", &[]);
+        drop(Stranger::connect(port + 1));
+        let f = flood(port + 1, "hold", count, addrs, 30);
+        std::thread::sleep(Duration::from_secs(3));
+        let n1 = node(
+            d.path(),
+            &port.to_string(),
+            1,
+            "allreduce",
+            &["--rdzv_timeout", "6"],
+        );
+        let (c1, e1) = finish(n1);
+        let (c0, e0) = n0.finish();
+        let opened = flood_end(f);
+        assert_eq!(
+            (c0, c1),
+            (0, 0),
+            "{count} from {addrs}: node 0:\n{e0}\nnode 1:\n{e1}"
+        );
+        assert!(opened >= u64::from(count), "{opened}");
+        assert_all_reduced(d.path());
+        assert!(
+            e0.contains("control plane: refused 127.0.0.")
+                && e0.contains("256 connections were in their handshake"),
+            "{e0}"
+        );
+    }
+}

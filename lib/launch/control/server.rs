@@ -19,7 +19,8 @@
 //!   while something else is queued for it: any byte says node 0 lives); any byte heard from a member
 //!   is its heartbeat, and silence for the loss window loses it.
 //! - **Handshakes** run on the loop too ([`super::admission`]): at most [`MAX_PENDING`] connections
-//!   in their handshake (more are closed at once), each with
+//!   in their handshake (beyond it the oldest of the address holding the most gives way:
+//!   [`super::handshakes`]), each with
 //!   [`HANDSHAKE`](super::admission::HANDSHAKE) to prove itself and join, with lines of at most
 //!   [`HANDSHAKE_LINE`]. MUNGE's calls to munged (a blocking round trip on a local socket) run on
 //!   two helper threads that hand their results back through the loop's waker.
@@ -45,14 +46,13 @@ use super::admission::{Admission, Gate, Notes, Step, HANDSHAKE_LINE};
 use super::auth::Credentials;
 use super::coordinator::{Coordinator, To};
 use super::frame::{Lines, Seal, Way, MAX_LINE};
+use super::handshakes::{Handshakes, MAX_PENDING};
 use super::munge::{Decoded, Munge};
 use super::protocol::lost_after;
 use super::protocol::{why_closed, Join, Msg};
 use super::ControlError;
 use crate::launch::hang::verdict::WireStack;
 
-/// Connections still in their handshake, at most: more are closed at once.
-pub(super) const MAX_PENDING: usize = 256;
 /// The most bytes queued for one member: far above what a run sends it (a start, a stop with a
 /// 16 KiB stderr tail, a verdict below 1 MiB); a member that would need more is lost.
 pub(super) const QUEUE_CAP: usize = 4 << 20;
@@ -145,7 +145,7 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         free: Vec::new(),
         serial: 0,
         node_conn: HashMap::new(),
-        pending: 0,
+        handshakes: Handshakes::default(),
         notes: Notes::new(set.quiet),
         c,
         gate: Gate::new(set.reference.run_id.clone(), &set.creds),
@@ -314,7 +314,7 @@ struct Loop {
     serial: u64,
     node_conn: HashMap<u32, usize>,
     /// Connections in their handshake.
-    pending: usize,
+    handshakes: Handshakes,
     notes: Notes,
     c: Coordinator,
     gate: Gate,
@@ -404,13 +404,6 @@ impl Loop {
                     return;
                 }
             };
-            if self.pending >= MAX_PENDING {
-                self.note(
-                    &peer,
-                    &format!("{MAX_PENDING} connections are already in their handshake"),
-                );
-                continue;
-            }
             let _ = sock.set_nodelay(true);
             let slot = match self.free.pop() {
                 Some(s) => s,
@@ -434,7 +427,7 @@ impl Loop {
             }
             let now = Instant::now();
             self.serial += 1;
-            self.pending += 1;
+            let gives_way = self.handshakes.add(peer.ip(), (slot, self.serial));
             self.conns[slot] = Some(Conn {
                 serial: self.serial,
                 sock,
@@ -449,6 +442,9 @@ impl Loop {
                 stage: Stage::Admitting(Admission::new(now)),
                 paused: false,
             });
+            if let Some((slot, serial)) = gives_way {
+                self.give_way(slot, serial);
+            }
         }
     }
 
@@ -650,11 +646,11 @@ impl Loop {
         match self.c.join(&j) {
             Ok(out) => {
                 let now = Instant::now();
+                self.end_handshake(slot);
                 if let Some(Some(conn)) = self.conns.get_mut(slot) {
                     conn.stage = Stage::Member { node };
                     conn.live = Liveness::new(now);
                 }
-                self.pending = self.pending.saturating_sub(1);
                 self.node_conn.insert(node, slot);
                 self.dispatch(out);
             }
@@ -689,12 +685,10 @@ impl Loop {
     }
 
     fn linger_then_close(&mut self, slot: usize) {
+        self.end_handshake(slot);
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.in_handshake() {
-            self.pending = self.pending.saturating_sub(1);
-        }
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         conn.lines = Lines::default();
         conn.stage = Stage::Closing {
@@ -871,13 +865,33 @@ impl Loop {
         }
     }
 
+    /// The connection's handshake is over, if it was in one (it joined, was refused or ends).
+    fn end_handshake(&mut self, slot: usize) {
+        if let Some(Some(conn)) = self.conns.get(slot) {
+            if conn.in_handshake() {
+                self.handshakes.remove(conn.peer.ip(), (slot, conn.serial));
+            }
+        }
+    }
+
+    /// A handshake that gives way to a newer connection ([`Handshakes::add`]): noted and closed.
+    fn give_way(&mut self, slot: usize, serial: u64) {
+        let peer = match self.conns.get(slot) {
+            Some(Some(c)) if c.serial == serial && c.in_handshake() => c.peer,
+            _ => return,
+        };
+        self.note(
+            &peer,
+            &format!("{MAX_PENDING} connections were in their handshake, and its address held the most of them"),
+        );
+        self.drop_conn(slot);
+    }
+
     fn drop_conn(&mut self, slot: usize) {
+        self.end_handshake(slot);
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        if conn.in_handshake() {
-            self.pending = self.pending.saturating_sub(1);
-        }
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         let _ = self.poll.registry().deregister(&mut conn.sock);
         self.free.push(slot);
