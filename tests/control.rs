@@ -1248,3 +1248,55 @@ fn a_stranger_holding_every_handshake_slot_does_not_keep_a_node_out() {
         );
     }
 }
+
+/// Floods during an authenticated run, while node 1 joins and the ranks start and run 8 s: a
+/// stranger's connections that each send a line that is no hello and stay open unread (each
+/// refusal once lingered 2 s at node 0 with a descriptor, uncounted), from two processes of up to
+/// 1,500 a second each from 50 addresses, and connections reset at once, 500 a second. Node 0's
+/// launcher has 1,024 descriptors (soft and hard). Nothing changes: no node is lost, every rank
+/// starts, both exit 0.
+#[test]
+fn a_connect_flood_during_a_run_changes_nothing() {
+    raise_open_files();
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut c = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port.to_string(),
+        0,
+        "late_allreduce",
+        &[],
+    );
+    // SAFETY: setrlimit(2) on the child, between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            Ok(())
+        });
+    }
+    let n0 = Watched::spawn(c);
+    drop(Stranger::connect(port + 1));
+    let garbage = [
+        flood(port + 1, "garbage", 1500, 50, 25),
+        flood(port + 1, "garbage", 1500, 50, 25),
+    ];
+    let reset = flood(port + 1, "reset", 500, 50, 25);
+    std::thread::sleep(Duration::from_secs(4));
+    let n1 = node(d.path(), &port.to_string(), 1, "late_allreduce", &[]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = n0.finish();
+    let opened = (garbage.map(flood_end).iter().sum::<u64>(), flood_end(reset));
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert!(opened.0 >= 2000 && opened.1 >= 1000, "{opened:?}");
+    assert_all_reduced(d.path());
+    for e in [&e0, &e1] {
+        assert!(!e.contains("lost"), "{e}");
+    }
+}

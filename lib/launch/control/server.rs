@@ -29,7 +29,12 @@
 //!   drains); the stacks of one hang verdict at most [`STACKS_BUDGET`] in all (each node's at most
 //!   768 KiB, as it sends them; beyond the total, a node's stacks are replaced by a note, its full
 //!   dumps being on its own disk).
-//! - Accept errors (no descriptor left) pause accepting for 100 ms instead of spinning.
+//! - **Descriptors are bounded**: besides the members, at most [`MAX_PENDING`] handshakes and
+//!   [`MAX_LINGERING`] refused connections whose last words are leaving (beyond it a refusal
+//!   closes at once), so a flood of strangers cannot take the descriptors node 0's launcher needs;
+//!   at most [`ACCEPT_TURN`] connections are accepted per turn of the loop, so a connect flood
+//!   does not hold back the members' heartbeats. Accept errors (no descriptor left) pause
+//!   accepting for 100 ms instead of spinning.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
@@ -69,6 +74,12 @@ const TICK: Duration = Duration::from_millis(100);
 pub(super) const BEAT_EVERY: u32 = 2;
 /// A refused connection's last words get this long to leave before it is closed.
 const LINGER: Duration = Duration::from_secs(2);
+/// Refused connections lingering, at most: each holds a descriptor, and a flood of strangers'
+/// refusals would otherwise take every descriptor node 0's launcher has (its ranks' pipes, py-spy).
+pub(super) const MAX_LINGERING: usize = 256;
+/// Connections accepted in one turn of the loop, at most: a connect flood's accept queue is taken a
+/// turn at a time, between the members' heartbeats and messages.
+const ACCEPT_TURN: usize = 64;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -146,6 +157,8 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         serial: 0,
         node_conn: HashMap::new(),
         handshakes: Handshakes::default(),
+        lingering: 0,
+        accept_more: false,
         notes: Notes::new(set.quiet),
         c,
         gate: Gate::new(set.reference.run_id.clone(), &set.creds),
@@ -315,6 +328,10 @@ struct Loop {
     node_conn: HashMap<u32, usize>,
     /// Connections in their handshake.
     handshakes: Handshakes,
+    /// Refused connections whose last words are leaving.
+    lingering: usize,
+    /// The accept queue held more than one turn takes: accepting goes on next turn.
+    accept_more: bool,
     notes: Notes,
     c: Coordinator,
     gate: Gate,
@@ -334,7 +351,11 @@ impl Loop {
         let mut next_tick = Instant::now() + TICK;
         while !self.c.done() {
             let wake = self.c.next_wake().map_or(next_tick, |w| w.min(next_tick));
-            let wait = wake.saturating_duration_since(Instant::now());
+            let wait = if self.accept_more {
+                Duration::ZERO
+            } else {
+                wake.saturating_duration_since(Instant::now())
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     eprintln!("accel-launch: error: control plane: poll failed: {e}");
@@ -357,6 +378,9 @@ impl Loop {
                         }
                     }
                 }
+            }
+            if std::mem::take(&mut self.accept_more) {
+                self.accept();
             }
             let now = Instant::now();
             let out = self.c.tick(now);
@@ -389,11 +413,13 @@ impl Loop {
         }
     }
 
+    /// Accepts what the listener's queue holds, [`ACCEPT_TURN`] connections a turn (edge-triggered:
+    /// the rest make no new event, so the loop comes back for them).
     fn accept(&mut self) {
         if self.accept_paused.is_some() {
             return;
         }
-        loop {
+        for _ in 0..ACCEPT_TURN {
             let (mut sock, peer) = match self.listener.accept() {
                 Ok(c) => c,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -446,6 +472,7 @@ impl Loop {
                 self.give_way(slot, serial);
             }
         }
+        self.accept_more = true;
     }
 
     /// Reads what the socket holds and acts on every whole line, until the socket would block (or,
@@ -684,11 +711,20 @@ impl Loop {
         self.linger_then_close(slot);
     }
 
+    /// A refused connection's last words get [`LINGER`] to leave; beyond [`MAX_LINGERING`] it
+    /// closes at once (what the socket took of them still leaves).
     fn linger_then_close(&mut self, slot: usize) {
         self.end_handshake(slot);
+        if self.lingering >= MAX_LINGERING {
+            return self.drop_conn(slot);
+        }
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
+        if matches!(conn.stage, Stage::Closing { .. }) {
+            return;
+        }
+        self.lingering += 1;
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         conn.lines = Lines::default();
         conn.stage = Stage::Closing {
@@ -892,6 +928,9 @@ impl Loop {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
             return;
         };
+        if matches!(conn.stage, Stage::Closing { .. }) {
+            self.lingering -= 1;
+        }
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         let _ = self.poll.registry().deregister(&mut conn.sock);
         self.free.push(slot);
