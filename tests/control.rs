@@ -1300,3 +1300,98 @@ fn a_connect_flood_during_a_run_changes_nothing() {
         assert!(!e.contains("lost"), "{e}");
     }
 }
+
+/// The run's secret is the launchers' alone: a set but empty ACCEL_LAUNCH_SECRET is refused as too
+/// short (it once meant no authentication, silently); the ranks do not inherit the secret (unless
+/// ACCEL_LAUNCH_SECRET_TO_RANKS=1, here on node 0 only); and neither `--dry-run --json`, the
+/// launchers' stderr, `--report_json`, the logs under `--log_dir` nor accel-env's report prints it.
+#[test]
+fn the_secret_stays_with_the_launchers_and_an_empty_one_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let out = node_command(None, d.path(), "127.0.0.1", &port, 0, "allreduce", &[])
+        .env("ACCEL_LAUNCH_SECRET", "")
+        .output_within(WAIT);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("ACCEL_LAUNCH_SECRET: a secret needs at least 16 bytes (it has 0)"),
+        "{e}"
+    );
+    let mut printed = Vec::new();
+    let dry = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &["--dry-run", "--json"],
+    )
+    .output_within(WAIT);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    printed.push((
+        "--dry-run --json".to_string(),
+        [dry.stdout, dry.stderr].concat(),
+    ));
+    let env = launch_env(bin("accel-env"), d.path())
+        .env("ACCEL_LAUNCH_SECRET", SECRET)
+        .output_within(WAIT);
+    assert!(env.status.success());
+    printed.push(("accel-env".to_string(), [env.stdout, env.stderr].concat()));
+    let logs = d.path().join("logs");
+    let report = d.path().join("report.json");
+    let mut c0 = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &[
+            "--log_dir",
+            logs.to_str().unwrap(),
+            "--report_json",
+            report.to_str().unwrap(),
+        ],
+    );
+    c0.env("ACCEL_LAUNCH_SECRET_TO_RANKS", "1");
+    let n0 = Watched::spawn(c0);
+    let (c1, e1) = finish(node(d.path(), &port, 1, "allreduce", &[]));
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert_all_reduced(d.path());
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        let inherited: &[&str] = if r < 2 { &["ACCEL_LAUNCH_SECRET"] } else { &[] };
+        assert_eq!(v["secret"], serde_json::json!(inherited), "rank {r}: {v}");
+    }
+    printed.push(("node 0's stderr".into(), e0.into_bytes()));
+    printed.push(("node 1's stderr".into(), e1.into_bytes()));
+    printed.push(("--report_json".into(), std::fs::read(&report).unwrap()));
+    let mut dirs = vec![logs];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                printed.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    assert!(printed.len() > 6, "no logs under --log_dir");
+    for (what, bytes) in &printed {
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(SECRET),
+            "{what} prints the secret"
+        );
+    }
+}

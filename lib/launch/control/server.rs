@@ -390,6 +390,9 @@ impl Loop {
                 self.sweep(now);
             }
         }
+        if let Some(line) = self.notes.summary() {
+            eprintln!("{line}");
+        }
         self.linger();
     }
 
