@@ -180,6 +180,7 @@ vars! {
     ACCEL_LAUNCH_GRACE = "ACCEL_LAUNCH_GRACE", Accel, "Default for accel-launch --grace_period (seconds between SIGTERM and SIGKILL when stopping ranks).";
     ACCEL_LAUNCH_SECRET = "ACCEL_LAUNCH_SECRET", Accel, "Multi-node runs: a secret (16 bytes or more) every node's accel-launch is given; the launchers prove it to each other (HMAC-SHA256 challenge-response) and authenticate every control-plane message with it. Under SLURM without it, MUNGE authenticates the launchers instead (same uid); without either, the control plane is open to anyone who reaches it and listens only on the rendezvous address.";
     ACCEL_LAUNCH_SECRET_FILE = "ACCEL_LAUNCH_SECRET_FILE", Accel, "A file holding the ACCEL_LAUNCH_SECRET (a trailing newline is ignored); it must not be readable by group or others.";
+    ACCEL_LAUNCH_SECRET_TO_RANKS = "ACCEL_LAUNCH_SECRET_TO_RANKS", Accel, "Set to 1: the ranks inherit ACCEL_LAUNCH_SECRET and ACCEL_LAUNCH_SECRET_FILE from accel-launch. By default both are removed from the ranks' environment: the secret is the launchers' alone.";
     DS_ENV_FILE = "DS_ENV_FILE", Paths, "File the deepspeed launcher exports to every node (default ./.deepspeed_env); accel-launch merges the run's variables into it before handing a multi-node DeepSpeed job over.";
     TMPDIR = "TMPDIR", Paths, "Where accel-launch keeps per-run error files when --log_dir is not given.";
 

@@ -1180,3 +1180,218 @@ fn a_member_that_never_reads_is_lost_alone_and_the_ranks_code_stands() {
         "node 0 ended {took:.1} s after the failure:\n{e0}"
     );
 }
+
+/// A stranger's flood of node 0's control port (tests/fixtures/launch/flood.py), for `seconds`.
+fn flood(cport: u16, mode: &str, count: u32, addrs: u32, seconds: u32) -> Child {
+    Command::new(crate::util::venv_python())
+        .arg(fixture("launch/flood.py"))
+        .args([
+            cport.to_string(),
+            mode.to_string(),
+            count.to_string(),
+            addrs.to_string(),
+            seconds.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start()
+}
+
+/// The flood's end: how many connections it opened (it exits 0).
+fn flood_end(f: Child) -> u64 {
+    let out = f.output_within(WAIT);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().parse().unwrap()
+}
+
+/// A stranger without the secret holds every handshake slot, each reopened as node 0 closes it
+/// (256 connections from one address; 300 from 50): the real node 1, started 3 s into the flood
+/// with `--rdzv_timeout 6`, still joins (node 0 once closed every newcomer while 256 handshakes
+/// were under way, so node 1, retrying every ~200 ms, could come only in the moments after the
+/// flood's handshakes expired, 10 s after they opened: never within its timeout), the run ends
+/// well and node 0 says why it closed the stranger's connections.
+#[test]
+fn a_stranger_holding_every_handshake_slot_does_not_keep_a_node_out() {
+    for (count, addrs) in [(256, 1), (300, 50)] {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let n0 = node0(d.path(), &port.to_string(), "allreduce", &[]);
+        drop(Stranger::connect(port + 1));
+        let f = flood(port + 1, "hold", count, addrs, 30);
+        std::thread::sleep(Duration::from_secs(3));
+        let n1 = node(
+            d.path(),
+            &port.to_string(),
+            1,
+            "allreduce",
+            &["--rdzv_timeout", "6"],
+        );
+        let (c1, e1) = finish(n1);
+        let (c0, e0) = n0.finish();
+        let opened = flood_end(f);
+        assert_eq!(
+            (c0, c1),
+            (0, 0),
+            "{count} from {addrs}: node 0:\n{e0}\nnode 1:\n{e1}"
+        );
+        assert!(opened >= u64::from(count), "{opened}");
+        assert_all_reduced(d.path());
+        assert!(
+            e0.contains("control plane: refused 127.0.0.")
+                && e0.contains("256 connections were in their handshake"),
+            "{e0}"
+        );
+    }
+}
+
+/// Floods during an authenticated run, while node 1 joins and the ranks start and run 8 s: a
+/// stranger's connections that each send a line that is no hello and stay open unread (each
+/// refusal once lingered 2 s at node 0 with a descriptor, uncounted), from two processes of up to
+/// 1,500 a second each from 50 addresses, and connections reset at once, 500 a second. Node 0's
+/// launcher has 1,024 descriptors (soft and hard). Nothing changes: no node is lost, every rank
+/// starts, both exit 0.
+#[test]
+fn a_connect_flood_during_a_run_changes_nothing() {
+    raise_open_files();
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut c = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port.to_string(),
+        0,
+        "late_allreduce",
+        &[],
+    );
+    // SAFETY: setrlimit(2) on the child, between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            Ok(())
+        });
+    }
+    let n0 = Watched::spawn(c);
+    drop(Stranger::connect(port + 1));
+    let garbage = [
+        flood(port + 1, "garbage", 1500, 50, 25),
+        flood(port + 1, "garbage", 1500, 50, 25),
+    ];
+    let reset = flood(port + 1, "reset", 500, 50, 25);
+    std::thread::sleep(Duration::from_secs(4));
+    let n1 = node(d.path(), &port.to_string(), 1, "late_allreduce", &[]);
+    let (c1, e1) = finish(n1);
+    let (c0, e0) = n0.finish();
+    let opened = (garbage.map(flood_end).iter().sum::<u64>(), flood_end(reset));
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert!(opened.0 >= 2000 && opened.1 >= 1000, "{opened:?}");
+    assert_all_reduced(d.path());
+    for e in [&e0, &e1] {
+        assert!(!e.contains("lost"), "{e}");
+    }
+}
+
+/// The run's secret is the launchers' alone: a set but empty ACCEL_LAUNCH_SECRET is refused as too
+/// short (it once meant no authentication, silently); the ranks do not inherit the secret (unless
+/// ACCEL_LAUNCH_SECRET_TO_RANKS=1, here on node 0 only); and neither `--dry-run --json`, the
+/// launchers' stderr, `--report_json`, the logs under `--log_dir` nor accel-env's report prints it.
+#[test]
+fn the_secret_stays_with_the_launchers_and_an_empty_one_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let out = node_command(None, d.path(), "127.0.0.1", &port, 0, "allreduce", &[])
+        .env("ACCEL_LAUNCH_SECRET", "")
+        .output_within(WAIT);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("ACCEL_LAUNCH_SECRET: a secret needs at least 16 bytes (it has 0)"),
+        "{e}"
+    );
+    let mut printed = Vec::new();
+    let dry = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &["--dry-run", "--json"],
+    )
+    .output_within(WAIT);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    printed.push((
+        "--dry-run --json".to_string(),
+        [dry.stdout, dry.stderr].concat(),
+    ));
+    let env = launch_env(bin("accel-env"), d.path())
+        .env("ACCEL_LAUNCH_SECRET", SECRET)
+        .output_within(WAIT);
+    assert!(env.status.success());
+    printed.push(("accel-env".to_string(), [env.stdout, env.stderr].concat()));
+    let logs = d.path().join("logs");
+    let report = d.path().join("report.json");
+    let mut c0 = node_command(
+        None,
+        d.path(),
+        "127.0.0.1",
+        &port,
+        0,
+        "allreduce",
+        &[
+            "--log_dir",
+            logs.to_str().unwrap(),
+            "--report_json",
+            report.to_str().unwrap(),
+        ],
+    );
+    c0.env("ACCEL_LAUNCH_SECRET_TO_RANKS", "1");
+    let n0 = Watched::spawn(c0);
+    let (c1, e1) = finish(node(d.path(), &port, 1, "allreduce", &[]));
+    let (c0, e0) = n0.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    assert_all_reduced(d.path());
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        let inherited: &[&str] = if r < 2 { &["ACCEL_LAUNCH_SECRET"] } else { &[] };
+        assert_eq!(v["secret"], serde_json::json!(inherited), "rank {r}: {v}");
+    }
+    printed.push(("node 0's stderr".into(), e0.into_bytes()));
+    printed.push(("node 1's stderr".into(), e1.into_bytes()));
+    printed.push(("--report_json".into(), std::fs::read(&report).unwrap()));
+    let mut dirs = vec![logs];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                printed.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    assert!(printed.len() > 6, "no logs under --log_dir");
+    for (what, bytes) in &printed {
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(SECRET),
+            "{what} prints the secret"
+        );
+    }
+}

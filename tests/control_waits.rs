@@ -614,6 +614,61 @@ fn three_uneven_nodes_1_2_1_form_one_world() {
     }
 }
 
+/// Three nodes, one rank each: node 1's own `--rdzv_timeout 8` passes first, so its launcher gives
+/// up and says bye while node 0 (120 s) still waits; node 1 is relaunched at once, and node 2
+/// arrives 15 s late. The leaver's rank leaves the count: the relaunch joins (not "already in the
+/// run"), the world starts once with the three nodes there, and every rank all-reduces 1+2+3.
+#[test]
+fn a_node_that_gives_up_on_the_join_leaves_it_and_its_relaunch_joins() {
+    let d = crate::util::tempdir();
+    let port = free_port();
+    let script = fixture("launch/control.py");
+    let start = |node: u32, extra: &[&str]| {
+        let mut extra = extra.to_vec();
+        extra.extend(["--num_processes", "3"]);
+        let mut c = node_command(d.path(), port, 3, node, &extra);
+        c.arg(&script).arg(d.path()).arg("allreduce");
+        Watched::spawn(c)
+    };
+    let t0 = Instant::now();
+    let n0 = start(0, &[]);
+    let n1 = start(1, &["--rdzv_timeout", "8"]);
+    let (c1, e1, _) = n1.finish_within(Duration::from_secs(60));
+    assert_eq!(c1, 125, "{e1}");
+    assert!(
+        e1.contains("node 1 could not join the control plane at 127.0.0.1:")
+            && e1.contains("within 8 s"),
+        "{e1}"
+    );
+    let mut again = start(1, &[]);
+    while t0.elapsed() < Duration::from_secs(15) {
+        if let Some(status) = again.child.try_wait().unwrap() {
+            panic!(
+                "the relaunched node 1 ended before node 2 came ({status}):\n{}",
+                again.text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n2 = start(2, &[]);
+    let ends: Vec<(i32, String, Instant)> = [n0, again, n2]
+        .into_iter()
+        .map(|n| n.finish_within(Duration::from_secs(120)))
+        .collect();
+    for (n, (c, e, _)) in ends.iter().enumerate() {
+        assert_eq!(*c, 0, "node {n}:\n{e}");
+    }
+    for r in 0..3 {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 6.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["WORLD_SIZE"], "3", "rank {r}: {v}");
+        assert_eq!(v["env"]["RANK"], r.to_string(), "rank {r}: {v}");
+    }
+}
+
 /// Holds one thread of a child stopped (ptrace: PTRACE_SEIZE then PTRACE_INTERRUPT stop that thread
 /// alone, the process's other threads run on) until dropped, which lets it go.
 struct ThreadStop(i32);

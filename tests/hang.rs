@@ -488,6 +488,32 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Rank 0 computes for 25 s (2.5 timeouts) in `torch.mm(a, b, out=c)` with no step counter: one
+/// line, the same tensors (py-spy shows `<Tensor at 0x…>`, the same address each step), a whole
+/// core and no I/O, which is what a rank spinning in one C call shows; only its memory traffic
+/// (12 MiB read and written per step) tells it apart. It is declared hung today (issue 40 item 5):
+/// the watch counts CPU time as progress only for a rank whose stacks cannot be read. The signal
+/// that would tell it from a spin is the memory it writes (soft-dirty pages through
+/// /proc/PID/clear_refs and pagemap, or the CPU's memory counters through perf_event_open); the
+/// test machines' kernel has neither (no CONFIG_MEM_SOFT_DIRTY, no CPU PMU), so the test is
+/// ignored until the watch has such a signal.
+#[test]
+#[ignore = "issue 40 item 5: declared hung; no memory-write signal on these kernels"]
+fn an_in_place_compute_loop_without_a_counter_is_not_a_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = run(
+        tmp.path(),
+        "compute_in_place",
+        &["--hang_timeout", &TIMEOUT.to_string()],
+        &with_py_spy(),
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(!ran.stderr.contains("hang:"), "{}", ran.stderr);
+    for r in 0..2 {
+        assert!(tmp.path().join(format!("done.{r}")).exists());
+    }
+}
+
 /// A server on loopback that sends `total` bytes to its first client at `rate` bytes/s, then closes.
 struct SlowServer {
     port: u16,

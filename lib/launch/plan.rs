@@ -39,6 +39,22 @@ pub struct Plan {
     pub port_auto: bool,
     /// This host's name, for failure reports.
     pub host: String,
+    /// Variables of the launcher's environment the ranks do not inherit ([`withheld_from_ranks`]).
+    pub withheld: Vec<&'static str>,
+}
+
+/// The launcher's variables its ranks do not inherit: the control plane's secret is the
+/// launchers' alone (a rank's environment reaches its children, its own logs and dumps, and
+/// whatever reads /proc/PID/environ as that user), unless `ACCEL_LAUNCH_SECRET_TO_RANKS=1` asks
+/// for it.
+pub fn withheld_from_ranks(launcher_env: &Environment) -> Vec<&'static str> {
+    if launcher_env.get(env_vars::ACCEL_LAUNCH_SECRET_TO_RANKS) == Some("1") {
+        return Vec::new();
+    }
+    vec![
+        env_vars::ACCEL_LAUNCH_SECRET,
+        env_vars::ACCEL_LAUNCH_SECRET_FILE,
+    ]
 }
 
 /// torchrun's `string.Template(arg).safe_substitute(local_rank=n)`.
@@ -83,6 +99,7 @@ impl Plan {
             topology,
             port_auto,
             host: crate::host::hostname(),
+            withheld: withheld_from_ranks(launcher_env),
         }
     }
 

@@ -4,7 +4,8 @@
 //! the connection, hand a join to the `Coordinator`, refuse); it owns no
 //! socket and reads no clock, so each stage and each refusal is unit-tested.
 
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ring::hmac;
@@ -17,8 +18,12 @@ use super::protocol::{Join, Msg, PROTOCOL};
 pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);
 /// The longest line of a handshake (a hello, a proof with its MUNGE credential, a join).
 pub(super) const HANDSHAKE_LINE: usize = 16 << 10;
-/// Refusals printed on node 0 (each with the peer's address) before they are only counted.
+/// Refusals printed on node 0 (each with the peer's address) before only an address's or a
+/// reason's first is.
 const MAX_NOTES: usize = 20;
+/// Addresses, and reasons, told apart for the notes, at most each: a flood from many addresses
+/// is not a flood of lines either.
+const MAX_KINDS: usize = 64;
 
 /// What node 0 admits against: the run's id and how a node proves itself.
 pub(super) struct Gate {
@@ -295,29 +300,68 @@ fn refuse_proof(gate: &Gate, node: u32) -> Step {
 pub(super) struct Notes {
     quiet: bool,
     count: usize,
+    /// The addresses and reasons noted so far ([`MAX_KINDS`] of each at most).
+    addrs: HashSet<IpAddr>,
+    reasons: HashSet<String>,
+    /// The refusals not shown, by reason (those of reasons past [`MAX_KINDS`] under "").
+    hidden: BTreeMap<String, u64>,
+    said_more: bool,
 }
 
 impl Notes {
     pub fn new(quiet: bool) -> Notes {
-        Notes { quiet, count: 0 }
+        Notes {
+            quiet,
+            count: 0,
+            addrs: HashSet::new(),
+            reasons: HashSet::new(),
+            hidden: BTreeMap::new(),
+            said_more: false,
+        }
     }
 
     /// The line for a connection refused in its handshake, if any: the first [`MAX_NOTES`], then
-    /// one saying that the rest are not shown (a flood of strangers is not a flood of lines).
+    /// one saying that the rest are not shown (a flood of strangers is not a flood of lines), but
+    /// still the first of each address and of each reason, so a flood does not hide why a real
+    /// node was refused; the rest are counted by reason ([`Notes::summary`]).
     pub fn refused(&mut self, peer: &SocketAddr, why: &str) -> Option<String> {
         self.count += 1;
         if self.quiet {
             return None;
         }
-        if self.count <= MAX_NOTES {
-            Some(format!(
+        let new_addr = self.addrs.len() < MAX_KINDS && self.addrs.insert(peer.ip());
+        let new_reason = self.reasons.len() < MAX_KINDS
+            && !self.reasons.contains(why)
+            && self.reasons.insert(why.to_string());
+        if self.count <= MAX_NOTES || new_addr || new_reason {
+            return Some(format!(
                 "accel-launch: note: control plane: refused {peer}: {why}"
-            ))
-        } else if self.count == MAX_NOTES + 1 {
-            Some("accel-launch: note: control plane: further refusals are not shown".into())
-        } else {
-            None
+            ));
         }
+        let reason = if self.reasons.contains(why) { why } else { "" };
+        *self.hidden.entry(reason.to_string()).or_default() += 1;
+        (!std::mem::replace(&mut self.said_more, true))
+            .then(|| "accel-launch: note: control plane: further refusals are not shown".into())
+    }
+
+    /// The refusals not shown, counted by reason (the most frequent first), for the run's end.
+    pub fn summary(&self) -> Option<String> {
+        if self.hidden.is_empty() {
+            return None;
+        }
+        let mut by: Vec<(&String, &u64)> = self.hidden.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1));
+        let counts: Vec<String> = by
+            .iter()
+            .map(|(why, n)| match why.as_str() {
+                "" => format!("{n} for other reasons"),
+                why => format!("{n} as {why}"),
+            })
+            .collect();
+        Some(format!(
+            "accel-launch: note: control plane: refusals not shown: {}",
+            counts.join("; ")
+        ))
     }
 
     /// The line for a proven node whose join the coordinator refused (it names the node, so it is
@@ -644,6 +688,37 @@ mod tests {
         );
     }
 
+    /// A flood's refusals past the bound do not hide a real node's: the first of each address and
+    /// of each reason is still said; the rest are counted by reason.
+    #[test]
+    fn past_the_bound_each_address_and_each_reason_is_still_noted_once() {
+        let flood: SocketAddr = "10.0.0.9:40000".parse().unwrap();
+        let mut notes = Notes::new(false);
+        let shown = (0..100)
+            .filter_map(|_| notes.refused(&flood, "it did not say hello"))
+            .count();
+        assert_eq!(shown, MAX_NOTES + 1);
+        let node: SocketAddr = "10.0.0.2:50000".parse().unwrap();
+        let why = "node 1 failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)";
+        assert_eq!(
+            notes.refused(&node, why).as_deref(),
+            Some("accel-launch: note: control plane: refused 10.0.0.2:50000: node 1 failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)")
+        );
+        assert_eq!(notes.refused(&node, why), None);
+        // A new reason from the flood's address is said once too.
+        assert!(notes.refused(&flood, "a malformed hello").is_some());
+        assert_eq!(notes.refused(&flood, "a malformed hello"), None);
+        // Past MAX_KINDS addresses and reasons, only counts.
+        for i in 0..200u32 {
+            let peer = SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 1));
+            notes.refused(&peer, &format!("reason {i}"));
+        }
+        assert_eq!(
+            notes.summary().as_deref(),
+            Some("accel-launch: note: control plane: refusals not shown: 138 for other reasons; 80 as it did not say hello; 1 as a malformed hello; 1 as node 1 failed authentication: it does not hold this run's secret (ACCEL_LAUNCH_SECRET)")
+        );
+    }
+
     #[test]
     fn refusals_are_noted_up_to_a_bound_and_not_at_all_under_quiet() {
         let peer: SocketAddr = "10.0.0.9:40000".parse().unwrap();
@@ -664,6 +739,10 @@ mod tests {
         );
         // A proven node's refusal names the node: said past the bound too.
         assert!(notes.join_refused(1, &peer, "x").is_some());
+        assert_eq!(
+            notes.summary().as_deref(),
+            Some("accel-launch: note: control plane: refusals not shown: 10 as x")
+        );
         let mut quiet = Notes::new(true);
         assert_eq!(quiet.refused(&peer, "it did not say hello"), None);
         assert_eq!(quiet.join_refused(1, &peer, "x"), None);

@@ -54,7 +54,8 @@ impl Secret {
     }
 
     /// The secret the environment gives, if any: the variable wins over the file; a file others can
-    /// read, an empty or a short secret are errors naming the variable.
+    /// read, an empty or a short secret, and a set but empty variable are errors naming the
+    /// variable.
     pub fn from_env(
         value: Option<&str>,
         file: Option<&str>,
@@ -81,6 +82,12 @@ impl Secret {
             return check(ACCEL_LAUNCH_SECRET, v.as_bytes());
         }
         let Some(path) = file else { return Ok(None) };
+        if path.is_empty() {
+            return Err(bad(
+                ACCEL_LAUNCH_SECRET_FILE,
+                "it is set but empty: it names no file".into(),
+            ));
+        }
         use std::os::unix::fs::PermissionsExt as _;
         let meta = std::fs::metadata(path)
             .map_err(|e| bad(ACCEL_LAUNCH_SECRET_FILE, format!("cannot read {path}: {e}")))?;
@@ -394,5 +401,16 @@ mod tests {
             "{e}"
         );
         assert!(Secret::from_env(None, None).unwrap().is_none());
+        // Set but empty: too short (the variable), or no file (the file's variable).
+        let e = Secret::from_env(Some(""), None).unwrap_err().to_string();
+        assert!(
+            e.contains("ACCEL_LAUNCH_SECRET") && e.contains("(it has 0)"),
+            "{e}"
+        );
+        let e = Secret::from_env(None, Some("")).unwrap_err().to_string();
+        assert!(
+            e.contains("ACCEL_LAUNCH_SECRET_FILE") && e.contains("names no file"),
+            "{e}"
+        );
     }
 }

@@ -93,7 +93,7 @@ pub struct Coordinator {
     attempt: u32,
     failure: Option<FailureReport>,
     ended: BTreeSet<u32>,
-    /// Nodes whose connection is gone (after `Bye`, or lost).
+    /// Nodes whose connection is gone (after the run's end, or lost).
     gone: BTreeSet<u32>,
     /// `--hang_timeout`, as node 0's join (the reference) or else the first node to join gave it:
     /// every node must give the same.
@@ -692,11 +692,25 @@ impl Coordinator {
                     },
                 )]
             }
-            Msg::Bye => {
+            Msg::Bye => self.bye(node),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A node's goodbye. After the run's end it leaves without being lost. During the join it
+    /// leaves the join, as its closing connection would: a launcher says bye when its own join
+    /// fails (its `--rdzv_timeout` shorter than node 0's), and its connection may stay open
+    /// meanwhile; counted as joined, its ranks would be in the start that the other nodes wait in,
+    /// and a relaunch of it refused as already in the run. While the run goes on a bye is no
+    /// leave (a node leaves a running world with `Leave`): its connection's closing speaks for it.
+    fn bye(&mut self, node: u32) -> Vec<(To, Msg)> {
+        match self.phase {
+            Phase::Finished => {
                 self.gone.insert(node);
                 Vec::new()
             }
-            _ => Vec::new(),
+            Phase::Joining => self.closed(node, "it left the join"),
+            Phase::Running | Phase::Waiting => Vec::new(),
         }
     }
 
@@ -1421,6 +1435,69 @@ mod tests {
         j.nodes = 3;
         j.max_restarts = 2;
         j
+    }
+
+    /// A launcher whose own join timed out says bye and closes (`Link::join`): it leaves the join.
+    /// Its ranks leave the count, so the world does not start without it, a relaunch of it joins
+    /// (not "already in the run"), and the start counts the relaunch's ranks.
+    #[test]
+    fn a_node_that_says_bye_during_the_join_leaves_it() {
+        let mut c = Coordinator::new(3);
+        c.join(&join3(0)).unwrap();
+        c.join(&join3(1)).unwrap();
+        assert!(c.message(1, Msg::Bye).is_empty());
+        assert!(c.closed(1, "closed").is_empty());
+        assert_eq!(c.missing(), [1, 2]);
+        assert!(
+            c.join(&join3(2)).unwrap().is_empty(),
+            "the world started without node 1"
+        );
+        // The bye alone, before the connection closes, is the leave (a relaunch may come first).
+        let mut again = join3(1);
+        again.local_ranks = 3;
+        let out = c.join(&again).unwrap();
+        let offsets: Vec<(To, u32, u32)> = out
+            .iter()
+            .map(|(to, m)| match m {
+                Msg::Start {
+                    world_size,
+                    rank_offset,
+                    ..
+                } => (*to, *world_size, *rank_offset),
+                m => panic!("{m:?}"),
+            })
+            .collect();
+        assert_eq!(
+            offsets,
+            [
+                (To::Node(0), 7, 0),
+                (To::Node(1), 7, 2),
+                (To::Node(2), 7, 5)
+            ]
+        );
+        // The old connection closing after the relaunch joined changes nothing.
+        let mut c = Coordinator::new(3);
+        c.join(&join3(0)).unwrap();
+        c.join(&join3(1)).unwrap();
+        c.message(1, Msg::Bye);
+        c.join(&join3(1)).unwrap();
+        assert_eq!(c.missing(), [2]);
+        // A bye while the run goes on is no leave: the closing that follows is a loss.
+        let mut c = started(2, 0);
+        assert!(c.message(1, Msg::Bye).is_empty());
+        let out = c.closed(1, "its launcher's connection closed");
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Stop { failure, .. })] if failure.node == 1),
+            "{out:?}"
+        );
+        // After the finish, a bye is the goodbye it says: no loss, and the server is done.
+        let out = ended(&mut c, 0, 0);
+        assert!(
+            matches!(&out[..], [(To::All, Msg::Finish { .. })]),
+            "{out:?}"
+        );
+        c.message(0, Msg::Bye);
+        assert!(c.done());
     }
 
     #[test]

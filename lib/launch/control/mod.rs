@@ -29,8 +29,9 @@
 //!
 //! - `protocol` (the messages) and `frame` (how a line is cut and sealed);
 //! - `auth` (the handshake's proofs and session keys), with `munge` (MUNGE under SLURM);
-//! - node 0: `admission` (one connection's handshake) and `coordinator` (the run's decisions and
-//!   deadlines), both pure state machines, and `server`, the event loop that carries them;
+//! - node 0: `admission` (one connection's handshake), `handshakes` (which connection gives way
+//!   when too many are in their handshake) and `coordinator` (the run's decisions and deadlines),
+//!   all pure, and `server`, the event loop that carries them;
 //! - every node: [`peer`] (one node's protocol, a pure state machine over bytes and time) and
 //!   `link`, the blocking connection that drives it (the `control-sim` benchmark and the tests'
 //!   raw members drive the same peer over their own sockets).
@@ -39,6 +40,7 @@ mod admission;
 mod auth;
 mod coordinator;
 mod frame;
+mod handshakes;
 mod link;
 mod munge;
 pub mod peer;

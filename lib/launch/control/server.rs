@@ -19,7 +19,8 @@
 //!   while something else is queued for it: any byte says node 0 lives); any byte heard from a member
 //!   is its heartbeat, and silence for the loss window loses it.
 //! - **Handshakes** run on the loop too ([`super::admission`]): at most [`MAX_PENDING`] connections
-//!   in their handshake (more are closed at once), each with
+//!   in their handshake (beyond it the oldest of the address holding the most gives way:
+//!   [`super::handshakes`]), each with
 //!   [`HANDSHAKE`](super::admission::HANDSHAKE) to prove itself and join, with lines of at most
 //!   [`HANDSHAKE_LINE`]. MUNGE's calls to munged (a blocking round trip on a local socket) run on
 //!   two helper threads that hand their results back through the loop's waker.
@@ -28,7 +29,12 @@
 //!   drains); the stacks of one hang verdict at most [`STACKS_BUDGET`] in all (each node's at most
 //!   768 KiB, as it sends them; beyond the total, a node's stacks are replaced by a note, its full
 //!   dumps being on its own disk).
-//! - Accept errors (no descriptor left) pause accepting for 100 ms instead of spinning.
+//! - **Descriptors are bounded**: besides the members, at most [`MAX_PENDING`] handshakes and
+//!   [`MAX_LINGERING`] refused connections whose last words are leaving (beyond it a refusal
+//!   closes at once), so a flood of strangers cannot take the descriptors node 0's launcher needs;
+//!   at most [`ACCEPT_TURN`] connections are accepted per turn of the loop, so a connect flood
+//!   does not hold back the members' heartbeats. Accept errors (no descriptor left) pause
+//!   accepting for 100 ms instead of spinning.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
@@ -45,14 +51,13 @@ use super::admission::{Admission, Gate, Notes, Step, HANDSHAKE_LINE};
 use super::auth::Credentials;
 use super::coordinator::{Coordinator, To};
 use super::frame::{Lines, Seal, Way, MAX_LINE};
+use super::handshakes::{Handshakes, MAX_PENDING};
 use super::munge::{Decoded, Munge};
 use super::protocol::lost_after;
 use super::protocol::{why_closed, Join, Msg};
 use super::ControlError;
 use crate::launch::hang::verdict::WireStack;
 
-/// Connections still in their handshake, at most: more are closed at once.
-pub(super) const MAX_PENDING: usize = 256;
 /// The most bytes queued for one member: far above what a run sends it (a start, a stop with a
 /// 16 KiB stderr tail, a verdict below 1 MiB); a member that would need more is lost.
 pub(super) const QUEUE_CAP: usize = 4 << 20;
@@ -69,6 +74,12 @@ const TICK: Duration = Duration::from_millis(100);
 pub(super) const BEAT_EVERY: u32 = 2;
 /// A refused connection's last words get this long to leave before it is closed.
 const LINGER: Duration = Duration::from_secs(2);
+/// Refused connections lingering, at most: each holds a descriptor, and a flood of strangers'
+/// refusals would otherwise take every descriptor node 0's launcher has (its ranks' pipes, py-spy).
+pub(super) const MAX_LINGERING: usize = 256;
+/// Connections accepted in one turn of the loop, at most: a connect flood's accept queue is taken a
+/// turn at a time, between the members' heartbeats and messages.
+const ACCEPT_TURN: usize = 64;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -145,7 +156,9 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         free: Vec::new(),
         serial: 0,
         node_conn: HashMap::new(),
-        pending: 0,
+        handshakes: Handshakes::default(),
+        lingering: 0,
+        accept_more: false,
         notes: Notes::new(set.quiet),
         c,
         gate: Gate::new(set.reference.run_id.clone(), &set.creds),
@@ -314,7 +327,11 @@ struct Loop {
     serial: u64,
     node_conn: HashMap<u32, usize>,
     /// Connections in their handshake.
-    pending: usize,
+    handshakes: Handshakes,
+    /// Refused connections whose last words are leaving.
+    lingering: usize,
+    /// The accept queue held more than one turn takes: accepting goes on next turn.
+    accept_more: bool,
     notes: Notes,
     c: Coordinator,
     gate: Gate,
@@ -334,7 +351,11 @@ impl Loop {
         let mut next_tick = Instant::now() + TICK;
         while !self.c.done() {
             let wake = self.c.next_wake().map_or(next_tick, |w| w.min(next_tick));
-            let wait = wake.saturating_duration_since(Instant::now());
+            let wait = if self.accept_more {
+                Duration::ZERO
+            } else {
+                wake.saturating_duration_since(Instant::now())
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     eprintln!("accel-launch: error: control plane: poll failed: {e}");
@@ -358,6 +379,9 @@ impl Loop {
                     }
                 }
             }
+            if std::mem::take(&mut self.accept_more) {
+                self.accept();
+            }
             let now = Instant::now();
             let out = self.c.tick(now);
             self.dispatch(out);
@@ -365,6 +389,9 @@ impl Loop {
                 next_tick = now + TICK;
                 self.sweep(now);
             }
+        }
+        if let Some(line) = self.notes.summary() {
+            eprintln!("{line}");
         }
         self.linger();
     }
@@ -389,11 +416,13 @@ impl Loop {
         }
     }
 
+    /// Accepts what the listener's queue holds, [`ACCEPT_TURN`] connections a turn (edge-triggered:
+    /// the rest make no new event, so the loop comes back for them).
     fn accept(&mut self) {
         if self.accept_paused.is_some() {
             return;
         }
-        loop {
+        for _ in 0..ACCEPT_TURN {
             let (mut sock, peer) = match self.listener.accept() {
                 Ok(c) => c,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -404,13 +433,6 @@ impl Loop {
                     return;
                 }
             };
-            if self.pending >= MAX_PENDING {
-                self.note(
-                    &peer,
-                    &format!("{MAX_PENDING} connections are already in their handshake"),
-                );
-                continue;
-            }
             let _ = sock.set_nodelay(true);
             let slot = match self.free.pop() {
                 Some(s) => s,
@@ -434,7 +456,7 @@ impl Loop {
             }
             let now = Instant::now();
             self.serial += 1;
-            self.pending += 1;
+            let gives_way = self.handshakes.add(peer.ip(), (slot, self.serial));
             self.conns[slot] = Some(Conn {
                 serial: self.serial,
                 sock,
@@ -449,7 +471,11 @@ impl Loop {
                 stage: Stage::Admitting(Admission::new(now)),
                 paused: false,
             });
+            if let Some((slot, serial)) = gives_way {
+                self.give_way(slot, serial);
+            }
         }
+        self.accept_more = true;
     }
 
     /// Reads what the socket holds and acts on every whole line, until the socket would block (or,
@@ -650,11 +676,11 @@ impl Loop {
         match self.c.join(&j) {
             Ok(out) => {
                 let now = Instant::now();
+                self.end_handshake(slot);
                 if let Some(Some(conn)) = self.conns.get_mut(slot) {
                     conn.stage = Stage::Member { node };
                     conn.live = Liveness::new(now);
                 }
-                self.pending = self.pending.saturating_sub(1);
                 self.node_conn.insert(node, slot);
                 self.dispatch(out);
             }
@@ -688,13 +714,20 @@ impl Loop {
         self.linger_then_close(slot);
     }
 
+    /// A refused connection's last words get [`LINGER`] to leave; beyond [`MAX_LINGERING`] it
+    /// closes at once (what the socket took of them still leaves).
     fn linger_then_close(&mut self, slot: usize) {
+        self.end_handshake(slot);
+        if self.lingering >= MAX_LINGERING {
+            return self.drop_conn(slot);
+        }
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.in_handshake() {
-            self.pending = self.pending.saturating_sub(1);
+        if matches!(conn.stage, Stage::Closing { .. }) {
+            return;
         }
+        self.lingering += 1;
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         conn.lines = Lines::default();
         conn.stage = Stage::Closing {
@@ -871,12 +904,35 @@ impl Loop {
         }
     }
 
+    /// The connection's handshake is over, if it was in one (it joined, was refused or ends).
+    fn end_handshake(&mut self, slot: usize) {
+        if let Some(Some(conn)) = self.conns.get(slot) {
+            if conn.in_handshake() {
+                self.handshakes.remove(conn.peer.ip(), (slot, conn.serial));
+            }
+        }
+    }
+
+    /// A handshake that gives way to a newer connection ([`Handshakes::add`]): noted and closed.
+    fn give_way(&mut self, slot: usize, serial: u64) {
+        let peer = match self.conns.get(slot) {
+            Some(Some(c)) if c.serial == serial && c.in_handshake() => c.peer,
+            _ => return,
+        };
+        self.note(
+            &peer,
+            &format!("{MAX_PENDING} connections were in their handshake, and its address held the most of them"),
+        );
+        self.drop_conn(slot);
+    }
+
     fn drop_conn(&mut self, slot: usize) {
+        self.end_handshake(slot);
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        if conn.in_handshake() {
-            self.pending = self.pending.saturating_sub(1);
+        if matches!(conn.stage, Stage::Closing { .. }) {
+            self.lingering -= 1;
         }
         self.partial = self.partial.saturating_sub(conn.lines.pending());
         let _ = self.poll.registry().deregister(&mut conn.sock);

@@ -138,6 +138,9 @@ impl<'a> Spawner<'a> {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]);
         cmd.envs(&spec.env);
+        for var in &plan.withheld {
+            cmd.env_remove(var);
+        }
         let torchrun_error_file = self
             .attempt_logs
             .as_ref()

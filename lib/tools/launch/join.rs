@@ -82,9 +82,11 @@ fn settings(
     world_size: Option<u32>,
 ) -> Result<control::Settings> {
     let env = cx.env;
+    // Set but empty is a secret too short, not none: an empty variable once meant no
+    // authentication at all, silently.
     let secret = control::Secret::from_env(
-        env.non_empty(env_vars::ACCEL_LAUNCH_SECRET),
-        env.non_empty(env_vars::ACCEL_LAUNCH_SECRET_FILE),
+        env.get(env_vars::ACCEL_LAUNCH_SECRET),
+        env.get(env_vars::ACCEL_LAUNCH_SECRET_FILE),
     )?;
     // Under SLURM, MUNGE proves the run's launchers to each other with no configuration; a secret,
     // when set, takes precedence.
