@@ -1,6 +1,7 @@
 //! accel-merge-weights against genuine checkpoints written by the venv's torch (2 gloo CPU ranks for
 //! FSDP2 and FSDP1), compared bit for bit with torch's own `dcp_to_torch_save` by tests/merge/check.py,
-//! and against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
+//! against accelerate's per-rank FSDP2 files, compared with the full state dict torch gathers, and
+//! against DeepSpeed ZeRO checkpoints written by the real DeepSpeed (3 gloo CPU ranks), compared
 //! bit for bit with DeepSpeed's own `zero_to_fp32`.
 
 use crate::util::{bin, free_port, repo, suite, venv_bin, venv_python, ChildExt, CommandExt, WAIT};
@@ -98,6 +99,20 @@ fn accelerate_state() -> PathBuf {
             FIXTURE_WAIT,
         );
     })
+}
+
+/// accelerate's per-rank checkpoints (`save_fsdp_model(..., use_dcp=False)`) on 2 gloo ranks
+/// (make_fsdp_ranks.py): `fsdp2/` and `fsdp1/`, each with the full state dict torch gathers
+/// (`reference.pt`). Made once per suite run.
+fn fsdp_ranks_fixture(kind: &str) -> PathBuf {
+    let dir = suite::fixture("merge-fsdp-ranks", |dir| {
+        py_within(
+            &[&here("make_fsdp_ranks.py"), dir.to_str().unwrap()],
+            &[],
+            FIXTURE_WAIT,
+        );
+    });
+    dir.join(kind)
 }
 
 /// The DeepSpeed configurations make_zero.py saves, all in one 3-rank torchrun.
@@ -619,6 +634,35 @@ fn zero_matches(config: &str, also: &[&str]) -> String {
     }
     check(&ckpt, &out, &args);
     err
+}
+
+#[test]
+fn fsdp2_per_rank_files_match_the_full_state_dict() {
+    // Each rank's DTensors (uneven and empty shards, a bf16 group, an int64 buffer) placed by
+    // their mesh coordinate, against torch's own full state dict of the same model.
+    let ckpt = fsdp_ranks_fixture("fsdp2");
+    let out = out_dir("fsdp2-ranks");
+    let err = ok(&merge(&[&ckpt, &out], &[]));
+    assert!(
+        err.contains("from 2 rank files") && err.contains("FSDP2 per-rank checkpoint"),
+        "{err}"
+    );
+    let reference = ckpt.join("reference.pt");
+    check(&ckpt, &out, &["--reference", reference.to_str().unwrap()]);
+}
+
+#[test]
+fn error_fsdp1_per_rank_files_are_refused_by_name() {
+    let ckpt = fsdp_ranks_fixture("fsdp1");
+    let out = out_dir("fsdp1-ranks");
+    let o = merge(&[&ckpt, &out], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("is FSDP1's per-rank state dict (ShardedTensor values)"),
+        "{err}"
+    );
+    assert!(!out.exists());
 }
 
 #[test]

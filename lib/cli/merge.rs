@@ -12,8 +12,9 @@ use crate::env_vars::Group;
 /// Merge sharded FSDP/DCP or DeepSpeed ZeRO checkpoints into safetensors.
 ///
 /// Reads a torch.distributed.checkpoint (DCP) directory (`.metadata` plus `__<rank>_<n>.distcp`
-/// files, as written by FSDP's SHARDED_STATE_DICT, FSDP2 and accelerate's `save_state`) or a DeepSpeed
-/// ZeRO 1/2/3 save directory, and writes one merged `model.safetensors` (or sharded files with an
+/// files, as written by FSDP's SHARDED_STATE_DICT, FSDP2 and accelerate's `save_state`), accelerate's
+/// per-rank FSDP2 files (`pytorch_model_fsdp_0_rank<r>.bin`, saved with `use_dcp=False`) or a
+/// DeepSpeed ZeRO 1/2/3 save directory, and writes one merged `model.safetensors` (or sharded files with an
 /// index) into OUTPUT_PATH. Needs neither torch nor Python, never executes anything from the
 /// checkpoint, and streams: memory stays small whatever the model size.
 ///
@@ -34,8 +35,9 @@ use crate::env_vars::Group;
 #[command(name = "accel-merge-weights", version, max_term_width = 100)]
 pub struct MergeCli {
     /// The checkpoint directory: a DCP directory with `.metadata`, accelerate's save_state directory
-    /// (the model is read from its `pytorch_model_fsdp_0/`), or a DeepSpeed save directory (with
-    /// `latest`) or tag directory.
+    /// (the model is read from its `pytorch_model_fsdp_0/`), a directory of accelerate's per-rank
+    /// FSDP2 files (`pytorch_model_fsdp_0_rank<r>.bin`, one per rank), or a DeepSpeed save directory
+    /// (with `latest`) or tag directory.
     #[arg(value_name = "CHECKPOINT_DIRECTORY")]
     pub checkpoint_directory: PathBuf,
 
@@ -50,7 +52,7 @@ pub struct MergeCli {
     /// Delete the checkpoint directory after the merged weights were written and read back. Only
     /// the checkpoint's own files are deleted (the DCP `.metadata` and the data files it names; a
     /// DeepSpeed tag's model and optimizer state files, with `latest` and DeepSpeed's recovery scripts
-    /// when a save directory is given), then the directories they leave empty. A directory that holds
+    /// when a save directory is given; the per-rank FSDP2 files merged), then the directories they leave empty. A directory that holds
     /// anything else (accelerate's save_state directory with optimizer and RNG state or a second
     /// model, other DeepSpeed tags, your own files) is refused before anything is written, with the
     /// list of what else is there: pass the directory the model is read from instead. Optimizer

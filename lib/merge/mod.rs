@@ -6,10 +6,12 @@
 
 pub mod copy;
 pub mod dcp;
+pub mod fsdp_ranks;
 pub mod input;
 pub mod lock;
 pub mod lookup;
 pub mod pickle;
+mod ptfile;
 pub mod remove;
 pub mod select;
 pub mod tensor;
@@ -51,6 +53,8 @@ impl Entry {
 pub enum Kind {
     Dcp,
     Zero(u8),
+    /// accelerate's FSDP2 save with `use_dcp=False`: one torch.save file per rank.
+    FsdpRanks,
 }
 
 impl std::fmt::Display for Kind {
@@ -59,6 +63,7 @@ impl std::fmt::Display for Kind {
             Kind::Dcp => f.write_str("DCP"),
             Kind::Zero(0) => f.write_str("DeepSpeed stage 0"),
             Kind::Zero(s) => write!(f, "DeepSpeed ZeRO-{s}"),
+            Kind::FsdpRanks => f.write_str("FSDP2 per-rank"),
         }
     }
 }
@@ -434,6 +439,8 @@ fn read(dir: &Path, tag: Option<&str>, include_bytes: bool) -> Result<Checkpoint
         c
     } else if let Some(found) = zero::detect(dir, tag)? {
         zero::read(found)?
+    } else if let Some(found) = fsdp_ranks::detect(dir)? {
+        fsdp_ranks::read(found)?
     } else {
         return Err(not_a_checkpoint(dir));
     })

@@ -51,6 +51,9 @@ pub enum Globals {
     Any,
     /// No global at all: plain dicts, lists, strings and numbers (torch's Flight Recorder dumps).
     Plain,
+    /// A rank's FSDP2 state dict file: [`Globals::TorchWeights`] plus the classes a DTensor pickles
+    /// (its spec, mesh and placements), read as data like every other object.
+    FsdpShards,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -146,6 +149,21 @@ fn allowed(policy: Globals, module: &str, name: &str) -> bool {
             }
             _ => false,
         },
+        Globals::FsdpShards => {
+            allowed(Globals::TorchWeights, module, name)
+                || (module, name) == ("torch._utils", "_rebuild_wrapper_subclass")
+                || matches!(
+                    (module, name),
+                    ("torch.distributed.tensor", "DTensor")
+                        | ("torch.distributed.tensor._dtensor_spec", "DTensorSpec")
+                        | ("torch.distributed.tensor._dtensor_spec", "TensorMeta")
+                        | ("torch.distributed.tensor._dtensor_spec", "ShardOrderEntry")
+                        | ("torch.distributed.device_mesh", "DeviceMesh")
+                        | ("torch.distributed._mesh_layout", "_MeshLayout")
+                        | ("torch.distributed._mesh_layout", "_FlatLayout")
+                        | ("torch.distributed.tensor.placement_types", "Shard")
+                )
+        }
         Globals::TorchWeights => match module {
             "torch._utils" => matches!(
                 name,
@@ -179,6 +197,7 @@ fn kind_name(policy: Globals) -> &'static str {
         Globals::TorchWeights => "torch.save tensor",
         Globals::Any => "pickle",
         Globals::Plain => "Flight Recorder",
+        Globals::FsdpShards => "FSDP2 rank state dict",
     }
 }
 

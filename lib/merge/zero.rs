@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use super::copy::Piece;
 use super::input::Input;
 use super::lookup;
-use super::pickle::{self, Globals, Id, Node, Pickle};
+use super::pickle::{Globals, Id, Node};
+use super::ptfile::PtFile;
 use super::tensor::{DType, TensorRef};
-use super::torchzip;
-use super::{open_input, Checkpoint, Crc, Entry, Kind, MergeError};
+use super::{Checkpoint, Entry, Kind, MergeError};
 
 /// A DeepSpeed save directory resolved to its tag directory and files.
 pub struct Found {
@@ -121,109 +121,8 @@ pub fn detect(dir: &Path, tag: Option<&str>) -> Result<Option<Found>, MergeError
     }))
 }
 
-/// A loaded torch.save file: mapping, archive and pickle.
-struct PtFile {
-    input: usize,
-    zip: torchzip::Archive,
-    pickle: Pickle,
-    big_endian: bool,
-    /// The records read so far, for the CRC-32 check.
-    read: std::cell::RefCell<Vec<Crc>>,
-}
-
-fn load(path: &Path, inputs: &mut Vec<Input>) -> Result<PtFile, MergeError> {
-    let input = open_input(path)?;
-    let bad = |m: String| MergeError::Invalid {
-        path: path.to_path_buf(),
-        message: m,
-    };
-    let bytes = input.bytes();
-    let zip = torchzip::open(bytes).map_err(|e| bad(e.to_string()))?;
-    let rec = zip.get_record("data.pkl").map_err(|e| bad(e.to_string()))?;
-    let pickle =
-        pickle::load(&bytes[rec.data.clone()], Globals::Any).map_err(|e| bad(e.to_string()))?;
-    let big_endian = zip.big_endian(bytes);
-    let first = Crc {
-        input: inputs.len(),
-        range: rec.data.clone(),
-        expected: rec.crc32,
-        name: rec.name.clone(),
-    };
-    inputs.push(input);
-    Ok(PtFile {
-        input: inputs.len() - 1,
-        zip,
-        pickle,
-        big_endian,
-        read: std::cell::RefCell::new(vec![first]),
-    })
-}
-
+/// ZeRO's pieces: flat runs of a tensor that has at most one dim larger than 1.
 impl PtFile {
-    fn bad(&self, inputs: &[Input], m: impl Into<String>) -> MergeError {
-        MergeError::Invalid {
-            path: inputs[self.input].path.clone(),
-            message: m.into(),
-        }
-    }
-    /// [`PtFile::tensor`], except that a tensor of a dtype accel cannot write is noted in
-    /// `unwritable` (it blocks only a merge that selects it) and gives `None`.
-    fn tensor_or_unwritable(
-        &self,
-        inputs: &[Input],
-        id: Id,
-        name: &str,
-        unwritable: &mut Vec<super::Unwritable>,
-    ) -> Result<Option<(TensorRef, usize)>, MergeError> {
-        match self.tensor(inputs, id, name) {
-            Ok(t) => Ok(Some(t)),
-            Err(MergeError::Dtype { dtype, .. }) => {
-                unwritable.push(super::Unwritable {
-                    path: vec![name.to_owned()],
-                    dtype,
-                });
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-    /// A tensor value: its view and the byte offset of its storage in the file, bounds-checked.
-    fn tensor(
-        &self,
-        inputs: &[Input],
-        id: Id,
-        what: &str,
-    ) -> Result<(TensorRef, usize), MergeError> {
-        let t = TensorRef::from_pickle(&self.pickle, id).map_err(|e| match e {
-            super::tensor::TensorError::Dtype(d) => MergeError::Dtype {
-                fqn: what.to_owned(),
-                dtype: d,
-            },
-            e => self.bad(inputs, format!("{what}: {e}")),
-        })?;
-        let record = self
-            .zip
-            .get_record(&format!("data/{}", t.key))
-            .map_err(|e| self.bad(inputs, e.to_string()))?;
-        let rec = record.data.clone();
-        self.read.borrow_mut().push(Crc {
-            input: self.input,
-            range: rec.clone(),
-            expected: record.crc32,
-            name: record.name.clone(),
-        });
-        let need = t
-            .extent()
-            .and_then(|x| x.checked_mul(t.dtype.size() as u64))
-            .unwrap_or(u64::MAX);
-        if need > rec.len() as u64 {
-            return Err(self.bad(
-                inputs,
-                format!("{what}: the tensor reaches past its storage"),
-            ));
-        }
-        Ok((t, rec.start))
-    }
     fn piece(&self, t: &TensorRef, start: usize, skip: u64, tile_at: u64, len: u64) -> Piece {
         let stride = flat_stride(t);
         Piece {
@@ -235,20 +134,6 @@ impl PtFile {
             offset: t.offset + skip * stride,
             strides: vec![stride],
             big_endian: self.big_endian,
-        }
-    }
-    fn get(&self, id: Id, key: &str) -> Option<Id> {
-        self.pickle.get(id, key)
-    }
-    fn int(&self, id: Id) -> Option<i64> {
-        match self.pickle.node(id) {
-            // An int Enum such as ZeroStageEnum is REDUCE(cls, (value,)).
-            Node::Object { args, .. } => self
-                .pickle
-                .seq(*args)?
-                .first()
-                .and_then(|&v| self.pickle.as_int(v)),
-            _ => self.pickle.as_int(id),
         }
     }
 }
@@ -276,14 +161,14 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
     }
     let mut optim = Vec::new();
     for p in &found.optim_files {
-        optim.push(load(p, &mut inputs)?);
+        optim.push(PtFile::load(p, &mut inputs, Globals::Any)?);
     }
     let (stage, world) = stage_and_world(&optim[0], &inputs)?;
     missing_ranks(&found.dir, &found.optim_files, world, "optim")?;
     if stage == 3 {
         missing_ranks(&found.dir, &found.model_files, world, "model")?;
     }
-    let m = load(&found.model_files[0], &mut inputs)?;
+    let m = PtFile::load(&found.model_files[0], &mut inputs, Globals::Any)?;
     let root = m.pickle.root;
     let module = m
         .get(root, "module")
@@ -298,7 +183,7 @@ pub fn read(found: Found) -> Result<Checkpoint, MergeError> {
         let mut extra = Vec::new();
         if stage == 3 {
             for p in &found.model_files[1..] {
-                extra.push(load(p, &mut inputs)?);
+                extra.push(PtFile::load(p, &mut inputs, Globals::Any)?);
             }
         }
         let models: Vec<&PtFile> = std::iter::once(&m).chain(&extra).collect();
@@ -859,7 +744,7 @@ fn missing_ranks(dir: &Path, files: &[PathBuf], world: i64, what: &str) -> Resul
 /// takes ZeRO's, with frozen params as saved and floating buffers as fp32. Without masters the
 /// module is read as saved. The notes say which.
 fn read_stage0(found: Found, inputs: &mut Vec<Input>) -> Result<Checkpoint, MergeError> {
-    let m = load(&found.model_files[0], inputs)?;
+    let m = PtFile::load(&found.model_files[0], inputs, Globals::Any)?;
     let root = m.pickle.root;
     let stage = m
         .get(root, "ds_config")
