@@ -380,31 +380,8 @@ mod tests {
     use super::super::peer::{Event, Peer, Sender};
     use super::*;
 
-    const SECRET: &[u8] = b"0123456789abcdef-the-secret";
-    const RUN: &str = "port:29501";
+    use super::super::fixtures::{join, secret, RUN};
     const NONCE: &str = "0123456789abcdef0123456789abcdef";
-
-    fn join(node: u32) -> Join {
-        Join {
-            protocol: PROTOCOL,
-            run_id: RUN.into(),
-            node,
-            nodes: 2,
-            local_ranks: 2,
-            host: format!("h{node}"),
-            max_restarts: 0,
-            hang_timeout_ms: None,
-            grace_ms: Some(3_000),
-            world_size: None,
-        }
-    }
-
-    fn secret() -> Credentials {
-        Credentials {
-            secret: Some(Secret::new(SECRET)),
-            munge: None,
-        }
-    }
 
     fn hello(node: u32, nonce: &str) -> Msg {
         Msg::Hello {

@@ -882,25 +882,14 @@ fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HEARTBEAT, PROTOCOL};
+    use super::super::HEARTBEAT;
     use super::*;
 
     fn settings(node: u32, secret: Option<Secret>) -> Settings {
         Settings {
             addr: "10.0.0.1".into(),
             port: 29501,
-            join: Join {
-                protocol: PROTOCOL,
-                run_id: "port:29501".into(),
-                node,
-                nodes: 2,
-                local_ranks: 2,
-                host: format!("h{node}"),
-                max_restarts: 0,
-                hang_timeout_ms: None,
-                grace_ms: Some(3_000),
-                world_size: None,
-            },
+            join: super::super::fixtures::join(node),
             join_timeout: Duration::from_secs(90),
             heartbeat: HEARTBEAT,
             secret,

@@ -39,6 +39,8 @@
 mod admission;
 mod auth;
 mod coordinator;
+#[cfg(test)]
+mod fixtures;
 mod frame;
 mod handshakes;
 mod link;

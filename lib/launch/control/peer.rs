@@ -380,35 +380,11 @@ impl Peer {
 #[cfg(test)]
 mod tests {
     use super::super::auth::Secret;
-    use super::super::protocol::PROTOCOL;
     use super::*;
 
-    const SECRET: &[u8] = b"0123456789abcdef-the-secret";
-    const RUN: &str = "port:29501";
+    use super::super::fixtures::{join, secret, RUN, SECRET};
     const SERVER_NONCE: &str = "fedcba9876543210fedcba9876543210";
     const ADDR: &str = "10.0.0.1:29501";
-
-    fn join(node: u32) -> Join {
-        Join {
-            protocol: PROTOCOL,
-            run_id: RUN.into(),
-            node,
-            nodes: 2,
-            local_ranks: 2,
-            host: format!("h{node}"),
-            max_restarts: 0,
-            hang_timeout_ms: None,
-            grace_ms: Some(3_000),
-            world_size: None,
-        }
-    }
-
-    fn secret() -> Credentials {
-        Credentials {
-            secret: Some(Secret::new(SECRET)),
-            munge: None,
-        }
-    }
 
     /// Node 0's end of the connection, as the test plays it.
     struct Node0 {
