@@ -454,21 +454,23 @@ fn parity_with_accelerate_launch() {
     }
     assert!(!cases.is_empty(), "no parity case selected");
     let ran = std::sync::atomic::AtomicUsize::new(0);
-    for chunk in cases.chunks(3) {
-        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = chunk
-                .iter()
-                .map(|c| {
-                    s.spawn(|| {
-                        ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        run_case(c, root.path())
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        failures.extend(results.into_iter().filter_map(Result::err));
-    }
+    // Three workers take the next case as each finishes, so one slow case (DeepSpeed's imports) does not
+    // hold two finished slots idle as fixed batches of three did.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(c) = cases.get(i) else { break };
+                ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Err(e) = run_case(c, root.path()) {
+                    found.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    failures.extend(found.into_inner().unwrap());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(ran.into_inner(), cases.len(), "every selected case ran");
 }

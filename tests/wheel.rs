@@ -1,5 +1,6 @@
 //! The wheel `pip install accel-cli` installs (scripts/wheel: maturin --zig, manylinux_2_28), built once
-//! per suite run and installed offline into fresh venvs, then used from them alone: only the venv's
+//! by scripts/setup, whose binaries the whole suite runs (target/manylinux/bin), installed offline into
+//! fresh venvs, then used from them alone: only the venv's
 //! `bin` and the system's on PATH, no checkout binary and no cargo. With torch 2.13 (and accelerate, which
 //! examples/train.py uses) the six tools work, accel-test finds the venv's torch by itself and runs
 //! real gloo ranks, and man finds the pages in the venv; without torch five tools work and accel-test
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{repo, suite, CommandExt as _, WAIT};
+use crate::util::{repo, CommandExt as _, WAIT};
 
 const TOOLS: [&str; 6] = [
     "accel-config",
@@ -22,10 +23,6 @@ const TOOLS: [&str; 6] = [
     "accel-estimate-memory",
     "accel-merge-weights",
 ];
-
-/// A fresh wheel build compiles every crate twice for glibc 2.28 (the tools, and accel-test's libtorch
-/// part with tch's C++): minutes on two cores, niced so the suite's timing-sensitive tests keep the CPU.
-const BUILD: Duration = Duration::from_secs(1500);
 
 struct Out {
     code: Option<i32>,
@@ -59,29 +56,28 @@ fn run(cmd: &mut Command, limit: Duration) -> Out {
     }
 }
 
-/// The wheel, built by scripts/wheel once per suite run, with what auditwheel said of it.
+/// The wheel scripts/setup built (scripts/wheel) and unpacked into target/manylinux, with what
+/// auditwheel said of it. This suite's binaries must be that wheel's (scripts/test runs it with
+/// `ACCEL_TEST_BIN_DIR=target/manylinux/bin`): the wheel then ships what the suite tested.
 fn wheel() -> (PathBuf, String) {
-    let dir = suite::fixture("wheel", |d| {
-        let o = run(
-            Command::new("nice")
-                .args(["-n", "19"])
-                .arg(repo().join("scripts/wheel"))
-                .current_dir(repo()),
-            BUILD,
-        );
-        o.ok();
-        let wheel = PathBuf::from(o.stdout.trim());
-        let name = wheel.file_name().expect("a wheel file name");
-        std::fs::copy(repo().join(&wheel), d.join(name)).expect("copy the wheel");
-        std::fs::write(d.join("build.log"), &o.stderr).expect("write the log");
+    let unpacked = repo().join("target/manylinux");
+    let path = std::fs::read_to_string(unpacked.join("wheel.path")).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: scripts/setup builds the wheel (run the suite with scripts/test or scripts/test-wheel)",
+            unpacked.join("wheel.path").display()
+        )
     });
-    let wheel = std::fs::read_dir(&dir)
-        .expect("the wheel fixture")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .expect("a .whl in the wheel fixture");
-    let log = std::fs::read_to_string(dir.join("build.log")).unwrap_or_default();
+    let wheel = repo().join(path.trim());
+    assert!(wheel.is_file(), "{} is missing", wheel.display());
+    let tested = crate::util::bin("accel-launch");
+    assert_eq!(
+        tested.parent(),
+        Some(unpacked.join("bin").as_path()),
+        "this suite ran {}, not the wheel's binaries: run it with scripts/test or scripts/test-wheel \
+         (ACCEL_TEST_BIN_DIR=target/manylinux/bin)",
+        tested.display()
+    );
+    let log = std::fs::read_to_string(unpacked.join("wheel.log")).unwrap_or_default();
     (wheel, log)
 }
 
@@ -98,7 +94,7 @@ fn venv(dir: &Path, packages: &[&str], wheel: &Path) -> PathBuf {
     .ok();
     if !packages.is_empty() {
         run(
-            Command::new(repo().join(".venv-wheel/bin/uv"))
+            Command::new(repo().join(".venv/bin/uv"))
                 .args(["pip", "install", "--offline", "--quiet", "--python"])
                 .arg(venv.join("bin/python"))
                 .args(packages),
@@ -141,6 +137,64 @@ fn user(venv: &Path, home: &Path, program: &str) -> Command {
     c
 }
 
+/// pip installed, byte for byte, the binaries this suite ran (and accel-test's part that its ranks loaded).
+fn same_binaries_as_the_suite(venv: &Path) {
+    let tested = repo().join("target/manylinux");
+    for (installed, suite) in TOOLS
+        .iter()
+        .map(|t| (venv.join("bin").join(t), tested.join("bin").join(t)))
+        .chain([(
+            venv.join("lib/accel/libaccel_test_torch.so"),
+            tested.join("lib/accel/libaccel_test_torch.so"),
+        )])
+    {
+        let a =
+            std::fs::read(&installed).unwrap_or_else(|e| panic!("{}: {e}", installed.display()));
+        let b = std::fs::read(&suite).unwrap_or_else(|e| panic!("{}: {e}", suite.display()));
+        assert!(
+            a == b,
+            "{} is not the {} the suite ran",
+            installed.display(),
+            suite.display()
+        );
+    }
+}
+
+/// The licence the project declares is in the wheel (PEP 639: `.dist-info/licenses/`, and
+/// `License-Expression`), with the project's URLs (pyproject.toml `[project.urls]`).
+fn licence_and_urls(venv: &Path) {
+    let site = venv.join("lib/python3.11/site-packages");
+    let dist = std::fs::read_dir(&site)
+        .expect("site-packages")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("accel_cli-") && n.ends_with(".dist-info")
+            })
+        })
+        .expect("accel_cli's .dist-info");
+    let licence = std::fs::read(dist.join("licenses/LICENSE")).expect("licenses/LICENSE");
+    assert_eq!(
+        licence,
+        std::fs::read(repo().join("LICENSE")).unwrap(),
+        "the wheel's LICENSE"
+    );
+    let metadata = std::fs::read_to_string(dist.join("METADATA")).expect("METADATA");
+    for want in [
+        "License-Expression: Apache-2.0",
+        "License-File: LICENSE",
+        "Project-URL: Accelerate, https://github.com/huggingface/accelerate",
+        "Project-URL: torchrun reference, https://docs.pytorch.org/docs/stable/elastic/run.html",
+    ] {
+        assert!(
+            metadata.lines().any(|l| l == want),
+            "METADATA lacks `{want}`:\n{metadata}"
+        );
+    }
+}
+
 /// `readelf -d`: no tool links libtorch, and none has a run path.
 fn links_no_libtorch(venv: &Path) {
     for t in TOOLS {
@@ -157,9 +211,6 @@ fn links_no_libtorch(venv: &Path) {
     }
 }
 
-// In the suite (CI): building the wheel compiles every crate twice more, niced, first of the run
-// (.config/nextest.toml gives it priority) so that its minutes overlap the other tests. scripts/test-wheel
-// runs it alone.
 #[test]
 fn pip_install_offline_into_fresh_venvs_with_and_without_torch() {
     let (wheel, log) = wheel();
@@ -193,6 +244,8 @@ fn pip_install_offline_into_fresh_venvs_with_and_without_torch() {
         &wheel,
     );
     links_no_libtorch(&with);
+    same_binaries_as_the_suite(&with);
+    licence_and_urls(&with);
     for t in TOOLS {
         let o = run(user(&with, &home, t).arg("--version"), WAIT);
         o.ok();

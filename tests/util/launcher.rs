@@ -15,7 +15,12 @@ pub fn launch_env(program: impl AsRef<OsStr>, home: &Path) -> Command {
         .env("HOME", home)
         .env("HF_HOME", home)
         .env("ACCEL_PYTHON", super::venv_python())
-        .env("PYTHONDONTWRITEBYTECODE", "1");
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // DeepSpeed's shm_comm op, built once by scripts/setup, not once per test's HOME (minutes each).
+        .env(
+            "TORCH_EXTENSIONS_DIR",
+            super::repo().join("target/torch-extensions"),
+        );
     c
 }
 

@@ -23,7 +23,28 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// One of the six built tools.
+///
+/// `ACCEL_TEST_BIN_DIR` (scripts/test sets it to `target/manylinux/bin`, the wheel's binaries unpacked by
+/// scripts/setup) runs the suite on the binaries the wheel ships instead of cargo's: the wheel then holds
+/// what was tested (tests/wheel.rs checks that they are the same files).
 pub fn bin(name: &str) -> PathBuf {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    #[allow(clippy::disallowed_methods)]
+    let dir = DIR.get_or_init(|| {
+        std::env::var_os("ACCEL_TEST_BIN_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    });
+    if let Some(dir) = dir {
+        let path = dir.join(name);
+        assert!(
+            path.is_file(),
+            "{} is missing (ACCEL_TEST_BIN_DIR): scripts/setup unpacks the wheel there",
+            path.display()
+        );
+        return path;
+    }
     let path = match name {
         "accel-config" => env!("CARGO_BIN_EXE_accel-config"),
         "accel-env" => env!("CARGO_BIN_EXE_accel-env"),
