@@ -114,6 +114,10 @@ fn man_pages_name_only_existing_flags() {
         "simulate",
         // numactl's (torch's NUMA binding).
         "physcpubind",
+        // py-spy's (the hang watch's native look: `py-spy record --native`, which refuses
+        // --nonblocking).
+        "native",
+        "nonblocking",
     ];
     // An entry that is a tool's own flag would let that flag vanish from the tool unnoticed.
     let own: Vec<&str> = others

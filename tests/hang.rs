@@ -489,16 +489,13 @@ fn slow_runs_are_not_hangs_and_stacks_come_on_demand_and_on_failure() {
 }
 
 /// Rank 0 computes for 25 s (2.5 timeouts) in `torch.mm(a, b, out=c)` with no step counter: one
-/// line, the same tensors (py-spy shows `<Tensor at 0x…>`, the same address each step), a whole
-/// core and no I/O, which is what a rank spinning in one C call shows; only its memory traffic
-/// (12 MiB read and written per step) tells it apart. It is declared hung today (issue 40 item 5):
-/// the watch counts CPU time as progress only for a rank whose stacks cannot be read. The signal
-/// that would tell it from a spin is the memory it writes (soft-dirty pages through
-/// /proc/PID/clear_refs and pagemap, or the CPU's memory counters through perf_event_open); the
-/// test machines' kernel has neither (no CONFIG_MEM_SOFT_DIRTY, no CPU PMU), so the test is
-/// ignored until the watch has such a signal.
+/// line, the same tensors (py-spy shows `<Tensor at 0x…>`, the same address each step; the output
+/// gets the same values each step), a whole core and no I/O, which is what a rank spinning in one C
+/// call shows (issue 40 item 5). What tells it apart is where its CPU time goes: py-spy's native
+/// samples put its thread in MKL's `mkl_blas_def_sgemm_kernel_0_zen`, a compute kernel, where a
+/// catastrophic regex is in `sre_ucs1_match` and a GPU sync in libcuda; the watch takes them once the
+/// run has been still for a third of the timeout, and a rank found computing restarts the timer.
 #[test]
-#[ignore = "issue 40 item 5: declared hung; no memory-write signal on these kernels"]
 fn an_in_place_compute_loop_without_a_counter_is_not_a_hang() {
     let tmp = tempfile::tempdir().unwrap();
     let ran = run(

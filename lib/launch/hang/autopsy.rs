@@ -562,6 +562,231 @@ pub fn sample_parallel(
         .collect()
 }
 
+/// How long one rank's native samples are taken for, in seconds (`py-spy record --duration` takes
+/// whole seconds), and at what rate: about 10 samples spread over 2 s.
+const NATIVE_SECONDS: u32 = 2;
+const NATIVE_RATE: u32 = 5;
+/// Fewer samples than this tell nothing (py-spy lost them on a saturated machine).
+const NATIVE_MIN_SAMPLES: usize = 3;
+/// How many named native frames from the innermost one are looked at for a compute kernel: a kernel
+/// may call a helper of its own (`copy_same_type_transpose_`'s lambda under `at::native::copy_impl`)
+/// or of the C runtime (memcpy).
+const NATIVE_DEPTH: usize = 3;
+/// The bound on one rank's native sampling: py-spy's start (it reads the symbols and unwind tables of
+/// libtorch_cpu.so, seconds on a loaded machine) and the sampling itself.
+pub const NATIVE_LIMIT: Duration = Duration::from_secs(12);
+
+/// A frame of a native sample: the function (demangled, or an address) and the file it is in (a
+/// library, a Python source, or `?` for code of no file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeFrame {
+    pub name: String,
+    pub file: String,
+}
+
+impl NativeFrame {
+    fn library(&self) -> &str {
+        self.file.rsplit('/').next().unwrap_or(&self.file)
+    }
+
+    fn is_python(&self) -> bool {
+        self.file.ends_with(".py") || self.file.starts_with('<')
+    }
+
+    /// Skipped on the way out from the innermost frame: the C runtime's helpers, which kernels call
+    /// (memcpy, memset, expf) and which have no symbols here (`0x7f… (libc.so.6)`), and code in no
+    /// file, which is what JIT-generated kernels are (oneDNN's convolutions show `0x7f… (?)` under
+    /// `dnnl::impl::…::execute_forward`). A spin in libc (`sched_yield` in a polling loop) is judged
+    /// by its caller, which is no kernel.
+    fn is_runtime_helper(&self) -> bool {
+        let lib = self.library();
+        self.file == "?"
+            || ["libc.so", "libm.so", "libpthread", "ld-linux", "libgcc_s"]
+                .iter()
+                .any(|p| lib.starts_with(p))
+    }
+
+    /// Ends the walk, not a kernel: GPU and collective runtimes (a rank hung in
+    /// `cudaStreamSynchronize` spins in libcuda; ATen's CUDA operators live in libtorch_cuda, so an
+    /// `at::native::` frame there is no CPU kernel), c10d and gloo (collectives that wait), and
+    /// OpenMP's thread team (where a thread waits for the others at a barrier).
+    fn ends_the_walk(&self) -> bool {
+        let lib = self.library();
+        let gpu_or_wait = [
+            "libcuda",
+            "libcudart",
+            "libcublas",
+            "libcudnn",
+            "libnccl",
+            "libtorch_cuda",
+            "libc10_cuda",
+            "libamdhip",
+            "libhip",
+            "librccl",
+            "libtorch_hip",
+            "libgomp",
+            "libiomp",
+            "libomp",
+        ];
+        gpu_or_wait.iter().any(|p| lib.starts_with(p))
+            || ["c10d::", "gloo::", "c10::cuda::", "at::cuda::"]
+                .iter()
+                .any(|p| self.name.starts_with(p))
+    }
+
+    /// A CPU compute kernel's own code: time spent here is arithmetic on tensors, not a spin.
+    fn is_compute_kernel(&self) -> bool {
+        // - MKL's compute domains (torch links MKL into libtorch_cpu): BLAS (`torch.mm`'s
+        //   `mkl_blas_def_sgemm_kernel_0_zen`), LAPACK, FFT (`mkl_dft_…`), vector math (`torch.tanh`'s
+        //   `mkl_vml_kernel_sTanh_…`), sparse BLAS. Not `mkl_serv_`, its service layer (threads,
+        //   memory, dispatch).
+        // - `gemm`/`gemv`: matrix products of any BLAS (OpenBLAS's `sgemm_kernel_HASWELL`,
+        //   `cblas_sgemm`, fbgemm's quantized kernels, ATen's `at::native::cpublas::gemm`).
+        // - oneDNN (convolutions, matmul; reached through ideep): its JIT code has no symbol and is
+        //   skipped, so the first named frame is its `dnnl::impl::…::execute`.
+        // - ATen's CPU operators (`at::native::`: TensorIterator loops, reductions, sort, copy; also
+        //   inside templates, `std::__introsort_loop<at::native::…>`), its SIMD vectors (`at::vec::`)
+        //   and the SLEEF vector math they call (`Sleef_tanhf8_u10avx2`).
+        const MARKERS: [&str; 15] = [
+            "mkl_blas_",
+            "mkl_lapack_",
+            "mkl_dft_",
+            "mkl_vml_",
+            "mkl_spblas_",
+            "mkl_sparse_",
+            "gemm",
+            "gemv",
+            "dnnl::",
+            "dnnl_",
+            "mkldnn",
+            "ideep::",
+            "at::native::",
+            "at::vec::",
+            "Sleef_",
+        ];
+        if MARKERS.iter().any(|m| self.name.contains(m)) {
+            return true;
+        }
+        // OpenBLAS (numpy's and scipy's bundled copies too) by its library: its kernels' names
+        // (`sdot_k_HASWELL`, `dgemm_oncopy`) share no prefix. Not its thread server and the wait for
+        // it, where a pool deadlocked after a fork spins.
+        self.library().contains("openblas")
+            && !["blas_thread", "exec_blas"]
+                .iter()
+                .any(|p| self.name.contains(p))
+    }
+}
+
+/// Whether one native sample (innermost frame first) is in a CPU compute kernel: from the innermost
+/// frame outwards, past the C runtime's helpers and JIT code, one of the next [`NATIVE_DEPTH`] named
+/// frames is a kernel's before a Python frame or a GPU, collective or thread-team frame.
+pub fn in_compute_kernel(frames: &[NativeFrame]) -> bool {
+    frames
+        .iter()
+        .filter(|f| !f.is_runtime_helper())
+        .take_while(|f| !f.is_python() && !f.ends_the_walk())
+        .take(NATIVE_DEPTH)
+        .any(NativeFrame::is_compute_kernel)
+}
+
+/// Whether a rank whose Python stack does not change is computing: more than half of its native
+/// samples (those of its active threads; py-spy leaves idle ones out) are in a compute kernel, and
+/// there are at least [`NATIVE_MIN_SAMPLES`] of them.
+pub fn computing(samples: &[Vec<NativeFrame>]) -> bool {
+    let kernel = samples.iter().filter(|s| in_compute_kernel(s)).count();
+    samples.len() >= NATIVE_MIN_SAMPLES && 2 * kernel > samples.len()
+}
+
+#[derive(Deserialize)]
+struct Speedscope {
+    profiles: Vec<SpeedscopeProfile>,
+    shared: SpeedscopeShared,
+}
+
+#[derive(Deserialize)]
+struct SpeedscopeProfile {
+    #[serde(default)]
+    samples: Vec<Vec<usize>>,
+}
+
+#[derive(Deserialize)]
+struct SpeedscopeShared {
+    frames: Vec<SpeedscopeFrame>,
+}
+
+#[derive(Deserialize)]
+struct SpeedscopeFrame {
+    name: String,
+    #[serde(default)]
+    file: Option<String>,
+}
+
+/// Parses `py-spy record --format speedscope`: every sample of every thread, innermost frame first
+/// (speedscope lists each sample's frames outermost first, by index into the shared frames).
+pub fn parse_speedscope(text: &str) -> Result<Vec<Vec<NativeFrame>>, String> {
+    let s: Speedscope =
+        serde_json::from_str(text).map_err(|e| format!("unreadable py-spy output: {e}"))?;
+    let frame = |i: usize| {
+        s.shared.frames.get(i).map(|f| NativeFrame {
+            name: f.name.clone(),
+            file: f.file.clone().unwrap_or_else(|| "?".into()),
+        })
+    };
+    Ok(s.profiles
+        .iter()
+        .flat_map(|p| &p.samples)
+        .map(|sample| sample.iter().rev().filter_map(|i| frame(*i)).collect())
+        .collect())
+}
+
+/// Takes a rank's native samples: `py-spy record --native` for [`NATIVE_SECONDS`] at
+/// [`NATIVE_RATE`] a second, one py-spy for all of them. py-spy cannot take native stacks with
+/// `--nonblocking`: the rank is paused for each sample, and for its first while py-spy reads the
+/// unwind tables of its libraries (about a second with libtorch_cpu.so), once per call.
+pub fn native_samples(py_spy: &Path, pid: i32) -> Result<Vec<Vec<NativeFrame>>, String> {
+    let out = tempfile::Builder::new()
+        .prefix("accel-native-")
+        .suffix(".json")
+        .tempfile()
+        .map_err(|e| format!("no file for py-spy's samples: {e}"))?;
+    let mut child = Command::new(py_spy)
+        .args(["record", "--native", "--format", "speedscope"])
+        .args(["--duration", &NATIVE_SECONDS.to_string()])
+        .args(["--rate", &NATIVE_RATE.to_string()])
+        .args(["--pid", &pid.to_string()])
+        .arg("--output")
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", py_spy.display()))?;
+    let until = Instant::now() + NATIVE_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    match status {
+        None => Err(format!(
+            "py-spy record took more than {} s",
+            NATIVE_LIMIT.as_secs()
+        )),
+        Some(s) if s.success() => {
+            let text = std::fs::read_to_string(out.path())
+                .map_err(|e| format!("py-spy's samples cannot be read: {e}"))?;
+            parse_speedscope(&text)
+        }
+        Some(s) => Err(format!("py-spy record failed ({s})")),
+    }
+}
+
 /// The report: the verdict line, then the grouped stacks. `head` is e.g. `accel-launch: hang`.
 pub fn report(head: &str, stacks: &[RankStack]) -> String {
     let groups = group(stacks);
@@ -836,5 +1061,120 @@ mod tests {
         assert_eq!(t[0].frames[0].name, "all_reduce");
         assert!(t[0].is_main());
         assert!(parse_py_spy_json("nope").is_err());
+    }
+
+    /// A native sample, innermost frame first, from `name (file)` pairs as py-spy shows them.
+    fn native(frames: &[(&str, &str)]) -> Vec<NativeFrame> {
+        frames
+            .iter()
+            .map(|(name, file)| NativeFrame {
+                name: (*name).into(),
+                file: (*file).into(),
+            })
+            .collect()
+    }
+
+    const TORCH_CPU: &str = "/v/site-packages/torch/lib/libtorch_cpu.so";
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    const PYTHON: &str = "/usr/lib/libpython3.11.so.1.0";
+
+    #[test]
+    fn compute_kernels_are_told_from_spins_by_their_native_frames() {
+        // Samples taken with py-spy record --native of the loops each names (torch 2.13, MKL).
+        let kernels = [
+            // torch.mm(a, b, out=c)
+            native(&[
+                ("mkl_blas_def_sgemm_kernel_0_zen", TORCH_CPU),
+                ("<module>", "/w/mm.py"),
+            ]),
+            // torch.tanh(a, out=c)
+            native(&[("mkl_vml_kernel_sTanh_EXHAynn", TORCH_CPU), ("<module>", "/w/t.py")]),
+            // conv2d: oneDNN's JIT code has no file.
+            native(&[
+                ("0x7f9bc962769b", "?"),
+                ("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute_forward", TORCH_CPU),
+            ]),
+            // c.copy_(a.t()): memcpy under an anonymous-namespace helper of at::native::copy_impl.
+            native(&[
+                ("0x7fa260b70b5b", LIBC),
+                ("(anonymous namespace)::copy_same_type_transpose_(at::Tensor&, at::Tensor const&)::{lambda()#1}::operator() const", TORCH_CPU),
+                ("at::native::copy_impl", TORCH_CPU),
+            ]),
+            // torch.sort: ATen's types inside a std:: template.
+            native(&[("std::__introsort_loop<at::native::CompositeRandomAccessor<float*, long*, at::native::TupleInfoCPU>, long>", TORCH_CPU)]),
+            // numpy's OpenBLAS.
+            native(&[("sdot_k_HASWELL", "/v/numpy.libs/libscipy_openblas64_-ff651d7f.so")]),
+        ];
+        for k in &kernels {
+            assert!(in_compute_kernel(k), "{k:?}");
+        }
+        let spins = [
+            // A catastrophic regex.
+            native(&[
+                ("0x7f5dda170ae6", LIBC),
+                ("sre_ucs1_match", PYTHON),
+                ("_sre_SRE_Pattern_match", PYTHON),
+                ("match", "/usr/lib/python3.11/re/__init__.py"),
+            ]),
+            // `while True: pass`: the innermost frame is Python's.
+            native(&[("<module>", "/w/busy.py"), ("0x7fda2124524a", LIBC)]),
+            // A GPU sync on a hung kernel: ATen's CUDA operator under libcuda's spin.
+            native(&[
+                ("0x7f00aa001122", "/usr/lib/libcuda.so.1"),
+                ("0x7f00aa003344", "/usr/lib/libcuda.so.1"),
+                ("cudaStreamSynchronize", "/v/torch/lib/libcudart.so.13"),
+                (
+                    "at::native::_local_scalar_dense_cuda",
+                    "/v/torch/lib/libtorch_cuda.so",
+                ),
+            ]),
+            // A collective's wait, and OpenMP's barrier above a kernel's caller.
+            native(&[
+                ("sched_yield", LIBC),
+                ("c10d::ProcessGroupGloo::AsyncWork::wait", TORCH_CPU),
+                ("at::native::foo", TORCH_CPU),
+            ]),
+            native(&[
+                (
+                    "gomp_team_barrier_wait_end",
+                    "/v/torch/lib/libgomp-a34b3233.so.1",
+                ),
+                ("at::internal::invoke_parallel", TORCH_CPU),
+            ]),
+            // MKL's service layer, and OpenBLAS's thread server.
+            native(&[
+                ("mkl_serv_thread_yield", TORCH_CPU),
+                ("ttl_parallel_team", TORCH_CPU),
+            ]),
+            native(&[("blas_thread_server", "/v/libopenblas.so.0")]),
+            // A kernel too far out: a user's C extension spinning three calls below it.
+            native(&[
+                ("spin3", "/w/ext.so"),
+                ("spin2", "/w/ext.so"),
+                ("spin1", "/w/ext.so"),
+                ("at::native::add", TORCH_CPU),
+            ]),
+        ];
+        for s in &spins {
+            assert!(!in_compute_kernel(s), "{s:?}");
+        }
+        // A majority of at least three samples.
+        let k = || kernels[0].clone();
+        let s = || spins[0].clone();
+        assert!(computing(&[k(), k(), s()]));
+        assert!(!computing(&[k(), s(), s()]));
+        assert!(!computing(&[k(), k(), s(), s()]));
+        assert!(!computing(&[k(), k()]), "too few samples tell nothing");
+        assert!(!computing(&[]));
+    }
+
+    #[test]
+    fn parses_py_spy_speedscope() {
+        let text = r#"{"$schema":"https://www.speedscope.app/file-format-schema.json","profiles":[{"type":"sampled","name":"Thread 22232 \"MainThread\"","unit":"seconds","startValue":0.0,"endValue":0.67,"samples":[[1,0],[1,0]],"weights":[0.33,0.33]}],"shared":{"frames":[{"name":"mkl_blas_def_sgemm_kernel_0_zen","file":"/v/torch/lib/libtorch_cpu.so","line":0,"col":null},{"name":"<module>","file":"/tmp/mm.py","line":6,"col":null}]},"activeProfileIndex":null,"exporter":"py-spy@0.4.3","name":"py-spy profile"}"#;
+        let samples = parse_speedscope(text).unwrap();
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[0][0].name, "mkl_blas_def_sgemm_kernel_0_zen");
+        assert_eq!(samples[0][1].file, "/tmp/mm.py");
+        assert!(parse_speedscope("nope").is_err());
     }
 }

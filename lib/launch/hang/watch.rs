@@ -16,10 +16,15 @@
 //!   sockets ([`super::sockets`]: data streamed with `recv()`, a `send` draining to a slow peer);
 //! - its process tree: a rank or a child of one appearing or ending.
 //!
-//! CPU time is never progress for a rank whose stacks can be read: a rank spinning in one C call (a
-//! regex, `cudaStreamSynchronize`, a busy-polling collective) uses a whole core with one unchanging
-//! stack. Only where py-spy cannot read a rank (not installed, not a Python process, not allowed, or
-//! its last two dumps failed) does its CPU time count, at [`BUSY_FRACTION`] of a core.
+//! CPU time alone is not progress for a rank whose stacks can be read: a rank spinning in one C call
+//! (a regex, `cudaStreamSynchronize`, a busy-polling collective) uses a whole core with one
+//! unchanging stack. But so does an in-place compute loop with no counter (`torch.mm(a, b, out=c)`),
+//! whose memory contents do not change either. What tells them apart is where the CPU time goes:
+//! a rank whose stacks came out the same while it was busy gets a native look once the run has been
+//! still for a while, and CPU time in a compute kernel
+//! ([`autopsy::computing`]: MKL, BLAS, oneDNN, ATen's CPU operators) is progress. Where py-spy cannot
+//! read a rank at all (not installed, not a Python process, not allowed, or its last two dumps
+//! failed) its CPU time counts, at [`BUSY_FRACTION`] of a core.
 //!
 //! The decision ([`Judge`]) is pure; [`Watch`] holds the sampling rule and asks a [`Probe`] for the
 //! observations, so the unit tests run the real rule on a scripted probe.
@@ -38,6 +43,14 @@ pub const BUSY_FRACTION: f64 = 0.05;
 
 /// The bound of one rank's dump in the single-node autopsy and `--stacks`.
 pub const AUTOPSY_DUMP: Duration = Duration::from_secs(10);
+
+/// How long before the timeout the spinning ranks get their native look (for a timeout of 45 s or
+/// more; a third of it for less): room for [`autopsy::NATIVE_LIMIT`].
+const NATIVE_LEAD: Duration = Duration::from_secs(15);
+
+/// How long the verdict waits for a native look under way (its samplers are bounded by
+/// [`autopsy::NATIVE_LIMIT`]).
+const NATIVE_WAIT: Duration = Duration::from_secs(14);
 
 /// The bound of one rank's dump while sampling: a dump of a live rank takes tens of milliseconds,
 /// but seconds on a machine saturated by ranks starting up; one that takes longer is dropped.
@@ -78,6 +91,10 @@ struct Seen {
     /// Its dumps that failed since the last that succeeded. One failure now and then (a loaded
     /// machine) changes nothing; from two in a row its stacks count as unreadable.
     failed_in_a_row: u32,
+    /// Its last two stacks were the same.
+    same: bool,
+    /// It used at least [`BUSY_FRACTION`] of a core over the last usage interval.
+    busy: bool,
 }
 
 /// Decides, from successive observations, when the run last made progress.
@@ -116,6 +133,7 @@ impl Judge {
             let mut by_usage = false;
             if let (Some(a), Some(b)) = (s.usage, usage) {
                 let cpu = b.cpu_ticks.saturating_sub(a.cpu_ticks);
+                s.busy = cpu >= self.busy_ticks;
                 if b.moved_since(&a) {
                     log::debug!("hang watch: pid {pid} moved: {a:?} -> {b:?}");
                     progress = true;
@@ -149,12 +167,35 @@ impl Judge {
         s.ever_read = true;
         s.failed_in_a_row = 0;
         // A first digest is a baseline, not a change.
-        let changed = s.digest.replace(d).is_some_and(|before| before != d);
+        let before = s.digest.replace(d);
+        let changed = before.is_some_and(|before| before != d);
+        s.same = before == Some(d);
         if changed {
             log::debug!("hang watch: pid {pid}: its stacks changed");
             self.last_progress = self.last_progress.max(at);
         }
         Some(changed)
+    }
+
+    /// The ranks that look like a spinning hang: readable stacks, the same twice, while their CPU
+    /// moves. Only these are worth a native look ([`autopsy::computing`]).
+    pub fn spinning(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.same && s.busy && s.ever_read && s.failed_in_a_row < 2)
+            .map(|(pid, _)| *pid)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// A rank whose stacks stay the same was found computing in a CPU kernel at `at`: progress.
+    pub fn computed(&mut self, at: Instant, pid: i32) {
+        if self.seen.contains_key(&pid) {
+            log::debug!("hang watch: pid {pid} computes in a CPU kernel");
+            self.last_progress = self.last_progress.max(at);
+        }
     }
 
     /// How long the run has been still.
@@ -191,6 +232,12 @@ pub trait Probe {
     fn start(&mut self, kind: Kind, ranks: &[Live], per_dump: Duration);
     /// The started batch's stacks, once every dump of it has ended.
     fn poll(&mut self, kind: Kind) -> Option<Vec<Sampled>>;
+    /// Starts taking these ranks' native samples, in the background ([`autopsy::native_samples`]):
+    /// one batch at a time.
+    fn start_native(&mut self, pids: &[i32]);
+    /// The started native batch's answer, once it has ended: for each rank, whether it computes in
+    /// a CPU kernel ([`autopsy::computing`]).
+    fn poll_native(&mut self) -> Option<Vec<(i32, bool)>>;
 }
 
 /// What a batch of dumps is for: they run side by side, so that an autopsy never waits for a
@@ -260,6 +307,12 @@ pub struct Watch<P: Probe = ProcProbe> {
     /// Ranks whose usage moved since their stacks were last due: they are progressing, and their
     /// stacks are not taken (a rank in collectives over TCP, or writing, costs no dump).
     moving: std::collections::HashSet<i32>,
+    /// How long the run must have been still before its spinning ranks get a native look.
+    native_at: Duration,
+    /// A native batch in flight, started then.
+    native: Option<Instant>,
+    /// When the last native batch started: one per stillness, unless it found progress.
+    native_started: Option<Instant>,
 }
 
 impl Watch<ProcProbe> {
@@ -283,6 +336,9 @@ impl<P: Probe> Watch<P> {
             autopsy: Autopsy::None,
             latest: HashMap::new(),
             moving: std::collections::HashSet::new(),
+            native_at: (timeout / 3).max(timeout.saturating_sub(NATIVE_LEAD)),
+            native: None,
+            native_started: None,
         }
     }
 
@@ -290,7 +346,12 @@ impl<P: Probe> Watch<P> {
     /// stacks are in (taken in the background: the caller goes on reaping and forwarding signals).
     pub fn tick(&mut self, now: Instant, live: &[Live]) -> Option<Decision> {
         self.sample(now, live);
-        if self.judge.hung(now) {
+        // A native look under way may yet find a rank computing: the verdict waits for it, within
+        // its bound.
+        let looking = self
+            .native
+            .is_some_and(|t| now.saturating_duration_since(t) < NATIVE_WAIT);
+        if self.judge.hung(now) && !looking {
             self.request_autopsy(live, AUTOPSY_DUMP);
             self.advance(now, live);
         }
@@ -362,6 +423,7 @@ impl<P: Probe> Watch<P> {
 
     /// Collects the batches that have ended, and starts the next ones when due.
     fn advance(&mut self, now: Instant, live: &[Live]) {
+        self.look_natively(now, live);
         if let Some(at) = self.sampling {
             if let Some(results) = self.probe.poll(Kind::Sample) {
                 self.sampling = None;
@@ -422,6 +484,48 @@ impl<P: Probe> Watch<P> {
             self.sampling = Some(now);
         }
     }
+
+    /// CPU time in a compute kernel is progress, CPU time anywhere else is not: a rank whose stacks
+    /// stay the same while its CPU moves (an in-place `torch.mm(a, b, out=c)` loop with no counter
+    /// looks like a regex stuck in one C call) gets a native look once the run has been still for
+    /// `native_at`, and again only after progress; a rank found computing restarts the timer.
+    fn look_natively(&mut self, now: Instant, live: &[Live]) {
+        if let Some(at) = self.native {
+            if let Some(found) = self.probe.poll_native() {
+                self.native = None;
+                for (pid, computing) in found {
+                    if computing {
+                        self.judge.computed(now, pid);
+                    } else {
+                        log::debug!("hang watch: pid {pid} spins outside any compute kernel");
+                    }
+                }
+            } else if now.saturating_duration_since(at) >= NATIVE_WAIT {
+                // Its samplers are bounded (NATIVE_LIMIT); their answer, if it comes, is stale.
+                self.native = None;
+            }
+            return;
+        }
+        let since = self.judge.last_progress();
+        if !self.probe.can_sample()
+            || !matches!(self.autopsy, Autopsy::None)
+            || self.judge.quiet(now) < self.native_at
+            || self.native_started.is_some_and(|t| t >= since)
+        {
+            return;
+        }
+        let pids: Vec<i32> = self
+            .judge
+            .spinning()
+            .into_iter()
+            .filter(|p| live.iter().any(|l| l.pid == *p))
+            .collect();
+        if !pids.is_empty() {
+            self.probe.start_native(&pids);
+            self.native = Some(now);
+            self.native_started = Some(now);
+        }
+    }
 }
 
 /// The real observations: /proc, sock_diag, and py-spy on background threads.
@@ -429,6 +533,7 @@ pub struct ProcProbe {
     py_spy: Option<PathBuf>,
     tcp: sockets::TcpBytes,
     batches: HashMap<Kind, mpsc::Receiver<Vec<Sampled>>>,
+    native: Option<mpsc::Receiver<Vec<(i32, bool)>>>,
 }
 
 impl ProcProbe {
@@ -437,6 +542,7 @@ impl ProcProbe {
             py_spy,
             tcp: sockets::TcpBytes::new(),
             batches: HashMap::new(),
+            native: None,
         }
     }
 }
@@ -504,6 +610,60 @@ impl Probe for ProcProbe {
             Err(mpsc::TryRecvError::Disconnected) => Vec::new(),
         };
         self.batches.remove(&kind);
+        Some(got)
+    }
+
+    fn start_native(&mut self, pids: &[i32]) {
+        let Some(py_spy) = self.py_spy.clone() else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel();
+        let pids = pids.to_vec();
+        let spawned = std::thread::Builder::new()
+            .name("hang native".into())
+            .spawn(move || {
+                // One py-spy per rank, side by side: the batch takes as long as one.
+                let handles: Vec<_> = pids
+                    .iter()
+                    .map(|&pid| {
+                        let py_spy = py_spy.clone();
+                        std::thread::Builder::new()
+                            .name(format!("py-spy native {pid}"))
+                            .spawn(move || match autopsy::native_samples(&py_spy, pid) {
+                                Ok(samples) => autopsy::computing(&samples),
+                                Err(e) => {
+                                    log::debug!("py-spy native on pid {pid}: {e}");
+                                    false
+                                }
+                            })
+                    })
+                    .collect();
+                let found = pids
+                    .iter()
+                    .zip(handles)
+                    .map(|(&pid, h)| (pid, h.ok().and_then(|h| h.join().ok()).unwrap_or(false)))
+                    .collect();
+                let _ = tx.send(found);
+            });
+        self.native = Some(match spawned {
+            Ok(_) => rx,
+            Err(e) => {
+                // No thread: the batch found nothing.
+                log::debug!("cannot start a thread for py-spy: {e}");
+                let (tx, rx) = mpsc::channel();
+                let _ = tx.send(Vec::new());
+                rx
+            }
+        });
+    }
+
+    fn poll_native(&mut self) -> Option<Vec<(i32, bool)>> {
+        let got = match self.native.as_ref()?.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Err(mpsc::TryRecvError::Disconnected) => Vec::new(),
+        };
+        self.native = None;
         Some(got)
     }
 }
@@ -672,7 +832,14 @@ mod tests {
         dumps: Rc<RefCell<Vec<(Duration, i32)>>>,
         pending: HashMap<Kind, Vec<Sampled>>,
         py_spy: bool,
+        /// Whether a rank is in a compute kernel at a moment, for its native samples, which take
+        /// [`NATIVE_TAKES`]; and when each native look began.
+        kernel: Box<dyn Fn(i32, Duration) -> bool>,
+        natives: Rc<RefCell<Vec<(Duration, i32)>>>,
+        native: Option<(Duration, Vec<(i32, bool)>)>,
     }
+
+    const NATIVE_TAKES: Duration = Duration::from_secs(4);
 
     impl Probe for Scripted {
         fn usages(&mut self, pids: &[i32]) -> Vec<Option<Usage>> {
@@ -710,6 +877,25 @@ mod tests {
         fn poll(&mut self, kind: Kind) -> Option<Vec<Sampled>> {
             self.pending.remove(&kind)
         }
+        fn start_native(&mut self, pids: &[i32]) {
+            let t = self.now.borrow().duration_since(self.t0);
+            let found = pids
+                .iter()
+                .map(|p| {
+                    self.natives.borrow_mut().push((t, *p));
+                    // The majority of samples spread over the look: its middle.
+                    (*p, (self.kernel)(*p, t + NATIVE_TAKES / 2))
+                })
+                .collect();
+            self.native = Some((t + NATIVE_TAKES, found));
+        }
+        fn poll_native(&mut self) -> Option<Vec<(i32, bool)>> {
+            let t = self.now.borrow().duration_since(self.t0);
+            if self.native.as_ref()?.0 > t {
+                return None;
+            }
+            self.native.take().map(|n| n.1)
+        }
     }
 
     struct Run {
@@ -718,13 +904,24 @@ mod tests {
         t0: Instant,
         live: Vec<Live>,
         dumps: Rc<RefCell<Vec<(Duration, i32)>>>,
+        natives: Rc<RefCell<Vec<(Duration, i32)>>>,
     }
 
     impl Run {
         fn new(timeout: u64, py_spy: bool, ranks: Vec<(i32, Script)>) -> Run {
+            Run::with_kernel(timeout, py_spy, ranks, Box::new(|_, _| false))
+        }
+
+        fn with_kernel(
+            timeout: u64,
+            py_spy: bool,
+            ranks: Vec<(i32, Script)>,
+            kernel: Box<dyn Fn(i32, Duration) -> bool>,
+        ) -> Run {
             let t0 = Instant::now();
             let now = Rc::new(RefCell::new(t0));
             let dumps = Rc::default();
+            let natives = Rc::default();
             let live = ranks
                 .iter()
                 .map(|(pid, _)| Live {
@@ -740,6 +937,9 @@ mod tests {
                 dumps: Rc::clone(&dumps),
                 pending: HashMap::new(),
                 py_spy,
+                kernel,
+                natives: Rc::clone(&natives),
+                native: None,
             };
             Run {
                 watch: Watch::with_probe(Duration::from_secs(timeout), probe, t0),
@@ -747,6 +947,7 @@ mod tests {
                 t0,
                 live,
                 dumps,
+                natives,
             }
         }
 
@@ -805,6 +1006,57 @@ mod tests {
         );
         let at = run.until(secs(60.0)).expect("declared");
         assert!(at >= secs(15.0) && at <= secs(5.0 + 10.0 + 3.4), "{at:?}");
+    }
+
+    #[test]
+    fn a_rank_computing_in_a_kernel_with_one_stack_is_not_still_and_is_looked_at_rarely() {
+        // Rank 1: `torch.mm(a, b, out=c)` in a loop with no counter from the start (one stack, a
+        // whole core, in MKL's kernel); rank 2 waits in a barrier. Then rank 1 leaves the kernel
+        // at 40 s and spins elsewhere with the same stack (a regex): declared within the timeout,
+        // one native look and one sampling period of that.
+        let mut run = Run::with_kernel(
+            10,
+            true,
+            vec![
+                (1, Box::new(|t| (usage(spinning(t), 0), Some(1)))),
+                (2, Box::new(|_| (usage(1, 0), Some(2)))),
+            ],
+            Box::new(|pid, t| pid == 1 && t < secs(40.0)),
+        );
+        // The timer runs from the last look that found it computing, a few seconds before 40 s.
+        let at = run.until(secs(120.0)).expect("declared");
+        assert!(
+            at > secs(45.0) && at <= secs(40.0) + NATIVE_TAKES + secs(10.0 + 3.4),
+            "{at:?}"
+        );
+        let natives = run.natives.borrow();
+        // Only the spinning rank, once per stillness: every few seconds at this timeout, never twice
+        // in one stillness.
+        assert!(natives.iter().all(|n| n.1 == 1), "{natives:?}");
+        assert!((4..=12).contains(&natives.len()), "{natives:?}");
+        assert!(
+            natives.windows(2).all(|w| w[1].0 - w[0].0 >= NATIVE_TAKES),
+            "{natives:?}"
+        );
+    }
+
+    #[test]
+    fn a_spinning_rank_outside_any_kernel_is_looked_at_once_and_declared_in_time() {
+        let mut run = Run::new(
+            10,
+            true,
+            vec![
+                (1, Box::new(|t| (usage(spinning(t), 0), Some(1)))),
+                (2, Box::new(|_| (usage(1, 0), Some(2)))),
+            ],
+        );
+        let at = run.until(secs(40.0)).expect("declared");
+        assert!(at <= secs(10.5), "{at:?}");
+        assert_eq!(run.natives.borrow().len(), 1);
+        // A sleeping rank (no CPU) gets no native look.
+        let mut run = Run::new(10, true, vec![(1, Box::new(|_| (usage(1, 0), Some(1))))]);
+        run.until(secs(40.0)).expect("declared");
+        assert!(run.natives.borrow().is_empty());
     }
 
     #[test]
