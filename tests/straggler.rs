@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Instant;
 
-use crate::util::launcher::launcher;
+use crate::util::launcher::{launcher, node_flags};
 use crate::util::{fixture, venv_bin, ChildExt as _, WAIT};
 
 /// What one launcher said on stderr (each line with the seconds since it started), and its report.
@@ -146,4 +146,38 @@ fn one_rank_or_ranks_without_collectives_say_it_does_not_apply_once() {
             r.all()
         );
     }
+}
+
+#[test]
+fn two_nodes_rank_3_slowed_is_named_by_node_0_alone_and_nobody_else() {
+    let d = crate::util::tempdir();
+    let port = crate::util::free_port().to_string();
+    let runs: Vec<std::thread::JoinHandle<Ran>> = (0..2u32)
+        .map(|n| {
+            let (home, port) = (d.path().to_path_buf(), port.clone());
+            std::thread::spawn(move || {
+                let mut c = launcher(&home);
+                node_flags(&mut c, 2, n, "127.0.0.1", &port);
+                c.args(["--num_processes", "4", "--rdzv_timeout", "60"]);
+                let report = home.join(format!("report.{n}.json"));
+                spawn_run(&mut c, &home, &report, &ON, "slow", 50)
+            })
+        })
+        .collect();
+    let runs: Vec<Ran> = runs.into_iter().map(|h| h.join().unwrap()).collect();
+    for r in &runs {
+        assert_eq!(r.code, 0, "{}", r.all());
+    }
+    let named = runs[0].stragglers();
+    assert_eq!(named.len(), 1, "{}", runs[0].all());
+    let (at, line) = named[0];
+    assert!(
+        line.starts_with("accel-launch: straggler: rank 3 (node 1, host "),
+        "{line}"
+    );
+    assert!(*at <= 10.0 + 30.0, "named after {at:.1}s: {line}");
+    assert!(runs[1].stragglers().is_empty(), "{}", runs[1].all());
+    assert_eq!(runs[0].report["stragglers"][0]["rank"], 3);
+    assert_eq!(runs[0].report["stragglers"][0]["node"], 1);
+    assert_eq!(runs[1].report["stragglers"], serde_json::json!([]));
 }

@@ -1,4 +1,4 @@
-//! Every rank's main thread, sampled over one window: one `py-spy record --nonblocking --idle
+//! Every rank's main thread, sampled over one period (half a `--straggler_window`): one `py-spy record --nonblocking --idle
 //! --threads --format raw` per rank, all started at once, so that the ranks of a node are sampled
 //! over the same seconds. One process attached for the whole window costs one start (the ~13 ms of
 //! CPU a `py-spy dump` takes, most of it reading the interpreter's symbols) and then a fraction of
@@ -94,7 +94,7 @@ pub fn parse_raw(text: &str, pid: i32) -> Counts {
     c
 }
 
-/// The node's sampler: one window of every live rank at a time, taken in the background.
+/// The node's sampler: one period of every live rank at a time, taken in the background.
 pub struct Sampler {
     py_spy: PathBuf,
     window: Duration,

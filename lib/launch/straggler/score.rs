@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Fewer samples of a rank than this in a window tell too little: the rank is left out of it.
 pub const MIN_SAMPLES: u32 = 8;
@@ -18,12 +18,13 @@ pub const MIN_SAMPLES: u32 = 8;
 /// rank by chance: with 40 samples a rank waiting 45% of the time is seen between 30% and 60%.
 pub const Z: f64 = 3.0;
 
-/// Windows in which no rank waited in a collective, on more than one rank, before detection is
-/// said not to apply: the first window may be the ranks' start (imports, loading data) alone.
-pub const QUIET_WINDOWS: u32 = 2;
+/// Judgements in which no rank waited in a collective, on more than one rank, before detection is
+/// said not to apply: the first may be the ranks' start (imports, loading data) alone. Judged every
+/// half window over the last whole one ([`merge`]), three are two windows.
+pub const QUIET_WINDOWS: u32 = 3;
 
 /// Where a rank's main thread was, outside the collectives: the innermost frame of the user's code.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Place {
     pub file: String,
     pub line: i64,
@@ -36,8 +37,8 @@ impl fmt::Display for Place {
     }
 }
 
-/// One rank's samples over one window.
-#[derive(Debug, Clone, PartialEq)]
+/// One rank's samples over one window (on many nodes, as a node sends them to node 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankWindow {
     pub rank: u32,
     pub node: u32,
@@ -151,6 +152,27 @@ pub fn slower(s: f64, m: f64) -> f64 {
         return f64::INFINITY;
     }
     (1.0 - s) / (1.0 - m)
+}
+
+/// A whole window from its two halves: each rank of the later half with the earlier half's samples
+/// added (a rank that started or ended between them has one half only); the place is the later
+/// half's, where it has one. Judging each half window over the last whole one names a straggler
+/// half a window sooner than judging whole windows one after the other, from as many samples.
+pub fn merge(earlier: &[RankWindow], later: &[RankWindow]) -> Vec<RankWindow> {
+    later
+        .iter()
+        .map(|r| {
+            let mut m = r.clone();
+            if let Some(e) = earlier.iter().find(|e| e.rank == r.rank) {
+                m.samples = m.samples.saturating_add(e.samples);
+                m.waiting = m.waiting.saturating_add(e.waiting);
+                if m.place.is_none() {
+                    m.place = e.place.clone();
+                }
+            }
+            m
+        })
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -407,7 +429,9 @@ mod tests {
         assert!(j.window(&[rw(0, 0, 100, 0)]).is_empty());
         let mut j = Judge::new(20.0, 2);
         let none = [rw(0, 0, 100, 0), rw(1, 0, 100, 0)];
-        assert!(j.window(&none).is_empty(), "the first may be the start");
+        for _ in 1..QUIET_WINDOWS {
+            assert!(j.window(&none).is_empty(), "the first may be the start");
+        }
         assert_eq!(j.window(&none).len(), 1);
         for _ in 0..3 {
             assert!(j.window(&none).is_empty());
@@ -439,6 +463,18 @@ mod tests {
         j.window(&w);
         w[3] = rw(3, 1, MIN_SAMPLES - 1, 0);
         assert!(j.window(&w).is_empty());
+    }
+
+    #[test]
+    fn two_halves_make_a_window() {
+        let a = [rw(0, 0, 20, 10), rw(1, 0, 20, 5)];
+        let mut b = vec![rw(1, 0, 20, 1), rw(2, 0, 20, 7)];
+        b[0].place = None;
+        let m = merge(&a, &b);
+        assert_eq!(m.len(), 2, "rank 0 ended: the later half's ranks");
+        assert_eq!((m[0].rank, m[0].samples, m[0].waiting), (1, 40, 6));
+        assert!(m[0].place.is_some(), "the earlier half's place");
+        assert_eq!((m[1].rank, m[1].samples, m[1].waiting), (2, 20, 7));
     }
 
     #[test]

@@ -36,8 +36,9 @@ pub(super) struct Monitor<'a> {
     here: Here<'a>,
     state: Attempt,
     unkillable: Vec<control::Unkillable>,
-    /// The world's ranks, for the straggler watch.
+    /// The world's ranks and nodes, for the straggler watch.
     world_size: u32,
+    num_nodes: u32,
 }
 
 impl<'a> Monitor<'a> {
@@ -77,6 +78,7 @@ impl<'a> Monitor<'a> {
                 .topology
                 .as_ref()
                 .map_or(plan.ranks.len() as u32, |t| t.world_size()),
+            num_nodes: plan.topology.as_ref().map_or(1, |t| t.num_nodes),
         }
     }
 
@@ -88,8 +90,13 @@ impl<'a> Monitor<'a> {
         let opts = self.opts;
         let mut scanned: Option<Instant> = None;
         let mut hangs = HangWatch::new(opts);
-        let mut stragglers =
-            StragglerWatch::new(opts, self.world_size, self.ranks.len(), self.here.host);
+        let mut stragglers = StragglerWatch::new(
+            opts,
+            self.world_size,
+            self.num_nodes,
+            self.ranks.len(),
+            self.here.host,
+        );
         loop {
             if let Some(link) = &opts.control {
                 link.pulse();
@@ -115,7 +122,7 @@ impl<'a> Monitor<'a> {
                 }
             }
             if let (Some(s), false) = (stragglers.as_mut(), self.state.stopping()) {
-                s.tick(opts, &live_ranks(self.ranks, self.here.node));
+                s.tick(opts, self.here, &live_ranks(self.ranks, self.here.node));
             }
             if let Some(outcome) = self.feed(Input::Clock) {
                 return Watched {
