@@ -4,6 +4,7 @@
 //! waits in the collectives far less than the others (the one they all wait for). On many nodes each node's windows go to node 0, which judges the
 //! world. Nothing is ever stopped.
 
+pub mod arrival;
 pub mod sample;
 pub mod score;
 
