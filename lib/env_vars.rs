@@ -171,6 +171,7 @@ vars! {
     NODE_RANK = "NODE_RANK", Contract, "Read (with MASTER_ADDR and NNODES) as this node's rank when set from outside, e.g. by a Kubernetes operator. A Kubeflow PyTorchJob (v1) pod's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK without LOCAL_RANK are read as the pod's place: one launcher (or one process) per pod.";
     NNODES = "NNODES", Contract, "Read (with MASTER_ADDR and NODE_RANK) as the number of nodes when set from outside.";
     ACCEL_LAUNCH_HANG_TIMEOUT = "ACCEL_LAUNCH_HANG_TIMEOUT", Accel, "Default for accel-launch --hang_timeout (seconds without progress of any rank before the run is declared hung; 0 or unset: off).";
+    ACCEL_LAUNCH_STRAGGLER_THRESHOLD = "ACCEL_LAUNCH_STRAGGLER_THRESHOLD", Accel, "Default for accel-launch --straggler_threshold (percentage points below the median rank's share of time waiting in collectives that names a straggler; 0 or unset: off).";
     TORCH_FR_BUFFER_SIZE = "TORCH_FR_BUFFER_SIZE", Accelerate, "Set to 2000 by accel-launch --hang_timeout (unless set): torch's Flight Recorder keeps the last collectives.";
     TORCH_FR_DUMP_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE", Accelerate, "With --hang_timeout and --log_dir: where NCCL ranks dump their Flight Recorder (LOG_DIR/hang/flight_recorder_RANK).";
     TORCH_NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT", Accelerate, "Set to 1 by accel-launch --hang_timeout with --log_dir: NCCL's watchdog dumps the Flight Recorder on a collective timeout.";

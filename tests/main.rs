@@ -34,5 +34,6 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod straggler;
 mod torchrun;
 mod wheel;

@@ -220,6 +220,25 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub hang_timeout: Option<Wait>,
+    /// Name a straggler while the run goes on: a rank whose share of time waiting in collectives is more than PCT points below the median rank's over a whole --straggler_window (default: ACCEL_LAUNCH_STRAGGLER_THRESHOLD; unset or 0: off).
+    #[arg(
+        long = "straggler_threshold",
+        visible_alias = "straggler-threshold",
+        value_name = "PCT",
+        value_parser = parse_percent,
+        help_heading = "accel"
+    )]
+    pub straggler_threshold: Option<f64>,
+    /// Seconds of stack samples each straggler judgement is made from.
+    #[arg(
+        long = "straggler_window",
+        visible_alias = "straggler-window",
+        value_name = "SECONDS",
+        default_value = "60",
+        value_parser = parse_window,
+        help_heading = "accel"
+    )]
+    pub straggler_window: Duration,
     /// When a rank fails, print the other ranks' Python stacks before stopping them.
     #[arg(
         long = "stacks_on_failure",
@@ -777,6 +796,14 @@ fn parse_local_ranks(s: &str) -> Result<LocalRanks, String> {
 
 /// `--tee`: what torchrun's `Std.from_str` (torch/distributed/elastic/multiprocessing/api.py)
 /// takes, a stream selector 0-3 (none, stdout, stderr, both) or a per-local-rank map `0:1,1:2`.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    crate::launch::straggler::parse_threshold(s)
+}
+
+fn parse_window(s: &str) -> Result<Duration, String> {
+    crate::launch::straggler::parse_window(s)
+}
+
 fn parse_tee(s: &str) -> Result<String, String> {
     super::torchrun::parse_std(s)
 }
@@ -819,6 +846,10 @@ pub fn doc() -> ToolDoc {
                 "py-spy is looked for on PATH, then next to the ranks' interpreter (scripts/setup installs it into .venv). It reads the ranks' memory (process_vm_readv, without pausing them, except for the native look of (4) above), which needs ptrace access to the ranks: as root; or as the same user where kernel.yama.ptrace_scope is 0, or 1 (each rank names the launcher its ptracer with PR_SET_PTRACER, which admits the launcher's py-spy; accel-launch --stacks from another shell needs 0); scope 2 needs CAP_SYS_PTRACE, 3 forbids it. In containers, CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE). Without py-spy a warning is printed at start and the verdict says what /proc knows (each rank's state: sleeping, stopped, ...).",
                 "On demand: `accel-launch --stacks PID` prints the same grouped report for the running accel-launch PID (the PID of the launcher, not of a rank) on stdout and leaves the run alone; no signal is involved (SIGUSR1 and SIGUSR2 are forwarded to the ranks). --stacks_on_failure prints the surviving ranks' grouped stacks when a rank fails, before they are stopped (and writes them to LOG_DIR/failure/).",
                 "Many nodes: a node's ranks may wait in a collective for a rank of another node that is busy, so no node's launcher declares a hang from its own ranks alone. Each watches its own ranks as above and, over the control plane (see MULTI-NODE CONTROL PLANE), tells node 0 when they have been still for half the timeout (accel-launch says \"no rank of node N made progress for Ss\") and again when they move. Node 0 declares the hang only when every node's ranks have been still for the whole --hang_timeout (a node whose ranks all ended counts as still), so a rank of node 1 computing while every other rank waits keeps the run alive. Every node must give the same --hang_timeout: a node with another one (or none) is refused at the join. On the hang, node 0 asks every node for its ranks' stacks; each node takes its own with py-spy, all ranks at once and at most 4 s per rank, writes them to LOG_DIR/hang/node_N/ and sends them to node 0, which groups the world's stacks into one verdict, e.g. `accel-launch: hang: rank 3 (node 1) is in load_batch (train.py:42); ranks 0,1,2 (nodes 0,1) wait in all_reduce (train.py:57)`, and sends it to every node. Each node prints the verdict and the grouped stacks, writes them to LOG_DIR/hang/node_N/report.txt, stops its ranks (SIGTERM, --grace_period, SIGKILL) and exits 124; there is no restart. A node that sends no stacks within 10 s is named in the verdict as silent (`ranks 2,3 (node 1): unknown, node 1 (host) is silent`), as is a node lost once every node was still; a node that sent its stacks and hears no verdict within 20 s prints its own ranks' report, stops them and exits 124. With --stacks_on_failure, a rank's failure on any node makes every node print and write its own surviving ranks' stacks (LOG_DIR/failure/node_N/) before stopping them; each node stops its ranks 2 s after its dump began, so that no node's stop disturbs the ranks another node is dumping. `accel-launch --stacks PID` stays local: it reports the ranks of the launcher PID on this host only; run it on each node for the others.",
+            ]),
+            ("STRAGGLERS", &[
+                "--straggler_threshold PCT (or ACCEL_LAUNCH_STRAGGLER_THRESHOLD; unset or 0: off) names the rank that slows a synchronous run while it goes on, with no code in the training script: in synchronous training every rank waits in the collectives for the slowest one, so the straggler is the rank that waits least. Over each --straggler_window SECONDS (default 60, at least 5) every rank's main thread is sampled with py-spy's `record` (all ranks of a node over the same seconds, without pausing them, keeping the samples of a thread that waits off the CPU), and each rank's share of samples waiting in a torch.distributed collective (a frame of torch/distributed/distributed_c10d.py: all_reduce, barrier, broadcast, …) is compared with the median of the other ranks' shares. A rank whose share is more than PCT percentage points below that median for a whole window is named once on stderr, e.g. `accel-launch: straggler: rank 3 (node 1, host n2) waits in collectives 2% of the time where the median rank waits 48%: about 1.9× slower per step; where it was: train.py:42 in forward`, and once more when it no longer lags (`... recovered: ...`); a node all of whose ranks lag is named too (on two or more nodes). The slowdown: a rank waiting a share w of each step computes (1 - w) of it, so the straggler's compute is (1 - s)/(1 - m) times the median rank's (s, m: their wait shares). \"where it was\" is the innermost frame of the user's code the straggler was seen at most often outside the collectives. The ranks are sampled half a window at a time, and every half window the last whole window is judged; the first judgement in which any rank waits holds the ranks' start and names nobody, so a straggler is named about one and a half windows after the ranks start (measured: see Cost). A run of one rank, or whose ranks' samples never wait in a collective for two windows, says once `straggler detection does not apply` and why. On many nodes each node samples its own ranks and sends each window to node 0 over the control plane (see MULTI-NODE CONTROL PLANE; at most 512 ranks a message, each place cut to 256 bytes, the node and host set by node 0 from the node's join, so a node speaks only for its own ranks); node 0 judges the world's windows once it holds one of every node and alone prints the lines. Every node must give --straggler_threshold: a node without it sends nothing, and node 0 then judges nothing (this is not checked at the join yet). --report_json gets `stragglers`: each rank named (rank, node, host, wait_share, median_wait_share, slower, where), on node 0 of many. The detection never stops the run and never changes its exit status.",
+                "Cost: one py-spy process per rank per half window, sampling each rank about 16/N times a second (N: the node's ranks; 1 to 5 a second). Attached for the whole window, py-spy costs one start (about 13 ms of CPU) and a fraction of a millisecond per sample: measured on 2 cores with scripts/bench/straggler, 8 ranks at 2 samples a second. Limits: the ranks' stacks are Python's, so a collective that waits in C++ without a Python frame of torch.distributed (DDP's gradient all-reduce inside backward(), an async op's Work.wait()) is not seen as waiting; on NCCL every rank's host thread waits at the same points while the GPUs differ, so a slow GPU is not seen (the Flight Recorder's per-collective timing is not read yet). Needs py-spy, as the hang watch does.",
             ]),
             ("MULTI-NODE CONTROL PLANE", &[
                 "On more than one node (--num_machines 2 or more, static rendezvous, accel-launch starting the ranks), the launchers of the run form a control plane. Node 0's launcher hosts it at the rendezvous address (--main_process_ip) on the master port + 1 (the master port - 1 when that is 65535); --dry-run shows it. Every launcher, node 0's included, joins it with the run id, its node rank, its rank count and its host name; no other service is involved, so it works the same under SLURM, MPI-placed launchers, Kubernetes pods and nodes started by hand.",

@@ -13,6 +13,8 @@ complete -c accel-launch -l rdzv_conf -l rdzv-conf -d 'Rendezvous options KEY=VA
 complete -c accel-launch -l max_restarts -l max-restarts -d 'Restart all local ranks up to N times after a failure (TORCHELASTIC_RESTART_COUNT counts restarts)' -r -f
 complete -c accel-launch -l monitor_interval -l monitor-interval -d 'Seconds between checks of the ranks' -r -f
 complete -c accel-launch -l hang_timeout -l hang-timeout -d 'Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS: print every rank\'s stack, stop the run, exit 124 (default: ACCEL_LAUNCH_HANG_TIMEOUT; 0: off)' -r -f
+complete -c accel-launch -l straggler_threshold -l straggler-threshold -d 'Name a straggler while the run goes on: a rank whose share of time waiting in collectives is more than PCT points below the median rank\'s over a whole --straggler_window (default: ACCEL_LAUNCH_STRAGGLER_THRESHOLD; unset or 0: off)' -r -f
+complete -c accel-launch -l straggler_window -l straggler-window -d 'Seconds of stack samples each straggler judgement is made from' -r -f
 complete -c accel-launch -l stacks -d 'Print the Python stacks of the ranks of the running accel-launch PID, grouped, and exit; the run goes on' -r -f
 complete -c accel-launch -l requeue_signal -l requeue-signal -d 'The warning signal for --slurm_requeue, as in `sbatch --signal=USR1@300` (default: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)' -r -f
 complete -c accel-launch -l vm -d 'TPU pod VMs (not supported)' -r -f

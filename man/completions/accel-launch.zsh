@@ -44,6 +44,10 @@ _accel-launch() {
 '--monitor-interval=[Seconds between checks of the ranks]:SECONDS:' \
 '--hang_timeout=[Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS\: print every rank'\''s stack, stop the run, exit 124 (default\: ACCEL_LAUNCH_HANG_TIMEOUT; 0\: off)]:SECONDS:' \
 '--hang-timeout=[Declare the run hung when no rank made progress (CPU, I/O, Python stack) for SECONDS\: print every rank'\''s stack, stop the run, exit 124 (default\: ACCEL_LAUNCH_HANG_TIMEOUT; 0\: off)]:SECONDS:' \
+'--straggler_threshold=[Name a straggler while the run goes on\: a rank whose share of time waiting in collectives is more than PCT points below the median rank'\''s over a whole --straggler_window (default\: ACCEL_LAUNCH_STRAGGLER_THRESHOLD; unset or 0\: off)]:PCT:' \
+'--straggler-threshold=[Name a straggler while the run goes on\: a rank whose share of time waiting in collectives is more than PCT points below the median rank'\''s over a whole --straggler_window (default\: ACCEL_LAUNCH_STRAGGLER_THRESHOLD; unset or 0\: off)]:PCT:' \
+'--straggler_window=[Seconds of stack samples each straggler judgement is made from]:SECONDS:' \
+'--straggler-window=[Seconds of stack samples each straggler judgement is made from]:SECONDS:' \
 '--stacks=[Print the Python stacks of the ranks of the running accel-launch PID, grouped, and exit; the run goes on]:PID:' \
 '--requeue_signal=[The warning signal for --slurm_requeue, as in \`sbatch --signal=USR1@300\` (default\: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)]:SIGNAL:' \
 '--requeue-signal=[The warning signal for --slurm_requeue, as in \`sbatch --signal=USR1@300\` (default\: ACCEL_LAUNCH_REQUEUE_SIGNAL, else USR1)]:SIGNAL:' \

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::super::hang::verdict::{self, NodeInfo, World};
+use super::super::straggler::RankWindow;
 use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable, NOT_EVERY_NODE, PROTOCOL};
 use crate::launch::supervise::KILL_WAIT;
 
@@ -22,6 +23,9 @@ const MAX_UNKILLABLE: usize = 64;
 const MAX_LOCAL_RANKS: u32 = 1 << 16;
 
 /// Keeps at most `max` bytes of `s`, at a character boundary.
+/// The most ranks of one node's straggler window that node 0 is handed (more than any node runs).
+const MAX_WINDOW_RANKS: usize = 512;
+
 fn truncate(s: &mut String, max: usize) {
     if s.len() > max {
         let mut end = max;
@@ -629,6 +633,7 @@ impl Coordinator {
                 };
                 self.acts(acts)
             }
+            Msg::Windows { attempt, ranks } if attempt == self.attempt => self.windows(node, ranks),
             Msg::Stacks { attempt, stacks } if attempt == self.attempt => {
                 let acts = match self.world.as_mut() {
                     Some(w) if self.failure.is_none() => w.stacks(now, node, stacks),
@@ -695,6 +700,38 @@ impl Coordinator {
             Msg::Bye => self.bye(node),
             _ => Vec::new(),
         }
+    }
+
+    /// A node's straggler window, handed to node 0 (whose launcher judges the world's): the node
+    /// speaks only for its own ranks (its node and host are set here), for at most
+    /// [`MAX_WINDOW_RANKS`] of them, each place cut to 256 bytes, so that one message stays far
+    /// below the line cap whatever a node sends.
+    fn windows(&mut self, node: u32, ranks: Vec<RankWindow>) -> Vec<(To, Msg)> {
+        if self.failure.is_some() || ranks.is_empty() {
+            return Vec::new();
+        }
+        let host = self.host(node);
+        let ranks: Vec<RankWindow> = ranks
+            .into_iter()
+            .take(MAX_WINDOW_RANKS)
+            .map(|mut r| {
+                r.node = node;
+                r.host = host.clone();
+                r.waiting = r.waiting.min(r.samples);
+                if let Some(p) = r.place.as_mut() {
+                    truncate(&mut p.file, 256);
+                    truncate(&mut p.function, 256);
+                }
+                r
+            })
+            .collect();
+        vec![(
+            To::Node(0),
+            Msg::Windows {
+                attempt: self.attempt,
+                ranks,
+            },
+        )]
     }
 
     /// A node's goodbye. After the run's end it leaves without being lost. During the join it
@@ -1593,6 +1630,52 @@ mod tests {
             }]),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_nodes_straggler_window_goes_to_node_0_as_its_own_and_capped() {
+        let mut c = Coordinator::new(2);
+        c.join(&join(0, 2)).unwrap();
+        c.join(&join(1, 2)).unwrap();
+        let long = "x".repeat(10_000);
+        let rw = |rank: u32| RankWindow {
+            rank,
+            // A node claiming another's ranks, more waits than samples, a huge place.
+            node: 7,
+            host: "forged".into(),
+            samples: 40,
+            waiting: 90,
+            place: Some(crate::launch::straggler::Place {
+                file: long.clone(),
+                line: 1,
+                function: long.clone(),
+            }),
+        };
+        let ranks: Vec<RankWindow> = (0..2000).map(rw).collect();
+        let out = c.message(1, Msg::Windows { attempt: 0, ranks });
+        let [(To::Node(0), Msg::Windows { attempt: 0, ranks })] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(ranks.len(), MAX_WINDOW_RANKS);
+        let r = &ranks[0];
+        assert_eq!((r.node, r.host.as_str(), r.waiting), (1, "h1", 40));
+        assert_eq!(r.place.as_ref().unwrap().file.len(), 256);
+        let line = Msg::Windows {
+            attempt: 0,
+            ranks: ranks.clone(),
+        }
+        .json();
+        assert!(line.len() < 1 << 20, "{}", line.len());
+        // Another attempt's window is dropped.
+        assert!(c
+            .message(
+                1,
+                Msg::Windows {
+                    attempt: 5,
+                    ranks: vec![rw(0)]
+                }
+            )
+            .is_empty());
     }
 
     #[test]

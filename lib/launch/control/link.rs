@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::super::hang::verdict::WireStack;
+use super::super::straggler::RankWindow;
 use super::auth::{Credentials, Secret};
 use super::munge::Munge;
 use super::peer::{End, Event, Peer, Sender};
@@ -135,6 +136,8 @@ pub struct Link {
     /// The world's hang judgement's requests and verdict (`Autopsy`, `Verdict`), read by the
     /// supervisor apart from the stops and decisions.
     hang_inbox: Mutex<Receiver<Msg>>,
+    /// The other nodes' straggler windows, as node 0's server hands them to node 0.
+    windows_inbox: Mutex<Receiver<Msg>>,
     pending: Mutex<VecDeque<Msg>>,
     /// Set once contact with the server is lost: its reason.
     lost: Mutex<Option<String>>,
@@ -172,7 +175,7 @@ impl Link {
         let server = host(s)?;
         let steps = spawn_join(s)?;
         let (member, wire, place) = await_join(s, &steps, &mut stopped, server.as_ref())?;
-        let (inbox, hang_inbox) = spawn_reader(wire, Arc::clone(&member.closing));
+        let (inbox, hang_inbox, windows_inbox) = spawn_reader(wire, Arc::clone(&member.closing));
         Ok((
             Link {
                 node: s.join.node,
@@ -180,6 +183,7 @@ impl Link {
                 member,
                 inbox: Mutex::new(inbox),
                 hang_inbox: Mutex::new(hang_inbox),
+                windows_inbox: Mutex::new(windows_inbox),
                 pending: Mutex::new(VecDeque::new()),
                 lost: Mutex::new(None),
                 server,
@@ -294,6 +298,28 @@ impl Link {
             }
         }
         None
+    }
+
+    /// Sends this node's ranks' straggler window to node 0 (`--straggler_threshold`).
+    pub fn send_windows(&self, attempt: u32, ranks: Vec<RankWindow>) {
+        let _ = send(&self.member.writer, &Msg::Windows { attempt, ranks });
+    }
+
+    /// Node 0: the windows every node (this one included) sent for `attempt` since the last call.
+    /// Does not block.
+    pub fn poll_windows(&self, attempt: u32) -> Vec<Vec<RankWindow>> {
+        let Ok(rx) = self.windows_inbox.lock() else {
+            return Vec::new();
+        };
+        let mut got = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if let Msg::Windows { attempt: a, ranks } = m {
+                if a == attempt {
+                    got.push(ranks);
+                }
+            }
+        }
+        got
     }
 
     /// Tells every node that this one failed (its first failure of the attempt).
@@ -690,14 +716,21 @@ fn spawn_heartbeats(m: &Member, beat: Duration, node: u32) {
 /// Node 0's lines once the world started, read on a thread of their own: the hang's requests and
 /// verdict apart from the rest, heartbeats dropped, and the loss of node 0 said once (unless this
 /// node is closing).
-fn spawn_reader(mut wire: Wire, closing: Arc<AtomicBool>) -> (Receiver<Incoming>, Receiver<Msg>) {
+fn spawn_reader(
+    mut wire: Wire,
+    closing: Arc<AtomicBool>,
+) -> (Receiver<Incoming>, Receiver<Msg>, Receiver<Msg>) {
     let (tx, rx) = mpsc::channel();
     let (hang_tx, hang_rx) = mpsc::channel();
+    let (windows_tx, windows_rx) = mpsc::channel();
     std::thread::spawn(move || loop {
         match wire.event() {
             Event::Msg(Msg::Hb) | Event::Joined(_) | Event::Started(_) => {}
             Event::Msg(m @ (Msg::Autopsy { .. } | Msg::Verdict { .. })) => {
                 let _ = hang_tx.send(m);
+            }
+            Event::Msg(m @ Msg::Windows { .. }) => {
+                let _ = windows_tx.send(m);
             }
             Event::Msg(m) => {
                 if tx.send(Incoming::Msg(m)).is_err() {
@@ -712,7 +745,7 @@ fn spawn_reader(mut wire: Wire, closing: Arc<AtomicBool>) -> (Receiver<Incoming>
             }
         }
     });
-    (rx, hang_rx)
+    (rx, hang_rx, windows_rx)
 }
 
 /// This node's [`Peer`] over its blocking socket.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::super::hang::verdict::WireStack;
+use super::super::straggler::RankWindow;
 use crate::exit_status::ExitStatus;
 
 /// Time between heartbeats, each way.
@@ -199,6 +200,13 @@ pub enum Msg {
         attempt: u32,
         #[serde(default)]
         quiet_ms: Option<u64>,
+    },
+    /// Node → server (`--straggler_threshold`): this node's ranks' samples over its last window;
+    /// the server hands them to node 0, which judges the world's
+    /// ([`straggler`](super::super::straggler)).
+    Windows {
+        attempt: u32,
+        ranks: Vec<RankWindow>,
     },
     /// Server → every node: the world is hung; send your ranks' stacks.
     Autopsy { attempt: u32 },

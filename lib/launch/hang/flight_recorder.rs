@@ -31,6 +31,9 @@ pub struct Entry {
     /// The innermost frame of the user's code, `file.py:LINE`.
     pub at: Option<String>,
     pub p2p: bool,
+    /// When the rank enqueued it (`time_created_ns`, the rank's wall clock): the straggler's come
+    /// last ([`crate::launch::straggler::arrival`]).
+    pub created_ns: Option<i64>,
 }
 
 /// Reads one dump.
@@ -103,6 +106,7 @@ fn entry(p: &Pickle, e: Id) -> Option<Entry> {
         state: s("state").unwrap_or_default(),
         at,
         p2p,
+        created_ns: p.get(e, "time_created_ns").and_then(|v| p.as_int(v)),
     })
 }
 
@@ -243,6 +247,7 @@ mod tests {
             state: state.into(),
             at: Some("train.py:57".into()),
             p2p: false,
+            created_ns: None,
         }
     }
 

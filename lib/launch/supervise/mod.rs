@@ -23,6 +23,7 @@ mod restart;
 mod signals;
 mod spawn;
 mod stacks;
+mod straggler;
 mod unkillable;
 
 pub use attempt::{Stop, KILL_WAIT};
@@ -132,8 +133,12 @@ fn run_here(plan: &Plan, opts: &Options, env: &Environment) -> Result<RunOutcome
         rx: &rx,
         spawner: Spawner::new(opts, tmp_root, logs, torchrun_logs),
         stopping: Arc::clone(&feed.stopping),
+        stragglers: Vec::new(),
     };
-    let result = supervisor.run_attempts(plan.clone());
+    let result = supervisor.run_attempts(plan.clone()).map(|mut out| {
+        out.stragglers = std::mem::take(&mut supervisor.stragglers);
+        out
+    });
     guard::set_subreaper(false);
     if let Some(t) = &supervisor.spawner.tmp_root {
         let _ = std::fs::remove_dir_all(t);
@@ -152,6 +157,8 @@ struct Supervisor<'a> {
     /// The first stopping signal the launcher got (0: none yet), for the spawning loop: the monitor
     /// that handles the signal runs only once every rank is started.
     stopping: Arc<AtomicI32>,
+    /// Every rank named a straggler, over the attempts.
+    stragglers: Vec<crate::launch::straggler::Finding>,
 }
 
 /// How one attempt ended.
@@ -160,6 +167,7 @@ struct AttemptEnd {
     ranks: Vec<RankResult>,
     /// Its ranks that did not exit after SIGKILL.
     unkillable: Vec<control::Unkillable>,
+    stragglers: Vec<crate::launch::straggler::Finding>,
 }
 
 impl Supervisor<'_> {
@@ -174,7 +182,9 @@ impl Supervisor<'_> {
                 outcome,
                 ranks,
                 unkillable: left,
+                stragglers,
             } = self.run_once(&plan, attempt)?;
+            self.stragglers.extend(stragglers);
             // Multi-node: the world decides together whether to restart.
             if let Some(link) = &opts.control {
                 if !left.is_empty() {
@@ -355,6 +365,7 @@ impl Supervisor<'_> {
                 .map(|i| Failure::of(&running[i], &plan.host)),
             ranks: processes::results(&running),
             unkillable: watched.unkillable,
+            stragglers: watched.stragglers,
         })
     }
 }

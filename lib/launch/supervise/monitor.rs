@@ -16,6 +16,7 @@ use super::options::{note, Captured, Options};
 use super::processes::{self, signal_groups, Running};
 use super::signals::Event;
 use super::stacks::{self, live_ranks, HangWatch, Here};
+use super::straggler::StragglerWatch;
 use crate::launch::control;
 use crate::launch::plan::Plan;
 
@@ -24,6 +25,8 @@ pub(super) struct Watched {
     pub(super) outcome: Outcome<usize>,
     /// Ranks still there [`KILL_WAIT`](super::KILL_WAIT) after SIGKILL: named and left behind.
     pub(super) unkillable: Vec<control::Unkillable>,
+    /// The ranks named stragglers during the attempt.
+    pub(super) stragglers: Vec<crate::launch::straggler::Finding>,
 }
 
 /// Watches the ranks of one attempt until every one has ended (or is left behind).
@@ -33,6 +36,9 @@ pub(super) struct Monitor<'a> {
     here: Here<'a>,
     state: Attempt,
     unkillable: Vec<control::Unkillable>,
+    /// The world's ranks and nodes, for the straggler watch.
+    world_size: u32,
+    num_nodes: u32,
 }
 
 impl<'a> Monitor<'a> {
@@ -68,6 +74,11 @@ impl<'a> Monitor<'a> {
             },
             state,
             unkillable: Vec::new(),
+            world_size: plan
+                .topology
+                .as_ref()
+                .map_or(plan.ranks.len() as u32, |t| t.world_size()),
+            num_nodes: plan.topology.as_ref().map_or(1, |t| t.num_nodes),
         }
     }
 
@@ -79,6 +90,13 @@ impl<'a> Monitor<'a> {
         let opts = self.opts;
         let mut scanned: Option<Instant> = None;
         let mut hangs = HangWatch::new(opts);
+        let mut stragglers = StragglerWatch::new(
+            opts,
+            self.world_size,
+            self.num_nodes,
+            self.ranks.len(),
+            self.here.host,
+        );
         loop {
             if let Some(link) = &opts.control {
                 link.pulse();
@@ -103,10 +121,14 @@ impl<'a> Monitor<'a> {
                     self.feed(Input::Hang);
                 }
             }
+            if let (Some(s), false) = (stragglers.as_mut(), self.state.stopping()) {
+                s.tick(opts, self.here, &live_ranks(self.ranks, self.here.node));
+            }
             if let Some(outcome) = self.feed(Input::Clock) {
                 return Watched {
                     outcome,
                     unkillable: self.unkillable,
+                    stragglers: stragglers.map(|s| s.findings()).unwrap_or_default(),
                 };
             }
             if let Some(s) = strays.as_deref_mut() {

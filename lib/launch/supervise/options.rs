@@ -87,6 +87,8 @@ pub struct RunOutcome {
     pub failure: Option<FailureReport>,
     /// Ranks that did not exit after SIGKILL (on any node of a multi-node run), left behind.
     pub unkillable: Vec<control::Unkillable>,
+    /// Every rank named a straggler during the run (`--straggler_threshold`), in the order named.
+    pub stragglers: Vec<crate::launch::straggler::Finding>,
 }
 
 /// Supervision settings.
@@ -115,6 +117,9 @@ pub struct Options {
     /// `--hang_timeout`: stop the run (exit 124) once no rank made progress for this long
     /// ([`hang`](crate::launch::hang)).
     pub hang_timeout: Option<Duration>,
+    /// `--straggler_threshold` and `--straggler_window`: name the rank the others wait for, while
+    /// the run goes on ([`straggler`](crate::launch::straggler)); needs `py_spy`.
+    pub straggler: Option<crate::launch::straggler::Settings>,
     /// `--stacks_on_failure`: take the survivors' stacks before stopping them after a failure.
     pub stacks_on_failure: bool,
     /// py-spy, for the stacks ([`autopsy`](crate::launch::hang::autopsy)); `None`: the verdicts say
@@ -154,6 +159,7 @@ impl Default for Options {
             on_failure: OnFailure::StopAll,
             capture: None,
             hang_timeout: None,
+            straggler: None,
             stacks_on_failure: false,
             py_spy: None,
             control: None,

@@ -79,6 +79,7 @@ impl End {
             ranks,
             failure: self.failure,
             unkillable: left,
+            stragglers: Vec::new(),
         }
     }
 

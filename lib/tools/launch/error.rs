@@ -34,6 +34,8 @@ pub enum LaunchError {
     Signals(String),
     #[error("invalid {var}: {0}", var = env_vars::ACCEL_LAUNCH_HANG_TIMEOUT)]
     HangTimeoutVar(String),
+    #[error("invalid {var}: {0}", var = env_vars::ACCEL_LAUNCH_STRAGGLER_THRESHOLD)]
+    StragglerThresholdVar(String),
     #[error("invalid {var}: `{0}`", var = env_vars::ACCEL_LAUNCH_SLURM_REQUEUE)]
     SlurmRequeueVar(String),
     #[error("--requeue_signal needs --slurm_requeue")]
@@ -99,6 +101,9 @@ impl Diagnostic for LaunchError {
             GraceVar(_) => "a number of seconds, e.g. 30, or inf never to SIGKILL",
             ShutdownTimeoutVar(_) => "e.g. 30",
             Signals(_) => "signal names as torchrun takes them, e.g. SIGTERM,SIGINT,SIGUSR1",
+            StragglerThresholdVar(_) => {
+                "percentage points, e.g. ACCEL_LAUNCH_STRAGGLER_THRESHOLD=20; 0 for off"
+            }
             HangTimeoutVar(_) => {
                 "a number of seconds, e.g. ACCEL_LAUNCH_HANG_TIMEOUT=600; 0 or inf for off"
             }

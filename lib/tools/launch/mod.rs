@@ -101,7 +101,7 @@ fn supervised(
     if let Some(d) = hang_dir.filter(|_| sup.hang_timeout.is_some()) {
         let _ = std::fs::create_dir_all(d);
     }
-    let py_spy = (sup.hang_timeout.is_some() || req.stacks_on_failure)
+    let py_spy = (sup.hang_timeout.is_some() || sup.straggler.is_some() || req.stacks_on_failure)
         .then(|| find_py_spy(req, argv, env))
         .flatten();
     // Before anything starts: a report that cannot be written would only be known after the run,
@@ -183,7 +183,7 @@ fn find_py_spy(req: &Request, argv: &[OsString], env: &Environment) -> Option<Pa
     if found.is_none() {
         warn(
             TOOL,
-            "py-spy not found (on PATH or next to the Python interpreter): hang and failure reports will name each rank's process state but not its Python stack; `pip install py-spy` to get them",
+            "py-spy not found (on PATH or next to the Python interpreter): hang and failure reports will name each rank's process state but not its Python stack, and stragglers are not looked for; `pip install py-spy` to get them",
             env,
         );
     }

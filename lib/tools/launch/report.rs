@@ -82,6 +82,7 @@ impl Report {
             "host": plan.host,
             "signal": o.signal,
             "failure": o.failure,
+            "stragglers": o.stragglers,
             "ranks": o.ranks.iter().map(|r| json!({
                 "rank": r.rank,
                 "local_rank": r.local_rank,

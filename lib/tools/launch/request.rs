@@ -17,6 +17,7 @@ use crate::contract::Paradigm;
 use crate::duration::Wait;
 use crate::env_vars::{self, Environment};
 use crate::error::{warn, Error, Result};
+use crate::launch::straggler;
 use crate::launch::supervise::{SignalSet, DEFAULT_LOG_TEMPLATE};
 use crate::launch::torchrun::{self, logs::LogsSpec};
 use crate::launch::{RunInput, Scope};
@@ -64,6 +65,9 @@ pub struct Supervision {
     pub signals_env: String,
     /// `--hang_timeout` (or ACCEL_LAUNCH_HANG_TIMEOUT); `None` is off.
     pub hang_timeout: Option<Duration>,
+    /// `--straggler_threshold` (or ACCEL_LAUNCH_STRAGGLER_THRESHOLD) and `--straggler_window`;
+    /// `None` is off.
+    pub straggler: Option<straggler::Settings>,
     /// How long every node's launcher waits for the others to join.
     pub join_timeout: Duration,
 }
@@ -89,6 +93,8 @@ pub struct Request {
     pub rdzv_timeout: Option<Duration>,
     pub grace_period: Option<Wait>,
     pub hang_timeout: Option<Wait>,
+    pub straggler_threshold: Option<f64>,
+    pub straggler_window: Duration,
     pub stacks_on_failure: bool,
     /// `--slurm_requeue`'s warning signal; `None` is off.
     pub requeue_signal: Option<i32>,
@@ -164,6 +170,8 @@ impl Request {
             rdzv_timeout: cli.rdzv_timeout,
             grace_period: cli.grace_period,
             hang_timeout: cli.hang_timeout,
+            straggler_threshold: cli.straggler_threshold,
+            straggler_window: cli.straggler_window,
             stacks_on_failure: cli.stacks_on_failure,
             dry_run: cli.dry_run,
             json: cli.json,
@@ -180,6 +188,7 @@ impl Request {
             signals,
             signals_env,
             hang_timeout: hang_timeout(self.hang_timeout, env)?,
+            straggler: straggler(self.straggler_threshold, self.straggler_window, env)?,
             grace: grace(self.grace_period, self.torchrun_flags.shutdown_timeout, env)?,
         })
     }
@@ -408,6 +417,25 @@ fn hang_timeout(given: Option<Wait>, env: &Environment) -> Result<Option<Duratio
         Wait::After(d) if !d.is_zero() => Some(d),
         _ => None,
     })
+}
+
+/// --straggler_threshold, else ACCEL_LAUNCH_STRAGGLER_THRESHOLD; 0 is off.
+fn straggler(
+    given: Option<f64>,
+    window: Duration,
+    env: &Environment,
+) -> Result<Option<straggler::Settings>> {
+    let threshold = match (
+        given,
+        env.non_empty(env_vars::ACCEL_LAUNCH_STRAGGLER_THRESHOLD),
+    ) {
+        (Some(t), _) => t,
+        (None, Some(s)) => {
+            straggler::parse_threshold(s).map_err(LaunchError::StragglerThresholdVar)?
+        }
+        (None, None) => return Ok(None),
+    };
+    Ok((threshold > 0.0).then_some(straggler::Settings { threshold, window }))
 }
 
 /// `--slurm_requeue` (or ACCEL_LAUNCH_SLURM_REQUEUE): the warning signal, `None` when off.

@@ -225,6 +225,7 @@ pub fn options(
         tail_lines: 20,
         quiet: req.quiet,
         hang_timeout: sup.hang_timeout,
+        straggler: sup.straggler,
         stacks_on_failure: req.stacks_on_failure,
         py_spy,
         control,

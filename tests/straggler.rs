@@ -1,0 +1,183 @@
+//! accel-launch --straggler_threshold with real gloo ranks (tests/fixtures/launch/straggler.py):
+//! a rank doing twice the compute of the others is named within the window + 30 s, and nobody else;
+//! a clean run and a run whose rank 0 logs a burst every 100 steps name nobody; a run of one rank,
+//! or of ranks that never meet in a collective, says once that the detection does not apply. The
+//! window is 10 s (5 s where nothing is to be named) to keep each test's wall time small.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Instant;
+
+use crate::util::launcher::{launcher, node_flags};
+use crate::util::{fixture, venv_bin, ChildExt as _, WAIT};
+
+/// What one launcher said on stderr (each line with the seconds since it started), and its report.
+struct Ran {
+    code: i32,
+    lines: Vec<(f64, String)>,
+    report: serde_json::Value,
+}
+
+impl Ran {
+    fn stragglers(&self) -> Vec<&(f64, String)> {
+        self.lines
+            .iter()
+            .filter(|l| l.1.starts_with("accel-launch: straggler"))
+            .collect()
+    }
+    fn all(&self) -> String {
+        let l: Vec<&str> = self.lines.iter().map(|l| l.1.as_str()).collect();
+        l.join("\n")
+    }
+}
+
+/// accel-launch with py-spy on PATH, `flags` then the fixture's `mode` for `secs` seconds.
+fn launch(home: &Path, flags: &[&str], mode: &str, secs: u32) -> Ran {
+    let report = home.join(format!("report.{}.json", std::process::id()));
+    let mut c = launcher(home);
+    spawn_run(&mut c, home, &report, flags, mode, secs)
+}
+
+fn spawn_run(
+    c: &mut std::process::Command,
+    home: &Path,
+    report: &Path,
+    flags: &[&str],
+    mode: &str,
+    secs: u32,
+) -> Ran {
+    let path = format!(
+        "{}:{}",
+        venv_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let t0 = Instant::now();
+    let mut child = c
+        .current_dir(home)
+        .env("PATH", path)
+        .arg("--report_json")
+        .arg(report)
+        .args(flags)
+        .arg(fixture("launch/straggler.py"))
+        .args([mode, &secs.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let lines: Vec<(f64, String)> = BufReader::new(err)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| (t0.elapsed().as_secs_f64(), l))
+        .collect();
+    let code = child.wait_within(WAIT).code().unwrap_or(-1);
+    let text = std::fs::read_to_string(report).unwrap_or_default();
+    Ran {
+        code,
+        lines,
+        report: serde_json::from_str(&text).unwrap_or_default(),
+    }
+}
+
+const ON: [&str; 4] = ["--straggler_threshold", "20", "--straggler_window", "10"];
+
+#[test]
+fn a_rank_doing_twice_the_compute_is_named_within_the_window_and_30s_and_nobody_else() {
+    let d = crate::util::tempdir();
+    let mut flags = vec!["--cpu", "--num_processes", "4"];
+    flags.extend(ON);
+    let r = launch(d.path(), &flags, "slow", 50);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let named = r.stragglers();
+    assert_eq!(named.len(), 1, "{}", r.all());
+    let (at, line) = named[0];
+    assert!(
+        line.starts_with("accel-launch: straggler: rank 3 (node 0, host ")
+            && line.contains("× slower per step; where it was: straggler.py:"),
+        "{line}"
+    );
+    // The ranks' start (about 5 s here), the window they start in, and the window that names it.
+    assert!(*at <= 10.0 + 30.0, "named after {at:.1}s: {line}");
+    let s = &r.report["stragglers"];
+    assert_eq!(s.as_array().map(Vec::len), Some(1), "{}", r.report);
+    assert_eq!(s[0]["rank"], 3);
+    assert!(s[0]["slower"].as_f64().unwrap() > 1.2, "{}", r.report);
+}
+
+#[test]
+fn a_clean_run_and_rank_0_logging_every_100_steps_name_nobody() {
+    let d = crate::util::tempdir();
+    let mut flags = vec!["--cpu", "--num_processes", "4"];
+    flags.extend(ON);
+    for mode in ["clean", "log0"] {
+        let r = launch(d.path(), &flags, mode, 40);
+        assert_eq!(r.code, 0, "{mode}: {}", r.all());
+        assert!(r.stragglers().is_empty(), "{mode}: {}", r.all());
+        assert_eq!(r.report["stragglers"], serde_json::json!([]), "{mode}");
+    }
+}
+
+#[test]
+fn one_rank_or_ranks_without_collectives_say_it_does_not_apply_once() {
+    let d = crate::util::tempdir();
+    let window = ["--straggler_threshold", "20", "--straggler_window", "5"];
+    for (n, mode, why) in [
+        ("1", "clean", "one rank, nothing to compare"),
+        (
+            "2",
+            "alone",
+            "no rank's samples wait in a torch.distributed collective",
+        ),
+    ] {
+        let mut flags = vec!["--cpu", "--num_processes", n];
+        flags.extend(window);
+        let r = launch(d.path(), &flags, mode, 25);
+        assert_eq!(r.code, 0, "{mode}: {}", r.all());
+        let said: Vec<&str> = r.stragglers().iter().map(|l| l.1.as_str()).collect();
+        assert_eq!(
+            said,
+            [format!(
+                "accel-launch: straggler detection does not apply: {why}"
+            )],
+            "{}",
+            r.all()
+        );
+    }
+}
+
+#[test]
+fn two_nodes_rank_3_slowed_is_named_by_node_0_alone_and_nobody_else() {
+    let d = crate::util::tempdir();
+    let port = crate::util::free_port().to_string();
+    let runs: Vec<std::thread::JoinHandle<Ran>> = (0..2u32)
+        .map(|n| {
+            let (home, port) = (d.path().to_path_buf(), port.clone());
+            std::thread::spawn(move || {
+                let mut c = launcher(&home);
+                node_flags(&mut c, 2, n, "127.0.0.1", &port);
+                c.args(["--num_processes", "4", "--rdzv_timeout", "60"]);
+                let report = home.join(format!("report.{n}.json"));
+                spawn_run(&mut c, &home, &report, &ON, "slow", 50)
+            })
+        })
+        .collect();
+    let runs: Vec<Ran> = runs.into_iter().map(|h| h.join().unwrap()).collect();
+    for r in &runs {
+        assert_eq!(r.code, 0, "{}", r.all());
+    }
+    let named = runs[0].stragglers();
+    assert_eq!(named.len(), 1, "{}", runs[0].all());
+    let (at, line) = named[0];
+    assert!(
+        line.starts_with("accel-launch: straggler: rank 3 (node 1, host "),
+        "{line}"
+    );
+    assert!(*at <= 10.0 + 30.0, "named after {at:.1}s: {line}");
+    assert!(runs[1].stragglers().is_empty(), "{}", runs[1].all());
+    assert_eq!(runs[0].report["stragglers"][0]["rank"], 3);
+    assert_eq!(runs[0].report["stragglers"][0]["node"], 1);
+    assert_eq!(runs[1].report["stragglers"], serde_json::json!([]));
+}
