@@ -16,6 +16,7 @@ pub mod estimate;
 pub mod exit_status;
 pub mod host;
 pub mod launch;
+pub mod median;
 pub mod merge;
 pub mod preflight;
 pub mod provenance;

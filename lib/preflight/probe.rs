@@ -582,19 +582,7 @@ pub struct Verdict {
     pub slowest: Vec<Slowest>,
 }
 
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
+pub use crate::median::median;
 
 /// A directed, measured edge between members (nodes, or ranks within nodes).
 #[derive(Debug, Clone, Copy)]
@@ -1708,13 +1696,5 @@ mod tests {
         let row = matrix_row(1, &ids, |a, b| (b == 0).then(|| format!("{a}{b}")));
         assert_eq!(row, format!("{:<8}{:>8}{:>8}{:>8}", "n1", "10", "-", "?"));
         assert_eq!(row_name("node"), "node    ");
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
     }
 }

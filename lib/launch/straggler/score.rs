@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::median::median;
 use serde::{Deserialize, Serialize};
 
 /// Fewer samples of a rank than this in a window tell too little: the rank is left out of it.
@@ -175,19 +176,6 @@ pub fn merge(earlier: &[RankWindow], later: &[RankWindow]) -> Vec<RankWindow> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// The judgement across windows: who is named, and what was said.
 #[derive(Debug)]
 pub struct Judge {
@@ -265,7 +253,7 @@ impl Judge {
                 .filter(|o| o.rank != r.rank)
                 .map(|o| o.samples)
                 .sum();
-            let Some(m) = median(others) else { continue };
+            let Some(m) = median(&others) else { continue };
             let s = r.share();
             let se = (s * (1.0 - s) / f64::from(r.samples)
                 + m * (1.0 - m) / f64::from(others_samples.max(1)))
@@ -482,7 +470,7 @@ mod tests {
         assert!((slower(0.02, 0.48) - 1.8846).abs() < 1e-3);
         assert!((slower(0.0, 0.5) - 2.0).abs() < 1e-9);
         assert_eq!(slower(0.0, 1.0), f64::INFINITY);
-        assert_eq!(median(vec![0.1, 0.5, 0.3]), Some(0.3));
-        assert_eq!(median(vec![0.1, 0.5]), Some(0.3));
+        assert_eq!(median(&[0.1, 0.5, 0.3]), Some(0.3));
+        assert_eq!(median(&[0.1, 0.5]), Some(0.3));
     }
 }
