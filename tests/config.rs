@@ -1381,3 +1381,68 @@ fn an_unreadable_config_file_is_exit_2_for_every_subcommand() {
         }
     }
 }
+
+/// A JSON config saved with a UTF-8 byte-order mark: accelerate's `load_config_from_file` reads a path
+/// ending in exactly `.json` with `json.load`, which raises on the mark, so `validate` refuses it and
+/// every reader warns; `.JSON` goes to PyYAML there, which skips the mark, so that file is valid.
+#[test]
+fn a_byte_order_mark_in_a_json_file_is_what_accelerate_refuses() {
+    let home = tempdir();
+    let dir = home.path();
+    let body = "{\"compute_environment\": \"LOCAL_MACHINE\", \"distributed_type\": \"NO\", \"num_processes\": 1, \"mixed_precision\": \"no\", \"use_cpu\": true, \"debug\": false}\n";
+    let json = dir.join("c.json");
+    let upper = dir.join("c.JSON");
+    for p in [&json, &upper] {
+        fs::write(p, format!("\u{feff}{body}")).unwrap();
+    }
+    // accelerate itself: the .json file raises, the .JSON one loads.
+    let code = format!(
+        "import json\nfrom accelerate.commands.config.config_args import load_config_from_file as l\n\
+         out = []\n\
+         for p in [{:?}, {:?}]:\n\
+         \x20   try:\n\
+         \x20       l(p); out.append('loaded')\n\
+         \x20   except Exception as e:\n\
+         \x20       out.append(type(e).__name__ + ': ' + str(e))\n\
+         print(json.dumps(out))",
+        json.display().to_string(),
+        upper.display().to_string()
+    );
+    let theirs: Vec<String> = serde_json::from_str(python(&code, &BTreeMap::new()).trim()).unwrap();
+    assert!(theirs[0].contains("Unexpected UTF-8 BOM"), "{theirs:?}");
+    assert_eq!(theirs[1], "loaded", "{theirs:?}");
+
+    Run::new("accel-config", dir)
+        .arg("validate")
+        .arg(&json)
+        .run()
+        .code_is(1)
+        .stderr_contains(&format!(
+            "{}:1: starts with a UTF-8 byte-order mark, which accelerate's JSON loader refuses",
+            json.display()
+        ))
+        .stderr_contains("save the file as UTF-8 without a BOM");
+    let warning = format!(
+        "{}: starts with a UTF-8 byte-order mark: accel reads past it, but accelerate refuses this JSON file",
+        json.display()
+    );
+    Run::new("accel-config", dir)
+        .args(["validate", "--accel_only"])
+        .arg(&json)
+        .run()
+        .code_is(0)
+        .stderr_contains(&warning);
+    Run::new("accel-config", dir)
+        .args(["show", "--config_file"])
+        .arg(&json)
+        .run()
+        .success()
+        .stderr_contains(&warning);
+    let out = Run::new("accel-config", dir)
+        .arg("validate")
+        .arg(&upper)
+        .run();
+    out.code_is(0)
+        .stdout_contains("valid (accel and accelerate read the same values)");
+    assert!(!out.stderr.contains("byte-order mark"), "{}", out.stderr);
+}

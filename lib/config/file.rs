@@ -53,7 +53,7 @@ pub struct Document {
     /// The text without its byte-order mark.
     text: String,
     /// The file began with a UTF-8 byte-order mark (editors on Windows write one; PyYAML, and so
-    /// accelerate's `load_config_from_file`, reads past it).
+    /// accelerate's `load_config_from_file` for YAML, reads past it; its JSON reading does not).
     bom: bool,
 }
 
@@ -145,6 +145,14 @@ impl Document {
             text,
             bom,
         })
+    }
+
+    /// accelerate cannot read this file for its byte-order mark: `load_config_from_file`
+    /// (accelerate/commands/config/config_args.py) reads a path ending in exactly `.json` with
+    /// `json.load`, which raises "Unexpected UTF-8 BOM"; PyYAML, which reads every other path
+    /// (`.JSON` included), skips the mark.
+    pub fn bom_refused_by_accelerate(&self) -> bool {
+        self.bom && self.path.to_string_lossy().ends_with(".json")
     }
 
     /// The file's text as read, without a byte-order mark.
