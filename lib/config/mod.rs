@@ -11,6 +11,7 @@ pub mod compat;
 pub mod edit;
 pub mod file;
 pub mod fsdp2;
+pub mod merge;
 mod paths;
 pub mod schema;
 mod value;
