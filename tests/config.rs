@@ -1381,3 +1381,171 @@ fn an_unreadable_config_file_is_exit_2_for_every_subcommand() {
         }
     }
 }
+
+/// A JSON config saved with a UTF-8 byte-order mark: accelerate's `load_config_from_file` reads a path
+/// ending in exactly `.json` with `json.load`, which raises on the mark, so `validate` refuses it and
+/// every reader warns; `.JSON` goes to PyYAML there, which skips the mark, so that file is valid.
+#[test]
+fn a_byte_order_mark_in_a_json_file_is_what_accelerate_refuses() {
+    let home = tempdir();
+    let dir = home.path();
+    let body = "{\"compute_environment\": \"LOCAL_MACHINE\", \"distributed_type\": \"NO\", \"num_processes\": 1, \"mixed_precision\": \"no\", \"use_cpu\": true, \"debug\": false}\n";
+    let json = dir.join("c.json");
+    let upper = dir.join("c.JSON");
+    for p in [&json, &upper] {
+        fs::write(p, format!("\u{feff}{body}")).unwrap();
+    }
+    // accelerate itself: the .json file raises, the .JSON one loads.
+    let code = format!(
+        "import json\nfrom accelerate.commands.config.config_args import load_config_from_file as l\n\
+         out = []\n\
+         for p in [{:?}, {:?}]:\n\
+         \x20   try:\n\
+         \x20       l(p); out.append('loaded')\n\
+         \x20   except Exception as e:\n\
+         \x20       out.append(type(e).__name__ + ': ' + str(e))\n\
+         print(json.dumps(out))",
+        json.display().to_string(),
+        upper.display().to_string()
+    );
+    let theirs: Vec<String> = serde_json::from_str(python(&code, &BTreeMap::new()).trim()).unwrap();
+    assert!(theirs[0].contains("Unexpected UTF-8 BOM"), "{theirs:?}");
+    assert_eq!(theirs[1], "loaded", "{theirs:?}");
+
+    Run::new("accel-config", dir)
+        .arg("validate")
+        .arg(&json)
+        .run()
+        .code_is(1)
+        .stderr_contains(&format!(
+            "{}:1: starts with a UTF-8 byte-order mark, which accelerate's JSON loader refuses",
+            json.display()
+        ))
+        .stderr_contains("save the file as UTF-8 without a BOM");
+    let warning = format!(
+        "{}: starts with a UTF-8 byte-order mark: accel reads past it, but accelerate refuses this JSON file",
+        json.display()
+    );
+    Run::new("accel-config", dir)
+        .args(["validate", "--accel_only"])
+        .arg(&json)
+        .run()
+        .code_is(0)
+        .stderr_contains(&warning);
+    Run::new("accel-config", dir)
+        .args(["show", "--config_file"])
+        .arg(&json)
+        .run()
+        .success()
+        .stderr_contains(&warning);
+    let out = Run::new("accel-config", dir)
+        .arg("validate")
+        .arg(&upper)
+        .run();
+    out.code_is(0)
+        .stdout_contains("valid (accel and accelerate read the same values)");
+    assert!(!out.stderr.contains("byte-order mark"), "{}", out.stderr);
+}
+
+/// YAML merge keys (`<<: *anchor`) read as accelerate reads them (PyYAML's `safe_load`): the merged
+/// values in every reader, and `to-fsdp2` converts them as `accelerate to-fsdp2` does, rewriting the
+/// section that held them, with a warning saying so. A section with a merge key that does not change
+/// is kept as written.
+#[test]
+fn yaml_merge_keys_resolve_as_accelerate_resolves_them() {
+    let home = tempdir();
+    let dir = home.path();
+    let cases: &[(&str, &str)] = &[
+        (
+            "merge.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\nbase: &b\n  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_offload_params: false\n\
+             fsdp_config:\n  <<: *b\n  fsdp_version: 1   # still FSDP1\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n",
+        ),
+        (
+            // Among merged mappings the later wins (PyYAML 6.0.4), and the mapping's own keys win.
+            "merge_list.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\na: &a {fsdp_sharding_strategy: FULL_SHARD, fsdp_offload_params: true}\n\
+             b: &b {fsdp_sharding_strategy: SHARD_GRAD_OP, fsdp_use_orig_params: true}\n\
+             fsdp_config:\n  fsdp_offload_params: false\n  <<: [*a, *b]\n",
+        ),
+        (
+            "merge_twice.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\na: &a {fsdp_sharding_strategy: FULL_SHARD}\nb: &b {fsdp_sharding_strategy: NO_SHARD}\n\
+             fsdp_config:\n  <<: *a\n  <<: *b\n",
+        ),
+        (
+            "merge_nested.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\na: &a {fsdp_sharding_strategy: HYBRID_SHARD}\nb: &b {<<: *a, fsdp_forward_prefetch: true}\n\
+             fsdp_config: {<<: *b, fsdp_version: 1}\n",
+        ),
+    ];
+    let mut names = Vec::new();
+    for (name, text) in cases {
+        let input = dir.join(name);
+        fs::write(&input, text).unwrap();
+        let ours = dir.join(format!("ours_{name}"));
+        Run::new("accel-config", dir)
+            .args(["to-fsdp2", "--config_file"])
+            .arg(&input)
+            .arg("--output_file")
+            .arg(&ours)
+            .run()
+            .success()
+            .stderr_contains(&format!(
+                "{}:{}: `fsdp_config` holds a merge key (`<<: *anchor`): rewritten whole with the merged values expanded",
+                dir.join(name).display(),
+                text.lines().position(|l| l.starts_with("fsdp_config:")).unwrap() + 1
+            ));
+        let written = fs::read_to_string(&ours).unwrap();
+        let section = &written[written.find("\nfsdp_config:").unwrap()..];
+        assert!(!section.contains("<<"), "{name}: merge key left: {written}");
+        names.push(format!("{name:?}"));
+    }
+    // What PyYAML reads from each input, and from each output of accel and of accelerate.
+    let code = format!(
+        "import argparse, json, os, yaml\n\
+         from accelerate.commands.to_fsdp2 import to_fsdp2_command\n\
+         d = {dir:?}\n\
+         for n in [{}]:\n\
+         \x20   theirs = os.path.join(d, 'theirs_' + n)\n\
+         \x20   to_fsdp2_command(argparse.Namespace(config_file=os.path.join(d, n), output_file=theirs, overwrite=False))\n\
+         \x20   load = lambda p: yaml.safe_load(open(p))\n\
+         \x20   print(json.dumps([n, load(os.path.join(d, n)), load(os.path.join(d, 'ours_' + n)), load(theirs)]))\n",
+        names.join(", "),
+        dir = dir.display().to_string()
+    );
+    let lines = python(&code, &BTreeMap::new());
+    assert_eq!(lines.lines().count(), cases.len(), "{lines}");
+    for line in lines.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        let name = row[0].as_str().unwrap();
+        assert_eq!(row[2], row[3], "{name}: accel (left) and accelerate differ");
+        // accel's own reading of the input is PyYAML's, key by key.
+        for (key, value) in row[1]["fsdp_config"].as_object().unwrap() {
+            let out = Run::new("accel-config", dir)
+                .args(["get", "--json", "--config_file"])
+                .arg(dir.join(name))
+                .arg(format!("fsdp_config.{key}"))
+                .run();
+            out.success();
+            assert_eq!(
+                serde_json::from_str::<Value>(out.stdout.trim()).unwrap(),
+                *value,
+                "{name}: fsdp_config.{key}"
+            );
+        }
+    }
+    // A change elsewhere keeps the section with its merge key as written, and says nothing of it.
+    let file = dir.join("merge.yaml");
+    let out = Run::new("accel-config", dir)
+        .arg("--config_file")
+        .arg(&file)
+        .args(["set", "num_processes", "4"])
+        .run();
+    out.success();
+    assert!(!out.stderr.contains("merge key"), "{}", out.stderr);
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        cases[0].1.replace("num_processes: 2", "num_processes: 4")
+    );
+}

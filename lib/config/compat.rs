@@ -3,8 +3,9 @@
 //! (`accelerate/commands/config/config_args.py::load_config_from_file`) reads `.json` as JSON and every
 //! other file as YAML through PyYAML's `safe_load` (YAML 1.1), refuses keys that are not `ClusterConfig`
 //! fields after `process_config`, and builds its `DistributedType`/`ComputeEnvironment` enums from the
-//! exact spelling. accel reads YAML 1.2, TOML, and is lenient about case and unknown keys, so a file can
-//! be valid here and refused (or misread) there.
+//! exact spelling; its `json.load` of a `.json` path raises on a UTF-8 byte-order mark, which PyYAML
+//! skips. accel reads YAML 1.2, TOML, past a byte-order mark, and is lenient about case and unknown
+//! keys, so a file can be valid here and refused (or misread) there.
 
 use serde_json::Value;
 
@@ -26,6 +27,12 @@ pub fn check(loaded: &Loaded) -> Vec<Incompatibility> {
             doc.path.display()
         )));
         return out;
+    }
+    if doc.bom_refused_by_accelerate() {
+        out.push(Incompatibility(format!(
+            "{}:1: starts with a UTF-8 byte-order mark, which accelerate's JSON loader refuses (`Unexpected UTF-8 BOM`); save the file as UTF-8 without a BOM",
+            doc.path.display()
+        )));
     }
     for key in doc.map.keys() {
         let migrated_by_accelerate = key == "fp16" || key == "dynamo_backend";

@@ -3,13 +3,16 @@
 //! (comments, key order, quoting, blank lines) and of a TOML file (through `toml_edit`) are kept byte for
 //! byte, and JSON keeps its key order. Each edit is checked by parsing the result: when it does not read
 //! back as the intended mapping (a layout this editor does not understand, such as flow style or
-//! anchors), the file is written whole in accel's layout instead, and the caller says so.
+//! anchors), the file is written whole in accel's layout instead, and the caller says so. A section
+//! holding a merge key (`<<: *anchor`) that changes is written whole from its resolved values, and the
+//! caller says that too.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
 use super::file::{self, Document, Format};
+use super::merge;
 
 /// One difference between the file as written and the mapping to write, for the warnings of `update`.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +95,10 @@ fn diff(
 pub struct Edited {
     pub text: String,
     pub layout_kept: bool,
+    /// The top-level sections holding a merge key (`<<: *anchor`) that changed: each was written
+    /// whole from its resolved values, merge keys and aliases expanded (the keys a `<<` line brings
+    /// have no line of their own to edit).
+    pub merges_expanded: Vec<String>,
 }
 
 /// Writes `new` over `doc`, keeping what did not change (see the module header).
@@ -111,12 +118,12 @@ pub fn edit_renaming(
 ) -> Result<Edited, String> {
     let text = doc.text_lf();
     let attempt = match doc.format {
-        Format::Yaml if text.trim_start().starts_with('{') => Some(json_text(new)?),
-        Format::Json => Some(json_text(new)?),
+        Format::Yaml if text.trim_start().starts_with('{') => Some((json_text(new)?, Vec::new())),
+        Format::Json => Some((json_text(new)?, Vec::new())),
         Format::Yaml => edit_yaml(&text, &doc.map, new, renames),
-        Format::Toml => edit_toml(&text, &doc.map, new),
+        Format::Toml => edit_toml(&text, &doc.map, new).map(|t| (t, Vec::new())),
     };
-    if let Some(text) = attempt {
+    if let Some((text, merges_expanded)) = attempt {
         let reads_back = Document::parse(&doc.path, text.clone())
             .map(|d| Value::Object(d.map) == Value::Object(new.clone()))
             .unwrap_or(false);
@@ -124,12 +131,14 @@ pub fn edit_renaming(
             return Ok(Edited {
                 text: doc.in_file_style(&text),
                 layout_kept: true,
+                merges_expanded,
             });
         }
     }
     Ok(Edited {
         text: doc.in_file_style(&file::render(new, doc.format)?),
         layout_kept: false,
+        merges_expanded: Vec::new(),
     })
 }
 
@@ -297,18 +306,27 @@ fn edit_yaml(
     old: &Map<String, Value>,
     new: &Map<String, Value>,
     renames: &[Rename],
-) -> Option<String> {
+) -> Option<(String, Vec<String>)> {
     let lines: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
     let top = entries(&lines, 0, lines.len(), 0)?;
     if !keys_match(&top, old) {
         return None;
     }
     let mut plan = Plan::default();
+    let mut merges_expanded = Vec::new();
     for entry in &top {
         let o = &old[&entry.key];
+        let holds_merge = lines[entry.start..entry.end]
+            .iter()
+            .any(|l| merge::plain_merge_key(l));
         match new.get(&entry.key) {
             None => plan.ops.push((entry.start, entry.end, Vec::new())),
             Some(n) if n == o => {}
+            Some(n) if holds_merge => {
+                plan.ops
+                    .push((entry.start, entry.end, render_entry(&entry.key, n, 0)?));
+                merges_expanded.push(entry.key.clone());
+            }
             Some(Value::Object(n)) if o.is_object() && entry.end > entry.start + 1 => {
                 let Value::Object(o) = o else { return None };
                 let renames: Vec<(&str, &str)> = renames
@@ -338,7 +356,7 @@ fn edit_yaml(
     if !added.is_empty() {
         plan.ops.push((lines.len(), lines.len(), added));
     }
-    Some(plan.apply(&lines))
+    Some((plan.apply(&lines), merges_expanded))
 }
 
 fn edit_section(

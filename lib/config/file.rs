@@ -5,7 +5,9 @@
 //!
 //! YAML: `serde_yaml_ng`, the maintained drop-in fork of the archived `serde_yaml` (same API, same
 //! YAML-1.2 core schema). Being YAML 1.2, an unquoted `no` reads as the string "no", which is what users
-//! meant; when writing, strings that YAML 1.1 (PyYAML) would read as booleans are quoted.
+//! meant; when writing, strings that YAML 1.1 (PyYAML) would read as booleans are quoted. Merge keys
+//! (`<<: *anchor`) are resolved as PyYAML resolves them ([`super::merge`]), so every reader sees the
+//! values accelerate sees.
 
 use std::fs;
 use std::io::Write;
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::merge;
 use super::ConfigError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +56,7 @@ pub struct Document {
     /// The text without its byte-order mark.
     text: String,
     /// The file began with a UTF-8 byte-order mark (editors on Windows write one; PyYAML, and so
-    /// accelerate's `load_config_from_file`, reads past it).
+    /// accelerate's `load_config_from_file` for YAML, reads past it; its JSON reading does not).
     bom: bool,
 }
 
@@ -108,17 +111,40 @@ impl Document {
                 serde_json::to_value(v).map_err(|e| parse_err(None, e.to_string()))?
             }
             Format::Yaml => {
-                let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| {
-                    let line = e.location().map(|l| l.line());
-                    match duplicate_key(&text, &e.to_string(), line.unwrap_or(1)) {
-                        Some((first, second, key)) => parse_err(
-                            Some(second),
-                            format!("duplicate key `{key}` (first at line {first})"),
-                        ),
-                        None => parse_err(line, e.to_string()),
+                let merges = merge::scan(&text);
+                let parsed = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text);
+                let v = match parsed {
+                    // Two merge keys in one mapping are fine for PyYAML; `merge::resolve` reads them.
+                    Err(e) if merges.plain && is_duplicate_merge_key(&e.to_string()) => None,
+                    Err(e) => {
+                        let line = e.location().map(|l| l.line());
+                        return Err(
+                            match duplicate_key(&text, &e.to_string(), line.unwrap_or(1)) {
+                                Some((first, second, key)) => parse_err(
+                                    Some(second),
+                                    format!("duplicate key `{key}` (first at line {first})"),
+                                ),
+                                None => parse_err(line, e.to_string()),
+                            },
+                        );
                     }
-                })?;
-                yaml_to_json(v).map_err(|m| parse_err(None, m))?
+                    Ok(v) => Some(v),
+                };
+                match (merges.plain, v) {
+                    (false, Some(v)) => yaml_to_json(v).map_err(|m| parse_err(None, m))?,
+                    _ if merges.quoted => {
+                        return Err(parse_err(
+                            None,
+                            "a quoted `\"<<\"` key beside merge keys (`<<: *anchor`): accel cannot tell them apart; rename the quoted key".into(),
+                        ))
+                    }
+                    _ => {
+                        let node: merge::Node = serde_yaml_ng::from_str(&text).map_err(|e| {
+                            parse_err(e.location().map(|l| l.line()), e.to_string())
+                        })?;
+                        merge::resolve(node).map_err(|m| parse_err(None, m))?
+                    }
+                }
             }
         };
         let map = match value {
@@ -145,6 +171,14 @@ impl Document {
             text,
             bom,
         })
+    }
+
+    /// accelerate cannot read this file for its byte-order mark: `load_config_from_file`
+    /// (accelerate/commands/config/config_args.py) reads a path ending in exactly `.json` with
+    /// `json.load`, which raises "Unexpected UTF-8 BOM"; PyYAML, which reads every other path
+    /// (`.JSON` included), skips the mark.
+    pub fn bom_refused_by_accelerate(&self) -> bool {
+        self.bom && self.path.to_string_lossy().ends_with(".json")
     }
 
     /// The file's text as read, without a byte-order mark.
@@ -245,6 +279,11 @@ pub(crate) fn yaml_to_json(v: serde_yaml_ng::Value) -> Result<Value, String> {
         }
         Y::Tagged(t) => yaml_to_json(t.value)?,
     })
+}
+
+/// serde_yaml_ng's refusal of a second `<<` in one mapping (`duplicate entry with key "<<"`).
+fn is_duplicate_merge_key(message: &str) -> bool {
+    message.contains("duplicate entry with key \"<<\"")
 }
 
 /// serde_yaml_ng reports a duplicate key at the start of its mapping; users need the duplicate's own
@@ -544,6 +583,33 @@ mod tests {
             err,
             "c.yaml:4: invalid YAML: duplicate key `num_processes` (first at line 2)"
         );
+    }
+
+    #[test]
+    fn merge_keys_resolve_and_a_quoted_one_beside_them_is_refused() {
+        let doc = Document::parse(
+            Path::new("c.yaml"),
+            "a: &a {x: 1}\nb: &b {x: 2}\nm:\n  <<: *a\n  <<: *b\n'<<': 3\n".into(),
+        );
+        let err = doc.unwrap_err().to_string();
+        assert!(err.contains("cannot tell them apart"), "{err}");
+        let doc = Document::parse(
+            Path::new("c.yaml"),
+            "a: &a {x: 1}\nb: &b {x: 2}\nm:\n  <<: *a\n  <<: *b\n".into(),
+        )
+        .unwrap();
+        assert_eq!(doc.map["m"], serde_json::json!({"x": 2}));
+        // Without a plain merge key, a quoted `<<` is an ordinary key, as in PyYAML.
+        let doc = Document::parse(Path::new("c.yaml"), "m:\n  '<<': 3\n".into()).unwrap();
+        assert_eq!(doc.map["m"]["<<"], 3);
+        // Other duplicates are still refused with their lines.
+        let err = Document::parse(
+            Path::new("c.yaml"),
+            "a: &a {x: 1}\nm:\n  <<: *a\n  y: 1\n  y: 2\n".into(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("duplicate key `y`"), "{err}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod compat;
 pub mod edit;
 pub mod file;
 pub mod fsdp2;
+pub mod merge;
 mod paths;
 pub mod schema;
 mod value;
@@ -176,6 +177,12 @@ pub fn normalize(doc: Document) -> Result<Loaded, ConfigError> {
     let mut raw = doc.map.clone();
     let mut warnings = Vec::new();
 
+    if doc.bom_refused_by_accelerate() {
+        warnings.push(Warning(format!(
+            "{}: starts with a UTF-8 byte-order mark: accel reads past it, but accelerate refuses this JSON file (`Unexpected UTF-8 BOM`); save it as UTF-8 without a BOM",
+            doc.path.display()
+        )));
+    }
     if raw.get("compute_environment").and_then(Value::as_str) == Some("AMAZON_SAGEMAKER") {
         return Err(ConfigError::SageMaker { path });
     }

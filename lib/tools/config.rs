@@ -191,9 +191,24 @@ fn write_edited(doc: &Document, map: &Map<String, Value>, env: &Environment) -> 
             env,
         );
     }
+    warn_merges_expanded(doc, &edited, env);
     let loaded = config::normalize(Document::parse(&doc.path, edited.text.clone())?)?;
     print_warnings(&loaded.warnings, env);
     write_text(&doc.path, &edited.text)
+}
+
+/// One warning per section the edit wrote with its merge keys expanded ([`edit::Edited`]).
+fn warn_merges_expanded(doc: &Document, edited: &edit::Edited, env: &Environment) {
+    for section in &edited.merges_expanded {
+        warn(
+            TOOL,
+            &format!(
+                "{}: `{section}` holds a merge key (`<<: *anchor`): rewritten whole with the merged values expanded (as accelerate reads them), its merge keys, aliases and comments gone",
+                doc.location(section)
+            ),
+            env,
+        );
+    }
 }
 
 fn resolve(explicit: Option<&Path>, env: &Environment) -> Result<Resolved> {
@@ -687,6 +702,7 @@ fn to_fsdp2(explicit: Option<&Path>, args: &ToFsdp2Args, env: &Environment) -> R
                 env,
             );
         }
+        warn_merges_expanded(&doc, &edited, env);
         edited.text
     } else {
         file::render(&map, format).map_err(|e| {
