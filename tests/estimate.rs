@@ -1197,8 +1197,9 @@ fn measured_at(
         cmd.args(["--strategy", s]);
     }
     cmd.args(configs);
-    // Every strategy x precision is its own launch of real ranks: on a loaded 2-core machine a
-    // grid of six takes minutes (its nextest bound is 8: .config/nextest.toml).
+    // One launch of real ranks trains every strategy x precision x config in turn (and one more
+    // the single-process setup): on a loaded 2-core machine a grid of six takes a minute or more
+    // (its nextest bound is 8: .config/nextest.toml).
     let out = cmd.output_within(MEASURED_WAIT);
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
