@@ -304,3 +304,86 @@ fn a_node_whose_ranks_share_their_core_with_busy_processes_is_named_as_a_node() 
     assert_eq!(said.len(), 3, "{}", runs[0].all());
     assert!(runs[1].stragglers().is_empty(), "{}", runs[1].all());
 }
+
+/// Each rank's environment (`env` run as the rank, `--no_python`), by rank.
+fn rank_envs(home: &Path, flags: &[&str], extra: &[(&str, &str)]) -> Vec<Vec<(String, String)>> {
+    let out = home.join("envs");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let mut c = launcher(home);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let o = c
+        .current_dir(home)
+        .args(["--cpu", "--num_processes", "2", "--no_python"])
+        .args(flags)
+        .args(["sh", "-c", r#"env > "$0/$RANK""#])
+        .arg(&out)
+        .output_within(WAIT);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (0..2)
+        .map(|r| {
+            std::fs::read_to_string(out.join(r.to_string()))
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("TORCH_"))
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// NCCL ranks' Flight Recorder for the straggler watch: only with the watch on do the ranks get the
+/// trace buffer, per-collective timing, and the dump file and debug-info pipe in a directory of the
+/// run's own (gone once the run ends); a variable the user set (here the buffer's older name and the
+/// timing) is left alone.
+#[test]
+fn the_ranks_get_the_flight_recorder_s_variables_only_with_the_watch_on() {
+    let d = crate::util::tempdir();
+    let get = |env: &[(String, String)], k: &str| {
+        env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    };
+    let off = rank_envs(d.path(), &[], &[]);
+    for k in [
+        "TORCH_FR_BUFFER_SIZE",
+        "TORCH_NCCL_ENABLE_TIMING",
+        "TORCH_FR_DUMP_TEMP_FILE",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    ] {
+        assert_eq!(get(&off[0], k), None, "{k} without the watch: {:?}", off[0]);
+    }
+    let watch = ["--straggler_threshold", "20", "--straggler_window", "5"];
+    let on = rank_envs(d.path(), &watch, &[]);
+    for env in &on {
+        assert_eq!(get(env, "TORCH_FR_BUFFER_SIZE").as_deref(), Some("2000"));
+        assert_eq!(get(env, "TORCH_NCCL_ENABLE_TIMING").as_deref(), Some("1"));
+        assert_eq!(
+            get(env, "TORCH_NCCL_DUMP_ON_TIMEOUT"),
+            None,
+            "the hang watch's"
+        );
+        let dump = get(env, "TORCH_FR_DUMP_TEMP_FILE").unwrap();
+        let pipe = get(env, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE").unwrap();
+        let dir = Path::new(&dump).parent().unwrap();
+        assert_eq!(dump, dir.join("flight_recorder_").to_string_lossy());
+        assert_eq!(pipe, dir.join("fr_pipe_").to_string_lossy());
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    let user = [
+        ("TORCH_NCCL_TRACE_BUFFER_SIZE", "50"),
+        ("TORCH_NCCL_ENABLE_TIMING", "0"),
+    ];
+    let mine = rank_envs(d.path(), &watch, &user);
+    assert_eq!(get(&mine[1], "TORCH_FR_BUFFER_SIZE"), None, "{:?}", mine[1]);
+    assert_eq!(
+        get(&mine[1], "TORCH_NCCL_TRACE_BUFFER_SIZE").as_deref(),
+        Some("50")
+    );
+    assert_eq!(
+        get(&mine[1], "TORCH_NCCL_ENABLE_TIMING").as_deref(),
+        Some("0")
+    );
+    assert!(get(&mine[1], "TORCH_NCCL_DEBUG_INFO_PIPE_FILE").is_some());
+}
