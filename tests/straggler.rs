@@ -4,7 +4,9 @@
 //! or of ranks that never meet in a collective, says once that the detection does not apply; a rank
 //! held to a CPU quota by its cgroup is named; on two nodes, a node whose ranks share their core with
 //! busy processes is named as a node. The window is 10 s (5 s where nothing is to be named) to keep
-//! each test's wall time small. They compare speeds: .config/nextest.toml runs them alone.
+//! each test's wall time small. They compare speeds: .config/nextest.toml runs them alone, and
+//! each launcher runs in a cgroup weighted far above the rest of the machine (a clean run once named
+//! a rank slowed by other work on a loaded machine).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -38,11 +40,26 @@ impl Ran {
     }
 }
 
-/// accel-launch with py-spy on PATH, `flags` then the fixture's `mode` for `secs` seconds.
+/// accel-launch with py-spy on PATH, `flags` then the fixture's `mode` for `secs` seconds, in a
+/// cgroup of its own ([`cpu_group`]).
 fn launch(home: &Path, flags: &[&str], mode: &str, secs: u32) -> Ran {
     let report = home.join(format!("report.{}.json", std::process::id()));
-    let mut c = launcher(home);
+    let weight = cpu_group();
+    let mut c = weighted(
+        home,
+        &weight.as_ref().map(CpuGroup::wrap).unwrap_or_default(),
+    );
     spawn_run(&mut c, home, &report, flags, mode, secs)
+}
+
+/// accel-launch behind `prefix` (a cgroup's [`CpuGroup::wrap`], taskset), or alone where it is empty.
+fn weighted(home: &Path, prefix: &[String]) -> std::process::Command {
+    let Some((program, rest)) = prefix.split_first() else {
+        return launcher(home);
+    };
+    let mut c = launch_env(program, home);
+    c.args(rest).arg(bin("accel-launch"));
+    c
 }
 
 fn spawn_run(
@@ -157,11 +174,13 @@ fn one_rank_or_ranks_without_collectives_say_it_does_not_apply_once() {
 fn two_nodes_rank_3_slowed_is_named_by_node_0_alone_and_nobody_else() {
     let d = crate::util::tempdir();
     let port = crate::util::free_port().to_string();
+    let weight = cpu_group();
+    let prefix = weight.as_ref().map(CpuGroup::wrap).unwrap_or_default();
     let runs: Vec<std::thread::JoinHandle<Ran>> = (0..2u32)
         .map(|n| {
-            let (home, port) = (d.path().to_path_buf(), port.clone());
+            let (home, port, prefix) = (d.path().to_path_buf(), port.clone(), prefix.clone());
             std::thread::spawn(move || {
-                let mut c = launcher(&home);
+                let mut c = weighted(&home, &prefix);
                 node_flags(&mut c, 2, n, "127.0.0.1", &port);
                 c.args(["--num_processes", "4", "--rdzv_timeout", "60"]);
                 let report = home.join(format!("report.{n}.json"));
@@ -200,15 +219,10 @@ fn a_rank_held_to_a_cpu_quota_by_its_cgroup_is_named_and_nobody_else() {
     // The other ranks in a group that outweighs the rest of the machine (a note where none can be
     // made): its unpinned work would otherwise slow some of them too.
     let weight = cpu_group();
-    let mut c = match &weight {
-        Some(w) => {
-            let argv = w.wrap();
-            let mut c = launch_env(&argv[0], d.path());
-            c.args(&argv[1..]).arg(bin("accel-launch"));
-            c
-        }
-        None => launcher(d.path()),
-    };
+    let mut c = weighted(
+        d.path(),
+        &weight.as_ref().map(CpuGroup::wrap).unwrap_or_default(),
+    );
     c.env("STRAGGLER_CGROUP", group.procs_file());
     let r = spawn_run(&mut c, d.path(), &report, &flags, "clean", 40);
     assert_eq!(r.code, 0, "{}", r.all());
@@ -272,8 +286,7 @@ fn a_node_whose_ranks_share_their_core_with_busy_processes_is_named_as_a_node() 
             let mut argv = prefix.clone();
             argv.extend(["taskset".into(), "-c".into(), n.to_string()]);
             std::thread::spawn(move || {
-                let mut c = launch_env(&argv[0], &home);
-                c.args(&argv[1..]).arg(bin("accel-launch"));
+                let mut c = weighted(&home, &argv);
                 node_flags(&mut c, 2, n, "127.0.0.1", &port);
                 c.args(["--num_processes", "4", "--rdzv_timeout", "60"]);
                 let report = home.join(format!("report.{n}.json"));
