@@ -279,6 +279,11 @@ impl Judge {
             return Vec::new();
         }
         if basis == Basis::Stacks && judged.iter().all(|r| r.waiting == 0) {
+            // NCCL ranks' stacks never wait in c10d: while some have a device share (the others'
+            // dumps late), the detection still applies.
+            if ranks.iter().any(|r| r.arrival.is_some()) {
+                return Vec::new();
+            }
             self.quiet += 1;
             if self.quiet >= QUIET_WINDOWS && !self.warmed {
                 return self.not_apply("no rank's samples wait in a torch.distributed collective");
@@ -549,6 +554,11 @@ mod tests {
         let mut part = w(0.03);
         part[0].arrival = None;
         assert!(j.window(&part).is_empty());
+        // Ranks whose stacks never wait and some of whose dumps are late: not "does not apply".
+        let mut fresh = Judge::new(20.0, 4);
+        for _ in 0..QUIET_WINDOWS + 1 {
+            assert!(fresh.window(&part).is_empty());
+        }
         // Halves: the mean of their shares.
         let m = merge(&w(0.1), &w(0.3));
         assert!((m[3].arrival.unwrap() - 0.2).abs() < 1e-9);
