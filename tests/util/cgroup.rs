@@ -76,6 +76,11 @@ impl Cgroup {
         c
     }
 
+    /// The file a process writes its pid to, to join the group (a rank of a test's fixture).
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
     /// The processes in the group now.
     pub fn pids(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))

@@ -705,7 +705,7 @@ impl Coordinator {
     /// A node's straggler window, handed to node 0 (whose launcher judges the world's): the node
     /// speaks only for its own ranks (its node and host are set here), for at most
     /// [`MAX_WINDOW_RANKS`] of them, each place cut to 256 bytes, so that one message stays far
-    /// below the line cap whatever a node sends.
+    /// below the line cap whatever a node sends; a device share is kept between 0 and 1.
     fn windows(&mut self, node: u32, ranks: Vec<RankWindow>) -> Vec<(To, Msg)> {
         if self.failure.is_some() || ranks.is_empty() {
             return Vec::new();
@@ -718,6 +718,10 @@ impl Coordinator {
                 r.node = node;
                 r.host = host.clone();
                 r.waiting = r.waiting.min(r.samples);
+                r.arrival = r
+                    .arrival
+                    .filter(|a| a.is_finite())
+                    .map(|a| a.clamp(0.0, 1.0));
                 if let Some(p) = r.place.as_mut() {
                     truncate(&mut p.file, 256);
                     truncate(&mut p.function, 256);
@@ -1650,6 +1654,7 @@ mod tests {
                 line: 1,
                 function: long.clone(),
             }),
+            arrival: Some(7.0),
         };
         let ranks: Vec<RankWindow> = (0..2000).map(rw).collect();
         let out = c.message(1, Msg::Windows { attempt: 0, ranks });
@@ -1659,6 +1664,7 @@ mod tests {
         assert_eq!(ranks.len(), MAX_WINDOW_RANKS);
         let r = &ranks[0];
         assert_eq!((r.node, r.host.as_str(), r.waiting), (1, "h1", 40));
+        assert_eq!(r.arrival, Some(1.0));
         assert_eq!(r.place.as_ref().unwrap().file.len(), 256);
         let line = Msg::Windows {
             attempt: 0,

@@ -140,7 +140,7 @@ impl FailureReport {
 }
 
 /// One line of the protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Msg {
     /// Node → server, the first line (never sealed): the node's protocol, rank and nonce.

@@ -810,27 +810,44 @@ pub fn write_dumps(dir: &Path, report: &str, stacks: &[RankStack]) -> std::io::R
 /// (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the debug-info pipe). gloo has no outside
 /// trigger, so gloo runs get stacks only.
 pub fn flight_recorder_dump(dir: &Path, stacks: &[RankStack]) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut asked = Vec::new();
-    for s in stacks {
-        let pipe = dir.join(format!("fr_pipe_{}.pipe", s.rank));
-        if !pipe.exists() {
-            continue;
-        }
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&pipe)
-        {
-            use std::io::Write;
-            let _ = f.write_all(b"1\n");
-            asked.push(dir.join(format!("flight_recorder_{}", s.rank)));
-        }
-    }
+    let asked: Vec<PathBuf> = stacks
+        .iter()
+        .filter_map(|s| ask_flight_recorder(dir, s.rank))
+        .collect();
     let until = Instant::now() + Duration::from_secs(5);
     while !asked.iter().all(|p| p.exists()) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Asks NCCL rank `rank` for a Flight Recorder dump through its debug-info pipe `dir/fr_pipe_<rank>.pipe`
+/// (which the rank made: only NCCL ranks have one); the dump will be `dir/flight_recorder_<rank>`.
+/// `None` when the rank has no pipe or nobody reads it (the rank is gone). The write does not block:
+/// the rank's watchdog reads the pipe now and then.
+pub fn ask_flight_recorder(dir: &Path, rank: u32) -> Option<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pipe = flight_recorder_pipe(dir, rank);
+    if !pipe.exists() {
+        return None;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&pipe)
+        .ok()?;
+    let _ = f.write_all(b"1\n");
+    Some(flight_recorder_file(dir, rank))
+}
+
+/// Rank `rank`'s debug-info pipe under the dump directory `dir` ([`flight_recorder_env`]).
+pub fn flight_recorder_pipe(dir: &Path, rank: u32) -> PathBuf {
+    dir.join(format!("fr_pipe_{rank}.pipe"))
+}
+
+/// Where rank `rank` writes its dump under `dir` ([`flight_recorder_env`]).
+pub fn flight_recorder_file(dir: &Path, rank: u32) -> PathBuf {
+    dir.join(format!("flight_recorder_{rank}"))
 }
 
 /// The variables that turn the Flight Recorder on for a watched run: a record of the last collectives

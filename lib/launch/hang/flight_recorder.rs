@@ -1,6 +1,7 @@
 //! torch's Flight Recorder dumps, read back for the hang verdict: each rank's record of the
 //! collectives it enqueued (process group, sequence number, op, sizes, where in the user's code), and
-//! which rank never entered the collective the others are in. The dumps are what
+//! which rank never entered the collective the others are in; the straggler watch reads them too, for
+//! when each rank entered its collectives ([`crate::launch::straggler::arrival`]). The dumps are what
 //! `torch._C._distributed_c10d._dump_fr_trace()` returns (pickled dicts of plain values: `entries`,
 //! `pg_status`, `version`), written by NCCL ranks to `TORCH_FR_DUMP_TEMP_FILE<rank>` on their
 //! watchdog's timeout or when the launcher writes to their debug-info pipe
@@ -11,13 +12,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::merge::pickle::{self, Globals, Id, Pickle};
+use crate::merge::pickle::{self, Globals, Id, Node, Pickle};
 
 /// Dumps larger than this are not read (2000 entries with their stacks are a few MiB).
 const MAX_DUMP: u64 = 64 << 20;
 
 /// One collective a rank enqueued.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The process group: its id and description, e.g. `0 (default_pg)`.
     pub group: String,
@@ -34,6 +35,19 @@ pub struct Entry {
     /// When the rank enqueued it (`time_created_ns`, the rank's wall clock): the straggler's come
     /// last ([`crate::launch::straggler::arrival`]).
     pub created_ns: Option<i64>,
+    /// How long it took on the device, start event to end event (`duration_ms`): NCCL ranks with
+    /// `TORCH_NCCL_ENABLE_TIMING`, once the watchdog retired it; gloo records none.
+    pub duration_ms: Option<f64>,
+}
+
+/// Reads the dump at `path`, refusing one larger than [`MAX_DUMP`].
+pub fn read(path: &Path) -> Result<Vec<Entry>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if meta.len() > MAX_DUMP {
+        return Err(format!("larger than {} MiB, not read", MAX_DUMP >> 20));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    parse(&bytes).map_err(|e| format!("unreadable: {e}"))
 }
 
 /// Reads one dump.
@@ -107,6 +121,11 @@ fn entry(p: &Pickle, e: Id) -> Option<Entry> {
         at,
         p2p,
         created_ns: p.get(e, "time_created_ns").and_then(|v| p.as_int(v)),
+        duration_ms: p.get(e, "duration_ms").and_then(|v| match p.node(v) {
+            Node::Float(f) => Some(*f),
+            Node::Int(i) => Some(*i as f64),
+            _ => None,
+        }),
     })
 }
 
@@ -200,23 +219,12 @@ pub fn report(dir: &Path, rank_ids: &[u32]) -> Vec<String> {
     let mut problems = Vec::new();
     for &rank in rank_ids {
         let path = dir.join(format!("flight_recorder_{rank}"));
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.len() > MAX_DUMP {
-            problems.push(format!(
-                "{}: larger than {} MiB, not read",
-                path.display(),
-                MAX_DUMP >> 20
-            ));
+        if !path.exists() {
             continue;
         }
-        match std::fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| parse(&b))
-        {
+        match read(&path) {
             Ok(entries) => dumps.push((rank, entries)),
-            Err(e) => problems.push(format!("{}: unreadable: {e}", path.display())),
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
         }
     }
     if dumps.is_empty() && problems.is_empty() {
@@ -248,6 +256,7 @@ mod tests {
             at: Some("train.py:57".into()),
             p2p: false,
             created_ns: None,
+            duration_ms: None,
         }
     }
 

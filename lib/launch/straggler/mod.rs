@@ -1,17 +1,20 @@
 //! Stragglers named while the run goes on, for `--straggler_threshold`: every rank's main thread is
 //! [`sample`]d with py-spy over each half of a `--straggler_window` (all ranks of a node over the
 //! same seconds), and every half window the [`score`] says, over the last whole window, which rank
-//! waits in the collectives far less than the others (the one they all wait for). On many nodes each node's windows go to node 0, which judges the
-//! world. Nothing is ever stopped.
+//! waits in the collectives far less than the others (the one they all wait for). NCCL ranks, whose
+//! host stacks look alike, are judged by their collectives' durations on the device instead, from a
+//! Flight Recorder dump per half window ([`nccl`], [`arrival`]). On many nodes each node's windows go
+//! to node 0, which judges the world. Nothing is ever stopped.
 
 pub mod arrival;
+pub mod nccl;
 pub mod sample;
 pub mod score;
 
 use std::time::Duration;
 
 pub use sample::Sampler;
-pub use score::{merge, Event, Finding, Judge, Place, RankWindow};
+pub use score::{merge, Basis, Event, Finding, Judge, Place, RankWindow};
 
 /// `--straggler_threshold` and `--straggler_window`, when the detection is on.
 #[derive(Debug, Clone, Copy, PartialEq)]

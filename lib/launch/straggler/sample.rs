@@ -5,7 +5,9 @@
 //! a millisecond per sample, where a dump per sample would cost the start each time. `--idle`
 //! keeps the samples of a thread that waits off the CPU (a rank in a gloo collective); without it
 //! py-spy drops them. The raw output's lines are `thread (TID): NAME;outer (file:line);…;inner
-//! (file:line) COUNT`, parsed by [`parse_raw`] (pure, unit-tested).
+//! (file:line) COUNT`, parsed by [`parse_raw`] (pure, unit-tested). At the end of each period the
+//! NCCL ranks among them are asked for their Flight Recorder ([`super::nccl`]), where the launcher
+//! gave them a dump directory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -100,16 +102,25 @@ pub struct Sampler {
     window: Duration,
     rate: u32,
     host: String,
+    /// Where the ranks' Flight Recorder pipes and dumps are ([`super::nccl::env`]).
+    fr_dir: Option<PathBuf>,
     batch: Option<mpsc::Receiver<Vec<RankWindow>>>,
 }
 
 impl Sampler {
-    pub fn new(py_spy: PathBuf, window: Duration, local_ranks: usize, host: &str) -> Sampler {
+    pub fn new(
+        py_spy: PathBuf,
+        window: Duration,
+        local_ranks: usize,
+        host: &str,
+        fr_dir: Option<PathBuf>,
+    ) -> Sampler {
         Sampler {
             py_spy,
             window,
             rate: rate_for(local_ranks),
             host: host.to_string(),
+            fr_dir,
             batch: None,
         }
     }
@@ -137,17 +148,28 @@ impl Sampler {
 
     fn start(&mut self, live: &[Live]) {
         let (tx, rx) = mpsc::channel();
-        let (py_spy, window, rate, host) = (
+        let (py_spy, window, rate, host, fr_dir) = (
             self.py_spy.clone(),
             self.window,
             self.rate,
             self.host.clone(),
+            self.fr_dir.clone(),
         );
         let live = live.to_vec();
         let spawned = std::thread::Builder::new()
             .name("straggler sampler".into())
             .spawn(move || {
-                let _ = tx.send(record_window(&py_spy, &live, window, rate, &host));
+                let since_ns = super::nccl::now_ns();
+                let mut w = record_window(&py_spy, &live, window, rate, &host);
+                if let Some(dir) = fr_dir {
+                    let ranks: Vec<u32> = live.iter().map(|l| l.rank).collect();
+                    let shares =
+                        super::nccl::shares(&dir, &ranks, since_ns, super::nccl::DUMP_WAIT);
+                    for r in &mut w {
+                        r.arrival = shares.get(&r.rank).copied();
+                    }
+                }
+                let _ = tx.send(w);
             });
         if let Err(e) = spawned {
             log::debug!("straggler: cannot start the sampler: {e}");
@@ -235,6 +257,7 @@ fn record_window(
             samples: c.samples,
             waiting: c.waiting,
             place: c.top_place(),
+            arrival: None,
         });
     }
     windows

@@ -4,7 +4,10 @@
 //! the median of the other ranks' shares; a rank whose share is below it by more than the threshold
 //! (in percentage points) over a whole window is named, once, and once more when it recovers. The
 //! gap must also be [`Z`] standard errors of the two shares (binomial, from the samples' counts), so
-//! that a short window's few samples do not name a healthy rank.
+//! that a short window's few samples do not name a healthy rank. Where every rank has a share of the
+//! window its collectives took on the device (NCCL ranks' Flight Recorder,
+//! [`arrival::collective_share`](super::arrival::collective_share)), that share is judged in place of
+//! the samples' ([`Basis::Arrival`]): under NCCL the stacks of every rank look alike.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -39,7 +42,7 @@ impl fmt::Display for Place {
 }
 
 /// One rank's samples over one window (on many nodes, as a node sends them to node 0).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankWindow {
     pub rank: u32,
     pub node: u32,
@@ -50,12 +53,30 @@ pub struct RankWindow {
     pub waiting: u32,
     /// Where it was most often when not waiting.
     pub place: Option<Place>,
+    /// The share of the window its collectives took on the device, from its Flight Recorder (NCCL
+    /// ranks with timing); absent from a node that sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<f64>,
 }
 
 impl RankWindow {
-    fn share(&self) -> f64 {
-        f64::from(self.waiting) / f64::from(self.samples.max(1))
+    fn share(&self, basis: Basis) -> f64 {
+        match (basis, self.arrival) {
+            (Basis::Arrival, Some(a)) => a,
+            _ => f64::from(self.waiting) / f64::from(self.samples.max(1)),
+        }
     }
+}
+
+/// What a window was judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// The share of stack samples waiting in a `torch.distributed` collective.
+    Stacks,
+    /// The share of the window the rank's collectives took on the device (Flight Recorder): the
+    /// straggler arrives last, so its collectives are the shortest.
+    Arrival,
 }
 
 /// A rank named a straggler (or recovered), as printed and as `--report_json`'s `stragglers` holds it.
@@ -72,6 +93,17 @@ pub struct Finding {
     pub slower: f64,
     #[serde(rename = "where")]
     pub place: Option<Place>,
+    /// `stacks` or `arrival`.
+    pub judged_by: Basis,
+}
+
+impl Finding {
+    fn by(&self) -> &'static str {
+        match self.judged_by {
+            Basis::Stacks => "",
+            Basis::Arrival => ", judged by arrival in collectives (Flight Recorder)",
+        }
+    }
 }
 
 /// What a window's judgement says.
@@ -103,12 +135,13 @@ impl fmt::Display for Event {
             Event::Straggler(s) => {
                 write!(
                     f,
-                    "straggler: rank {} (node {}, host {}) waits in collectives {} of the time where the median rank waits {}: about {:.1}× slower per step",
+                    "straggler: rank {} (node {}, host {}) waits in collectives {} of the time where the median rank waits {}{}: about {:.1}× slower per step",
                     s.rank,
                     s.node,
                     s.host,
                     pct(s.wait_share),
                     pct(s.median_wait_share),
+                    s.by(),
                     s.slower
                 )?;
                 if let Some(p) = &s.place {
@@ -118,12 +151,13 @@ impl fmt::Display for Event {
             }
             Event::Recovered(s) => write!(
                 f,
-                "straggler: rank {} (node {}, host {}) recovered: it waits in collectives {} of the time where the median rank waits {}",
+                "straggler: rank {} (node {}, host {}) recovered: it waits in collectives {} of the time where the median rank waits {}{}",
                 s.rank,
                 s.node,
                 s.host,
                 pct(s.wait_share),
-                pct(s.median_wait_share)
+                pct(s.median_wait_share),
+                s.by()
             ),
             Event::Node { node, host, ranks } => {
                 let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
@@ -170,6 +204,11 @@ pub fn merge(earlier: &[RankWindow], later: &[RankWindow]) -> Vec<RankWindow> {
                 if m.place.is_none() {
                     m.place = e.place.clone();
                 }
+                // Two halves' shares of the device's time, each over its own half.
+                m.arrival = match (e.arrival, r.arrival) {
+                    (Some(a), Some(b)) => Some((a + b) / 2.0),
+                    _ => None,
+                };
             }
             m
         })
@@ -226,11 +265,25 @@ impl Judge {
         if self.world_size < 2 {
             return self.not_apply("one rank, nothing to compare");
         }
-        let judged: Vec<&RankWindow> = ranks.iter().filter(|r| r.samples >= MIN_SAMPLES).collect();
+        // The device's shares where every rank has one (NCCL), else the stacks'.
+        let basis = if ranks.len() >= 2 && ranks.iter().all(|r| r.arrival.is_some()) {
+            Basis::Arrival
+        } else {
+            Basis::Stacks
+        };
+        let judged: Vec<&RankWindow> = ranks
+            .iter()
+            .filter(|r| basis == Basis::Arrival || r.samples >= MIN_SAMPLES)
+            .collect();
         if judged.len() < 2 {
             return Vec::new();
         }
-        if judged.iter().all(|r| r.waiting == 0) {
+        if basis == Basis::Stacks && judged.iter().all(|r| r.waiting == 0) {
+            // NCCL ranks' stacks never wait in c10d: while some have a device share (the others'
+            // dumps late), the detection still applies.
+            if ranks.iter().any(|r| r.arrival.is_some()) {
+                return Vec::new();
+            }
             self.quiet += 1;
             if self.quiet >= QUIET_WINDOWS && !self.warmed {
                 return self.not_apply("no rank's samples wait in a torch.distributed collective");
@@ -246,7 +299,7 @@ impl Judge {
             let others: Vec<f64> = judged
                 .iter()
                 .filter(|o| o.rank != r.rank)
-                .map(|o| o.share())
+                .map(|o| o.share(basis))
                 .collect();
             let others_samples: u32 = judged
                 .iter()
@@ -254,10 +307,14 @@ impl Judge {
                 .map(|o| o.samples)
                 .sum();
             let Some(m) = median(&others) else { continue };
-            let s = r.share();
-            let se = (s * (1.0 - s) / f64::from(r.samples)
-                + m * (1.0 - m) / f64::from(others_samples.max(1)))
-            .sqrt();
+            let s = r.share(basis);
+            // The device's durations are measured, not sampled: no chance to allow for.
+            let se = match basis {
+                Basis::Stacks => (s * (1.0 - s) / f64::from(r.samples.max(1))
+                    + m * (1.0 - m) / f64::from(others_samples.max(1)))
+                .sqrt(),
+                Basis::Arrival => 0.0,
+            };
             let finding = Finding {
                 rank: r.rank,
                 node: r.node,
@@ -266,6 +323,7 @@ impl Judge {
                 median_wait_share: m,
                 slower: slower(s, m),
                 place: r.place.clone(),
+                judged_by: basis,
             };
             let lags = m - s > self.threshold;
             match (lags, self.named.contains_key(&r.rank)) {
@@ -337,6 +395,7 @@ mod tests {
                 line: 42,
                 function: "forward".into(),
             }),
+            arrival: None,
         }
     }
 
@@ -463,6 +522,49 @@ mod tests {
         assert_eq!((m[0].rank, m[0].samples, m[0].waiting), (1, 40, 6));
         assert!(m[0].place.is_some(), "the earlier half's place");
         assert_eq!((m[1].rank, m[1].samples, m[1].waiting), (2, 20, 7));
+    }
+
+    #[test]
+    fn where_every_rank_has_the_device_s_share_it_judges_and_the_line_says_so() {
+        let mut j = Judge::new(20.0, 4);
+        // NCCL: the stacks of every rank alike (never in a c10d frame), the device's shares apart.
+        let w = |a3: f64| -> Vec<RankWindow> {
+            (0..4)
+                .map(|r| RankWindow {
+                    arrival: Some(if r == 3 { a3 } else { 0.45 }),
+                    ..rw(r, r / 2, 100, 0)
+                })
+                .collect()
+        };
+        assert!(j.window(&w(0.45)).is_empty(), "the first window warms up");
+        let e = j.window(&w(0.03));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(
+            e[0].to_string(),
+            "straggler: rank 3 (node 1, host n2) waits in collectives 3% of the time where the median rank waits 45%, judged by arrival in collectives (Flight Recorder): about 1.8× slower per step; where it was: train.py:42 in forward"
+        );
+        assert!(matches!(&e[0], Event::Straggler(f) if f.judged_by == Basis::Arrival));
+        let e = j.window(&w(0.44));
+        assert!(
+            e[0].to_string()
+                .ends_with(", judged by arrival in collectives (Flight Recorder)"),
+            "{e:?}"
+        );
+        // One rank without a share: the stacks judge the window (here: nobody waits, nobody named).
+        let mut part = w(0.03);
+        part[0].arrival = None;
+        assert!(j.window(&part).is_empty());
+        // Ranks whose stacks never wait and some of whose dumps are late: not "does not apply".
+        let mut fresh = Judge::new(20.0, 4);
+        for _ in 0..QUIET_WINDOWS + 1 {
+            assert!(fresh.window(&part).is_empty());
+        }
+        // Halves: the mean of their shares.
+        let m = merge(&w(0.1), &w(0.3));
+        assert!((m[3].arrival.unwrap() - 0.2).abs() < 1e-9);
+        let mut no = w(0.3);
+        no[3].arrival = None;
+        assert_eq!(merge(&w(0.1), &no)[3].arrival, None);
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub struct Options {
     /// `--straggler_threshold` and `--straggler_window`: name the rank the others wait for, while
     /// the run goes on ([`straggler`](crate::launch::straggler)); needs `py_spy`.
     pub straggler: Option<crate::launch::straggler::Settings>,
+    /// Where the ranks' Flight Recorder pipes and dumps are, for the straggler watch's NCCL ranks
+    /// ([`crate::launch::straggler::nccl`]); `None`: stacks only.
+    pub flight_recorder_dir: Option<PathBuf>,
     /// `--stacks_on_failure`: take the survivors' stacks before stopping them after a failure.
     pub stacks_on_failure: bool,
     /// py-spy, for the stacks ([`autopsy`](crate::launch::hang::autopsy)); `None`: the verdicts say
@@ -160,6 +163,7 @@ impl Default for Options {
             capture: None,
             hang_timeout: None,
             straggler: None,
+            flight_recorder_dir: None,
             stacks_on_failure: false,
             py_spy: None,
             control: None,

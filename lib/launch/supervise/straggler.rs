@@ -2,7 +2,8 @@
 //! window after half window ([`straggler::Sampler`]), each half judged with the one before, a whole
 //! window ([`straggler::Judge`]), and what it says printed on stderr. On many nodes every node sends
 //! its halves to node 0 over the control plane (node 0's own too), and node 0 judges the world's
-//! once it holds a half of every node. It never stops the run.
+//! once it holds a half of every node. NCCL ranks are asked for a Flight Recorder dump at the end
+//! of each half ([`Options::flight_recorder_dir`]). It never stops the run.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,7 +36,13 @@ impl StragglerWatch {
         let py_spy = opts.py_spy.clone()?;
         Some(StragglerWatch {
             // Sampled in halves, judged over the last two ([`straggler::merge`]).
-            sampler: straggler::Sampler::new(py_spy, s.window / 2, local_ranks, host),
+            sampler: straggler::Sampler::new(
+                py_spy,
+                s.window / 2,
+                local_ranks,
+                host,
+                opts.flight_recorder_dir.clone(),
+            ),
             judge: straggler::Judge::new(s.threshold, world_size),
             num_nodes,
             pending: BTreeMap::new(),

@@ -82,7 +82,8 @@ pub fn run(cli: LaunchCli, env: &Environment) -> Result<ExitStatus> {
         }
     }
     if req.dry_run {
-        let plan = workers::plan(&req, &sup, &run, run.topology.clone(), &argv, env)?;
+        // The straggler watch's dump directory is made by the run itself: a dry run shows none.
+        let plan = workers::plan(&req, &sup, &run, run.topology.clone(), &argv, None, env)?;
         return dry_run::print(&req, &run, &plan, sup.join_timeout);
     }
     supervised(&req, &sup, &run, &argv, torchrun_logs, env)
@@ -98,9 +99,27 @@ fn supervised(
     env: &Environment,
 ) -> Result<ExitStatus> {
     let hang_dir = req.output.log_dir.as_ref().map(|d| d.join("hang"));
-    if let Some(d) = hang_dir.filter(|_| sup.hang_timeout.is_some()) {
+    let hang_dir = hang_dir.filter(|_| sup.hang_timeout.is_some());
+    if let Some(d) = &hang_dir {
         let _ = std::fs::create_dir_all(d);
     }
+    // The straggler watch's Flight Recorder pipes and dumps (NCCL ranks): the hang watch's
+    // directory where it has one (the ranks get one set of paths), else one of this run's own,
+    // removed when the run ends.
+    let mut own_fr_dir = None;
+    let fr_dir = match (&sup.straggler, hang_dir) {
+        (None, _) => None,
+        (Some(_), Some(d)) => Some(d),
+        (Some(_), None) => {
+            match tempfile::Builder::new().prefix("accel-fr-").tempdir() {
+                Ok(t) => own_fr_dir = Some(t),
+                Err(e) => {
+                    log::debug!("straggler: no directory for the Flight Recorder's dumps: {e}")
+                }
+            }
+            own_fr_dir.as_ref().map(|t| t.path().to_path_buf())
+        }
+    };
     let py_spy = (sup.hang_timeout.is_some() || sup.straggler.is_some() || req.stacks_on_failure)
         .then(|| find_py_spy(req, argv, env))
         .flatten();
@@ -146,9 +165,10 @@ fn supervised(
         }
         _ => None,
     };
-    let plan = workers::plan(req, sup, run, topology, argv, env)?;
-    let opts = workers::options(req, sup, torchrun_logs, py_spy, link, signals);
+    let plan = workers::plan(req, sup, run, topology, argv, fr_dir.as_deref(), env)?;
+    let opts = workers::options(req, sup, torchrun_logs, py_spy, fr_dir, link, signals);
     let outcome = launch::run(&plan, &opts, env)?;
+    drop(own_fr_dir);
     // The requeue first: a report that fails to be written must not lose the job.
     let mut status = outcome.status;
     if let Some(r) = requeue.filter(|r| r.requeuer && outcome.status == ExitStatus::Requeued) {

@@ -4,7 +4,7 @@
 //! NUMA binding and torchrun's `--virtual_local_rank`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::contract::{LaunchArgs, LaunchPath};
 use crate::env_vars::{self, Environment};
@@ -64,26 +64,39 @@ pub fn argv(req: &Request, args: &LaunchArgs, env: &Environment) -> Result<Vec<O
     Ok(argv)
 }
 
-/// What the command line changes in each rank's plan: the Flight Recorder's variables when hangs are
-/// watched, TORCHELASTIC_SIGNALS_TO_HANDLE, the NUMA binding (before `--virtual_local_rank` narrows
+/// What the command line changes in each rank's plan: the Flight Recorder's variables when hangs or
+/// stragglers are watched (the straggler watch's dumps under `fr_dir`), TORCHELASTIC_SIGNALS_TO_HANDLE, the NUMA binding (before `--virtual_local_rank` narrows
 /// CUDA_VISIBLE_DEVICES), the virtual local rank.
 pub fn apply(
     req: &Request,
     sup: &Supervision,
     run: &Run,
     plan: &mut Plan,
+    fr_dir: Option<&Path>,
     env: &Environment,
 ) -> Result<()> {
+    let mut fr = Vec::new();
     if sup.hang_timeout.is_some() {
         let dump_dir = req.output.log_dir.as_ref().map(|d| d.join("hang"));
-        for (name, value) in crate::launch::hang::autopsy::flight_recorder_env(dump_dir.as_deref())
-        {
-            if env.get(name).is_none() {
-                for r in &mut plan.ranks {
-                    r.env
-                        .entry(name.to_string())
-                        .or_insert_with(|| value.clone());
-                }
+        fr = crate::launch::hang::autopsy::flight_recorder_env(dump_dir.as_deref());
+    }
+    // The straggler watch's NCCL ranks: the same directory as the hang watch's where it has one.
+    if let (Some(_), Some(d)) = (sup.straggler, fr_dir) {
+        for (name, value) in crate::launch::straggler::nccl::env(d) {
+            if !fr.iter().any(|(n, _)| *n == name) {
+                fr.push((name, value));
+            }
+        }
+    }
+    for (name, value) in fr {
+        // torch reads TORCH_FR_BUFFER_SIZE first: setting it would override the older name's value.
+        let older = name == env_vars::TORCH_FR_BUFFER_SIZE
+            && env.get(env_vars::TORCH_NCCL_TRACE_BUFFER_SIZE).is_some();
+        if env.get(name).is_none() && !older {
+            for r in &mut plan.ranks {
+                r.env
+                    .entry(name.to_string())
+                    .or_insert_with(|| value.clone());
             }
         }
     }
@@ -181,10 +194,11 @@ pub fn plan(
     run: &Run,
     topology: Option<crate::contract::Topology>,
     argv: &[OsString],
+    fr_dir: Option<&Path>,
     env: &Environment,
 ) -> Result<Plan> {
     let mut plan = Plan::build(topology, argv, &run.common, run.port_auto, env);
-    apply(req, sup, run, &mut plan, env)?;
+    apply(req, sup, run, &mut plan, fr_dir, env)?;
     Ok(plan)
 }
 
@@ -194,6 +208,7 @@ pub fn options(
     sup: &Supervision,
     torchrun_logs: Option<crate::launch::torchrun::logs::LogsSpec>,
     py_spy: Option<PathBuf>,
+    fr_dir: Option<PathBuf>,
     control: Option<std::sync::Arc<crate::launch::control::Link>>,
     signals: Option<std::sync::Arc<crate::launch::supervise::Signals>>,
 ) -> crate::launch::Options {
@@ -226,6 +241,7 @@ pub fn options(
         quiet: req.quiet,
         hang_timeout: sup.hang_timeout,
         straggler: sup.straggler,
+        flight_recorder_dir: fr_dir,
         stacks_on_failure: req.stacks_on_failure,
         py_spy,
         control,
