@@ -614,6 +614,38 @@ fn three_uneven_nodes_1_2_1_form_one_world() {
     }
 }
 
+/// Node 0's refusal of the world reaches every node, however many: sixteen launchers of one rank
+/// each, node 0 saying a total they do not add up to. Node 0's own launcher read the refusal first
+/// and exited while its server was still writing it to the others, which then saw only the close
+/// ("the server closed the connection"), in 3 of 5 tries before node 0 waited for its server.
+#[test]
+fn a_refused_world_of_16_nodes_is_told_why_on_every_node() {
+    const NODES: u32 = 16;
+    for round in 0..3 {
+        let d = crate::util::tempdir();
+        let port = free_port();
+        let total = (NODES + 1).to_string();
+        let nodes: Vec<Watched> = (0..NODES)
+            .map(|n| {
+                let extra = ["--nproc_per_node", "1", "--num_processes", &total];
+                let mut c = node_command(d.path(), port, NODES, n, &extra);
+                c.arg(fixture("launch/control.py"))
+                    .arg(d.path())
+                    .arg("allreduce");
+                Watched::spawn(c)
+            })
+            .collect();
+        for (n, (code, e, _)) in nodes.into_iter().map(|w| w.finish_within(WAIT)).enumerate() {
+            assert_eq!(code, 125, "round {round}, node {n}: {e}");
+            assert!(
+                e.contains("the nodes' ranks add up to 16 (1 + 1 + "),
+                "round {round}, node {n}: {e}"
+            );
+        }
+        assert!(!d.path().join("rank0.json").exists());
+    }
+}
+
 /// Three nodes, one rank each: node 1's own `--rdzv_timeout 8` passes first, so its launcher gives
 /// up and says bye while node 0 (120 s) still waits; node 1 is relaunched at once, and node 2
 /// arrives 15 s late. The leaver's rank leaves the count: the relaunch joins (not "already in the

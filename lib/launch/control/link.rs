@@ -580,7 +580,17 @@ fn await_join(
             if let Some(m) = &joined {
                 m.close();
             }
-            if let (Some(server), ControlError::Ended { .. }) = (server, &e) {
+            // Node 0's server tells every node the run's end (a refusal of the world, the join's
+            // timeout, the end): it is written from the server's thread, which this process's exit
+            // would cut short, leaving the nodes after node 0's own connection with only the
+            // connection's close (seen with 16 nodes refused for a wrong --num_processes).
+            let world_over = matches!(
+                e,
+                ControlError::Ended { .. }
+                    | ControlError::Refused { .. }
+                    | ControlError::JoinTimeout { .. }
+            );
+            if let (Some(server), true) = (server, world_over) {
                 server.wait_done(window);
             }
             Err(e)
