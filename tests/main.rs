@@ -34,6 +34,7 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod spares;
 mod straggler;
 mod torchrun;
 mod wheel;

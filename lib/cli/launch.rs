@@ -102,6 +102,14 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub report_json: Option<PathBuf>,
+    /// Multi-node, node 0: append the host of each node lost during the run to PATH (one host a line, each once), for the next submission: `sbatch --exclude=$(paste -sd, PATH)`. See SPARE NODES.
+    #[arg(
+        long = "exclude_file",
+        visible_alias = "exclude-file",
+        value_name = "PATH",
+        help_heading = "accel"
+    )]
+    pub exclude_file: Option<PathBuf>,
 
     /// Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process).
     #[arg(long = "cpu", help_heading = "Hardware Selection Arguments")]

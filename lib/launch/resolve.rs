@@ -728,7 +728,10 @@ fn node_topology(
             .into())
         }
     };
-    if node_rank >= nnodes {
+    // On many nodes a launcher at or beyond --num_machines is a spare: it joins, runs no ranks, and
+    // takes a lost node's place (the control plane's `spares`). One node has no spare: node 0 hosts
+    // the control plane and is never replaced.
+    if node_rank >= nnodes && nnodes == 1 {
         return Err(ContractError::Topology(format!(
             "--machine_rank {node_rank} is not below --num_machines {nnodes}"
         ))

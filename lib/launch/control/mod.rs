@@ -48,17 +48,19 @@ mod munge;
 pub mod peer;
 mod protocol;
 mod server;
+mod spares;
 
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
 pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
-pub use link::{Decision, Link, Settings, Waiting};
+pub use link::{Decision, Joined, Link, Settings, Waiting};
 pub use munge::Munge;
 pub use protocol::{
     lost_after, FailureReport, Join, LostNode, Msg, Place, Unkillable, HEARTBEAT, MISSES, PROTOCOL,
 };
+pub use spares::{Roster, SpareNode};
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.

@@ -103,6 +103,7 @@ pub struct Request {
     pub json: bool,
     pub quiet: bool,
     pub report_json: Option<PathBuf>,
+    pub exclude_file: Option<PathBuf>,
 }
 
 impl Request {
@@ -177,6 +178,7 @@ impl Request {
             json: cli.json,
             quiet: cli.quiet,
             report_json: cli.report_json,
+            exclude_file: cli.exclude_file,
         })
     }
 
