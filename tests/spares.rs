@@ -6,8 +6,8 @@
 // Test helpers may panic, and the tests pass their own environment to the binaries.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
-use crate::util::launcher::{launcher, node_flags};
-use crate::util::{fixture, free_port, repo, survivors};
+use crate::util::launcher::{launch_env, launcher, node_flags};
+use crate::util::{bin, fixture, free_port, repo, survivors, Netns};
 #[allow(unused_imports)]
 use crate::util::{ChildExt as _, CommandExt as _, WAIT};
 use std::io::{BufRead, BufReader};
@@ -30,9 +30,31 @@ fn now() -> f64 {
 /// A launcher of the 2-node world (2 ranks a node) or a spare (`node` 2 and up), authenticated,
 /// with `--report_json DIR/report.N.json`, running `script`.
 fn node_command(dir: &Path, port: &str, node: u32, extra: &[&str], script: &[&str]) -> Command {
-    let mut c = launcher(dir);
+    command_in(None, dir, port, node, extra, script)
+}
+
+/// [`node_command`], in network namespace `ns.names[i]` with node 0 at `ns.ips[0]` when given as
+/// `(ns, i)`.
+fn command_in(
+    ns: Option<(&Netns, usize)>,
+    dir: &Path,
+    port: &str,
+    node: u32,
+    extra: &[&str],
+    script: &[&str],
+) -> Command {
+    let (mut c, master) = match ns {
+        Some((ns, i)) => {
+            let mut c = launch_env("ip", dir);
+            c.args(["netns", "exec", &ns.names[i]])
+                .arg(bin("accel-launch"))
+                .env("GLOO_SOCKET_IFNAME", &ns.ifaces[i]);
+            (c, ns.ips[0].clone())
+        }
+        None => (launcher(dir), "127.0.0.1".to_string()),
+    };
     c.env("ACCEL_LAUNCH_SECRET", SECRET);
-    node_flags(&mut c, 2, node, "127.0.0.1", port);
+    node_flags(&mut c, 2, node, &master, port);
     c.args(["--num_processes", "4", "--grace_period", "3"])
         .args(["--rdzv_timeout", "120"])
         .arg("--report_json")
@@ -309,6 +331,70 @@ fn a_spare_takes_the_place_of_a_sigkilled_node() {
         std::fs::read_to_string(&exclude).unwrap(),
         format!("{host}\n")
     );
+    survivors::assert_none_left(
+        d.path(),
+        "both attempts' ranks",
+        16,
+        Duration::from_secs(30),
+    );
+}
+
+/// Node 1's network cut (its namespace's link down) with a spare waiting beside node 0: node 0
+/// counts node 1 as lost after the 5 s heartbeat window, and the spare takes node rank 1 for the
+/// next attempt; node 0 and the spare exit 0, node 1 (which lost node 0) exits 122, and node 1's
+/// host is in node 0's report. Prints the time from the cut to the spare's ranks started.
+#[test]
+fn a_spare_takes_the_place_of_a_node_cut_off() {
+    let Some(ns) = Netns::create("p") else {
+        crate::util::skip(
+            "a_spare_takes_the_place_of_a_node_cut_off",
+            "network namespaces (`ip netns add`, veth) are unavailable here (needs root and iproute2)",
+            "the network cut",
+        );
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let script = control_py(d.path(), "replace");
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+    let restarts = ["--max_restarts", "1"];
+    let at = |i| Some((&ns, i));
+    let n0 = Watched::spawn(command_in(at(0), d.path(), &port, 0, &restarts, &script));
+    let n1 = Watched::spawn(command_in(at(1), d.path(), &port, 1, &restarts, &script));
+    let spare = Watched::spawn(command_in(at(0), d.path(), &port, 2, &restarts, &script));
+    ready(d.path(), 0..4, 0);
+    n0.wait_line("spare node 2 (", Duration::from_secs(60));
+    let cut = now();
+    ns.cut(1);
+    let took = spare.wait_line(
+        "spare node 2 takes the place of lost node 1: joining restart 1 of 1",
+        Duration::from_secs(60),
+    );
+    let world = ready(d.path(), 0..4, 1);
+    let (c2, e2, _) = spare.finish();
+    let (c0, e0, _) = n0.finish();
+    let (c1, e1, _) = n1.finish();
+    assert_eq!(
+        (c0, c1, c2),
+        (0, 122, 0),
+        "node 0: {e0}\nnode 1: {e1}\nspare: {e2}"
+    );
+    eprintln!(
+        "take-over after a network cut: {:.2} s from the cut to the spare's ranks started, {:.2} s to every rank of attempt 1 in the rendezvous",
+        took - cut,
+        world - cut
+    );
+    assert!(e0.contains("was lost: no heartbeat for 5 s"), "{e0}");
+    let r0 = report(d.path(), 0);
+    let why = r0["lost_nodes"][0]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("no heartbeat"), "{r0}");
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+    }
     survivors::assert_none_left(
         d.path(),
         "both attempts' ranks",

@@ -427,13 +427,16 @@ fn on_command_line(resolved: &Resolved, key: &str) -> bool {
 /// Where this node sits in a multi-node job: SLURM, MPI or outside variables, unless the command line
 /// names the machines itself. A config file's `num_machines` must then agree with the scheduler, whose
 /// node rank wins over the file's `machine_rank` (one file serves every node). `None` on one node.
+///
+/// `srun -N N+K accel-launch --num_machines N`: the world is the first N nodes by SLURM's node id,
+/// and the other K launchers are spares ([`spares_of_slurm`]).
 fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace>> {
     let machines = resolved
         .get("num_machines")
         .and_then(Value::as_u64)
         .unwrap_or(1);
     if machines > 1 && on_command_line(resolved, "num_machines") {
-        return Ok(None);
+        return spares_of_slurm(env, machines);
     }
     check_tasks_per_node(env)?;
     let Some(place) = scheduler::detect_node(env)?.filter(|p| p.num_nodes > 1) else {
@@ -452,6 +455,25 @@ fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace
         .into());
     }
     Ok(Some(place))
+}
+
+/// `--num_machines N` on the command line under a SLURM step of more than N nodes: SLURM's place,
+/// for a world of N nodes, so that the node id is this launcher's node rank (unless
+/// `--machine_rank` is given) and node ids N and beyond are spares; node 0 (the first node of the
+/// job) is the rendezvous host. `None` otherwise: the command line names the machines itself, as
+/// it always did.
+fn spares_of_slurm(env: &Environment, machines: u64) -> Result<Option<NodePlace>> {
+    let Some(place) = scheduler::detect_node(env)?.filter(|p| p.source == Source::Slurm) else {
+        return Ok(None);
+    };
+    if u64::from(place.num_nodes) <= machines {
+        return Ok(None);
+    }
+    check_tasks_per_node(env)?;
+    Ok(Some(NodePlace {
+        num_nodes: machines as u32,
+        ..place
+    }))
 }
 
 fn source_name(source: Source) -> &'static str {

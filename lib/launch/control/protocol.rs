@@ -14,7 +14,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Heartbeat intervals without a word before the other side counts as lost.
 pub const MISSES: u32 = 5;
 /// The protocol's version: a launcher of another version is refused at the join.
-pub const PROTOCOL: u32 = 6;
+pub const PROTOCOL: u32 = 5;
 
 /// How long a side waits for a word from the other before counting it as lost.
 pub fn lost_after(heartbeat: Duration) -> Duration {

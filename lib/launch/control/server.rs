@@ -776,16 +776,17 @@ impl Loop {
         self.told();
     }
 
-    /// What the coordinator noted of spares and lost nodes: a line on node 0's stderr each (not
-    /// under `--quiet`), a lost node's host appended to `--exclude_file`, and the roster for node
-    /// 0's `--report_json`.
+    /// What the coordinator noted of spares and lost nodes: a line on node 0's stderr for each of a
+    /// spare (not under `--quiet`), a lost node's host appended to `--exclude_file`, and the roster
+    /// for node 0's `--report_json`.
     fn told(&mut self) {
         let notes = self.c.take_notes();
         if notes.is_empty() {
             return;
         }
         for n in &notes {
-            if !self.quiet {
+            // A loss is said by the failure line every node prints; its note is for the file.
+            if !self.quiet && !matches!(n, Note::Lost(_)) {
                 eprintln!("accel-launch: note: {}", n.line());
             }
             if let (Note::Lost(l), Some(path)) = (n, &self.exclude_file) {

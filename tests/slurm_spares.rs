@@ -1,0 +1,149 @@
+//! Spare nodes under the real local SLURM cluster (scripts/cluster), one of three nodes of its own
+//! (the suite's shared cluster has two): `srun -N3 accel-launch --num_machines 2` makes n1 and n2
+//! (SLURM node ids 0 and 1) the world and n3 a spare; each node has its own network namespace and
+//! host name. The ranks are tests/fixtures/launch/control.py's real gloo ranks, 2 per node.
+
+#[allow(unused_imports)]
+use crate::util::{ChildExt as _, CommandExt as _, WAIT};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::control::{now, ready, wait_for};
+use crate::slurm::text;
+use crate::util::{bin, isolated, proc, repo, suite, venv_bin};
+
+/// The 3-node cluster's slurm.conf, the cluster started once per test process (`up` keeps a
+/// healthy one running in the same directory).
+fn conf() -> &'static PathBuf {
+    static CONF: OnceLock<PathBuf> = OnceLock::new();
+    CONF.get_or_init(|| {
+        let runner = suite::runner();
+        let dir = std::env::temp_dir().join(format!("accel-cluster3-{runner}"));
+        let _held = suite::lock(&suite::dir().join("cluster3.lock"));
+        let out = Command::new(repo().join("scripts/cluster"))
+            .args(["up", "--nodes", "3", "--owner", &runner.to_string()])
+            .env("ACCEL_CLUSTER_DIR", &dir)
+            .env_remove(proc::OWNER_VAR)
+            .output_within(Duration::from_secs(180));
+        assert!(
+            out.status.success(),
+            "scripts/cluster up --nodes 3 failed (scripts/setup installs SLURM and munge; root is needed):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.join("slurm.conf")
+    })
+}
+
+/// A SLURM client command against the 3-node cluster, with the launchers on PATH.
+fn slurm3(program: &str, cwd: &Path) -> Command {
+    let mut cmd = isolated(program);
+    let tools = bin("accel-launch").parent().unwrap().to_path_buf();
+    let path = std::env::var("PATH").unwrap_or_default();
+    cmd.env(
+        "PATH",
+        format!("{}:{}:{path}", tools.display(), venv_bin().display()),
+    )
+    .env("SLURM_CONF", conf())
+    .env("HOME", cwd)
+    .env("ACCEL_NO_PROGRESS", "1")
+    .env("TORCH_CPP_LOG_LEVEL", "ERROR")
+    .current_dir(cwd)
+    .stdin(Stdio::null())
+    .marked();
+    cmd
+}
+
+fn read(out: &Path, name: &str) -> String {
+    std::fs::read_to_string(out.join(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// `srun -N3 accel-launch --num_machines 2 --max_restarts 1`: n3 (node id 2) waits as a spare;
+/// node 1's launcher (on n2) SIGKILLed, n3 takes node rank 1, attempt 1 all-reduces over the 4
+/// ranks with TORCHELASTIC_RESTART_COUNT=1, n1 and n3 exit 0 (n2's task alone was killed), and node
+/// 0's report and exclude file name n2. Prints the time from the SIGKILL to the spare's ranks
+/// started (its first rank's pid file of attempt 1) and to every rank in the rendezvous.
+#[test]
+fn srun_a_spare_takes_the_place_of_a_sigkilled_node() {
+    let d = crate::util::tempdir();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = out.display();
+    let launch = format!(
+        "exec accel-launch --num_machines 2 --max_restarts 1 --grace_period 3 \
+         --report_json {o}/report.$SLURM_NODEID.json --exclude_file {o}/exclude {} {o} replace",
+        crate::util::fixture("launch/control.py").display()
+    );
+    let child = slurm3("srun", d.path())
+        .args([
+            "-N3",
+            "--ntasks-per-node=1",
+            "--time=5",
+            "--kill-on-bad-exit=0",
+        ])
+        .args(["sh", "-c", &launch])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start();
+    ready(&out, 0);
+    // Rank 2 is node 1's first; its parent is node 1's launcher (same pid namespace as the test).
+    let launcher = read(&out, "launcher.2.0");
+    let killed = now();
+    Command::new("kill")
+        .args(["-9", &launcher])
+        .status_within(WAIT);
+    wait_for(&out, &["pid.2.1".to_string()], Duration::from_secs(60));
+    let started = now();
+    ready(&out, 1);
+    let world = now();
+    let o = child.output_within(WAIT);
+    let all = text(&o);
+    eprintln!(
+        "srun take-over: {:.2} s from the SIGKILL to the spare's first rank in the rendezvous, {:.2} s to every rank of attempt 1",
+        started - killed,
+        world - killed
+    );
+    assert!(
+        all.contains("the world starts on 2 nodes (4 ranks) with 1 spare(s) waiting: node 2 (n3)"),
+        "{all}"
+    );
+    assert!(
+        all.contains("spare node 2 (n3) takes the place of lost node 1 (n2) from attempt 1"),
+        "{all}"
+    );
+    assert!(!all.contains("waiting up to"), "no replacement wait: {all}");
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(&read(&out, &format!("rank{r}.json"))).unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["TORCHELASTIC_RESTART_COUNT"], "1", "rank {r}: {v}");
+    }
+    let r0: Value = serde_json::from_str(&read(&out, "report.0.json")).unwrap();
+    assert_eq!(r0["status"], 0, "{r0}");
+    assert_eq!(r0["lost_nodes"][0]["host"], "n2", "{r0}");
+    assert_eq!(r0["lost_nodes"][0]["node"], 1, "{r0}");
+    assert_eq!(
+        (
+            r0["spares"][0]["host"].clone(),
+            r0["spares"][0]["took"].clone()
+        ),
+        ("n3".into(), 1.into()),
+        "{r0}"
+    );
+    // The spare (SLURM node id 2) ran as node 1.
+    let r2: Value = serde_json::from_str(&read(&out, "report.2.json")).unwrap();
+    assert_eq!(
+        (r2["node"].clone(), r2["status"].clone()),
+        (1.into(), 0.into()),
+        "{r2}"
+    );
+    assert_eq!(read(&out, "exclude"), "n2");
+    // n2's task alone was killed: srun's status is not the world's (the man page's sbatch lines).
+    assert!(!o.status.success(), "{all}");
+    assert!(!all.contains("n1: task 0: Exited"), "{all}");
+}
