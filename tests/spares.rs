@@ -403,6 +403,62 @@ fn a_spare_takes_the_place_of_a_node_cut_off() {
     );
 }
 
+/// `--replace_failing_nodes`: rank 2 (node 1's first) exits 7 in attempt 0 with a spare waiting;
+/// node 1 is replaced by the spare instead of being restarted in place: node 1's launcher exits 7
+/// (its rank's status), saying it was replaced; attempt 1 runs on node 0 and the spare, which exit 0.
+/// Without the flag the same failure restarts node 1 in place (tests/control.rs).
+#[test]
+fn replace_failing_nodes_puts_the_spare_in_the_failing_nodes_place() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let script = control_py(d.path(), "restart");
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+    let exclude = d.path().join("exclude");
+    let ex = exclude.display().to_string();
+    let flags = [
+        "--max_restarts",
+        "1",
+        "--replace_failing_nodes",
+        "--exclude_file",
+        &ex,
+    ];
+    let n0 = Watched::spawn(node_command(d.path(), &port, 0, &flags, &script));
+    let spare = Watched::spawn(node_command(d.path(), &port, 2, &flags, &script));
+    n0.wait_line("spare node 2 (", Duration::from_secs(60));
+    let n1 = Watched::spawn(node_command(d.path(), &port, 1, &flags, &script));
+    let (c1, e1, _) = n1.finish();
+    let (c2, e2, _) = spare.finish();
+    let (c0, e0, _) = n0.finish();
+    assert_eq!(
+        (c0, c1, c2),
+        (0, 7, 0),
+        "node 0: {e0}\nnode 1: {e1}\nspare: {e2}"
+    );
+    assert!(
+        e1.contains("node 1 leaves the run, replaced by a spare"),
+        "{e1}"
+    );
+    assert!(e2.contains("takes the place of lost node 1"), "{e2}");
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["TORCHELASTIC_RESTART_COUNT"], "1", "rank {r}: {v}");
+    }
+    let r0 = report(d.path(), 0);
+    let why = r0["lost_nodes"][0]["why"].as_str().unwrap_or_default();
+    assert!(why.starts_with("its ranks failed: rank 2"), "{r0}");
+    assert!(std::fs::read_to_string(&exclude).unwrap().ends_with('\n'));
+    survivors::assert_none_left(
+        d.path(),
+        "both attempts' ranks",
+        16,
+        Duration::from_secs(30),
+    );
+}
+
 /// The final loss of examples/train.py, as its main process prints it.
 fn final_loss(out: &str) -> String {
     out.lines()

@@ -110,6 +110,20 @@ pub struct LaunchCli {
         help_heading = "accel"
     )]
     pub exclude_file: Option<PathBuf>,
+    /// Multi-node, node 0: a node whose ranks fail, while --max_restarts remain and a spare waits, is replaced by the spare for the next attempt instead of being restarted in place (its launcher exits with its rank's status). See SPARE NODES.
+    #[arg(
+        long = "replace_failing_nodes",
+        visible_alias = "replace-failing-nodes",
+        help_heading = "accel"
+    )]
+    pub replace_failing_nodes: bool,
+    /// Multi-node under SLURM, node 0: drain each lost or replaced node (`scontrol update NodeName=H State=DRAIN Reason=...`) where this user may; a note says so when it may not. See SPARE NODES.
+    #[arg(
+        long = "drain_lost_nodes",
+        visible_alias = "drain-lost-nodes",
+        help_heading = "accel"
+    )]
+    pub drain_lost_nodes: bool,
 
     /// Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process).
     #[arg(long = "cpu", help_heading = "Hardware Selection Arguments")]

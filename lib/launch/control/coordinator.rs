@@ -143,6 +143,8 @@ pub struct Coordinator {
     spares: Spares,
     /// What node 0 says of spares and lost nodes, until its server takes it.
     notes: Vec<Note>,
+    /// `--replace_failing_nodes`: a node whose ranks failed is replaced by a waiting spare.
+    replace_failing: bool,
 }
 
 impl Coordinator {
@@ -173,6 +175,7 @@ impl Coordinator {
             unkillable: 0,
             spares: Spares::default(),
             notes: Vec::new(),
+            replace_failing: false,
         }
     }
 
@@ -192,6 +195,13 @@ impl Coordinator {
     pub fn join_timeout(mut self, start: Instant, d: Duration) -> Coordinator {
         self.join_timeout = d;
         self.join_until = start.checked_add(d);
+        self
+    }
+
+    /// `--replace_failing_nodes`: a node (not node 0) whose rank ended the attempt is replaced by a
+    /// waiting spare for the next one, rather than restarted in place.
+    pub fn replace_failing(mut self, on: bool) -> Coordinator {
+        self.replace_failing = on;
         self
     }
 
@@ -464,6 +474,35 @@ impl Coordinator {
             ));
         }
         out
+    }
+
+    /// `--replace_failing_nodes`: the node whose rank ended the attempt leaves the world when a
+    /// spare with as many ranks waits to take its place; its launcher is told the run's end for it
+    /// (its rank's failure, so it exits with that rank's status).
+    fn retire_failing(&mut self) -> Vec<(To, Msg)> {
+        let Some(f) = self.failure.clone().filter(|_| self.replace_failing) else {
+            return Vec::new();
+        };
+        let node = f.node;
+        let ranks = self.members.get(&node).map_or(0, |m| m.local_ranks);
+        if f.rank.is_none()
+            || node == 0
+            || self.lost.contains_key(&node)
+            || !self.spares.fits(ranks)
+        {
+            return Vec::new();
+        }
+        self.lose(node, &format!("its ranks failed: {}", f.headline()));
+        let mut told = f;
+        told.what.push_str(&format!(
+            "; node {node} leaves the run, replaced by a spare"
+        ));
+        vec![(
+            To::Node(node),
+            Msg::Finish {
+                failure: Some(told),
+            },
+        )]
     }
 
     /// A node of the world lost (`why`): recorded for the report and the exclude file, and waited
@@ -1047,7 +1086,8 @@ impl Coordinator {
         }
         if self.can_restart() {
             // Spares first: the next attempt starts now when they fill every lost place.
-            let mut out = self.seat_spares();
+            let mut out = self.retire_failing();
+            out.extend(self.seat_spares());
             if self.lost.is_empty() {
                 out.extend(self.restart());
                 return out;

@@ -41,6 +41,11 @@ pub struct Settings {
     pub quiet: bool,
     /// `--exclude_file` (node 0): each lost node's host is appended to it.
     pub exclude_file: Option<std::path::PathBuf>,
+    /// `--replace_failing_nodes` (node 0's decides): a node whose ranks fail is replaced by a
+    /// waiting spare rather than restarted in place.
+    pub replace_failing: bool,
+    /// `--drain_lost_nodes` (node 0): how each lost node is drained under SLURM.
+    pub drain: Option<super::Drain>,
 }
 
 /// What the join left this launcher with.
@@ -537,6 +542,8 @@ fn host(s: &Settings) -> Result<Option<Server>, ControlError> {
         creds: credentials(s),
         quiet: s.quiet,
         exclude_file: s.exclude_file.clone(),
+        replace_failing: s.replace_failing,
+        drain: s.drain.clone(),
     })?;
     if !s.quiet {
         eprintln!("accel-launch: note: {}", auth_in_force(s));
@@ -977,6 +984,8 @@ mod tests {
             munge: None,
             quiet: false,
             exclude_file: None,
+            replace_failing: false,
+            drain: None,
         }
     }
 

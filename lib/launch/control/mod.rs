@@ -39,6 +39,7 @@
 mod admission;
 mod auth;
 mod coordinator;
+mod drain;
 #[cfg(test)]
 mod fixtures;
 mod frame;
@@ -55,6 +56,7 @@ use crate::exit_status::ExitStatus;
 
 pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
+pub use drain::Drain;
 pub use link::{Decision, Joined, Link, Settings, Waiting};
 pub use munge::Munge;
 pub use protocol::{

@@ -118,6 +118,10 @@ pub(super) struct ServerSettings {
     pub quiet: bool,
     /// `--exclude_file`: each lost node's host is appended to it.
     pub exclude_file: Option<std::path::PathBuf>,
+    /// `--replace_failing_nodes`: a node whose ranks fail is replaced by a waiting spare.
+    pub replace_failing: bool,
+    /// `--drain_lost_nodes`: each lost node is drained.
+    pub drain: Option<super::Drain>,
 }
 
 pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> {
@@ -152,7 +156,8 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
     let roster = Arc::new(Mutex::new(Roster::default()));
     let c = Coordinator::new(set.reference.nodes)
         .with_reference(&set.reference)
-        .join_timeout(Instant::now(), set.join_timeout);
+        .join_timeout(Instant::now(), set.join_timeout)
+        .replace_failing(set.replace_failing);
     let mut l = Loop {
         read_buf: Vec::new(),
         poll,
@@ -175,6 +180,7 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         stacks_kept: 0,
         quiet: set.quiet,
         exclude_file: set.exclude_file.clone(),
+        drain: set.drain.clone(),
         roster: Arc::clone(&roster),
     };
     std::thread::Builder::new()
@@ -354,6 +360,7 @@ struct Loop {
     stacks_kept: usize,
     quiet: bool,
     exclude_file: Option<std::path::PathBuf>,
+    drain: Option<super::Drain>,
     roster: Arc<Mutex<Roster>>,
 }
 
@@ -789,7 +796,8 @@ impl Loop {
             if !self.quiet && !matches!(n, Note::Lost(_)) {
                 eprintln!("accel-launch: note: {}", n.line());
             }
-            if let (Note::Lost(l), Some(path)) = (n, &self.exclude_file) {
+            let Note::Lost(l) = n else { continue };
+            if let Some(path) = &self.exclude_file {
                 if let Err(e) = spares::exclude(path, &l.host) {
                     eprintln!(
                         "accel-launch: warning: cannot add {} to --exclude_file {}: {e}",
@@ -797,6 +805,9 @@ impl Loop {
                         path.display()
                     );
                 }
+            }
+            if let Some(d) = &self.drain {
+                d.start(&l.host, &l.why);
             }
         }
         if let Ok(mut r) = self.roster.lock() {
@@ -817,7 +828,12 @@ impl Loop {
                 }
                 To::Seat { spare, node } => {
                     // The spare's connection is node `node`'s from now on: what it says is that
-                    // node's, and the world's messages to that node go to it.
+                    // node's, and the world's messages to that node go to it. A launcher still
+                    // connected as that node (replaced for its failing ranks) was told the run's
+                    // end for it: its last words leave, and nothing it says counts.
+                    if let Some(old) = self.node_conn.remove(&node) {
+                        self.linger_then_close(old);
+                    }
                     if let Some(slot) = self.node_conn.remove(&spare) {
                         if let Some(Some(conn)) = self.conns.get_mut(slot) {
                             conn.stage = Stage::Member { node };

@@ -165,6 +165,11 @@ impl Spares {
         Some(j.host)
     }
 
+    /// Whether a spare with `ranks` ranks waits.
+    pub fn fits(&self, ranks: u32) -> bool {
+        self.waiting.values().any(|j| j.local_ranks == ranks)
+    }
+
     /// The spare that takes the place of a lost node of `ranks` ranks in `attempt`: the waiting one
     /// with the lowest node rank among those with as many ranks (the world's other nodes were placed
     /// for that many).

@@ -148,7 +148,23 @@ fn settings(
         join_timeout: sup.join_timeout,
         heartbeat: control::HEARTBEAT,
         exclude_file: cx.req.exclude_file.clone(),
+        replace_failing: cx.req.replace_failing_nodes,
+        drain: drain(cx, t),
     })
+}
+
+/// `--drain_lost_nodes` on node 0: the drain of this SLURM job, or a note why there is none.
+fn drain(cx: &Context<'_>, t: &Topology) -> Option<control::Drain> {
+    if !cx.req.drain_lost_nodes || t.node_rank != 0 {
+        return None;
+    }
+    match control::Drain::for_job(cx.env) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            eprintln!("{TOOL}: note: --drain_lost_nodes: no node will be drained: {why}");
+            None
+        }
+    }
 }
 
 /// A spare whose wait ended with the run, before any node was lost: it exits with the world's
