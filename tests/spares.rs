@@ -459,6 +459,62 @@ fn replace_failing_nodes_puts_the_spare_in_the_failing_nodes_place() {
     );
 }
 
+fn signal(pid: u32, sig: &str) {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status_within(WAIT);
+}
+
+/// Signals while a spare waits: SIGTERM to the spare leaves the world alone (the spare exits 143,
+/// node 0 notes it gone, the world succeeds); SIGTERM to node 0's launcher ends the run, and the
+/// spare follows it with 143 too. Nothing is left running either way.
+#[test]
+fn signals_while_a_spare_waits() {
+    for target in ["spare", "node 0"] {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port().to_string();
+        let script = control_py(d.path(), "late_allreduce");
+        let script: Vec<&str> = script.iter().map(String::as_str).collect();
+        let n0 = Watched::spawn(node_command(d.path(), &port, 0, &[], &script));
+        let spare = Watched::spawn(node_command(d.path(), &port, 2, &[], &script));
+        n0.wait_line("spare node 2 (", Duration::from_secs(60));
+        let n1 = Watched::spawn(node_command(d.path(), &port, 1, &[], &script));
+        ready(d.path(), 0..4, 0);
+        let pid = if target == "spare" {
+            spare.child.id()
+        } else {
+            n0.child.id()
+        };
+        signal(pid, "-TERM");
+        let (c2, e2, _) = spare.finish();
+        let (c0, e0, _) = n0.finish();
+        let (c1, e1, _) = n1.finish();
+        let want = if target == "spare" {
+            (0, 0, 143)
+        } else {
+            (143, 143, 143)
+        };
+        assert_eq!(
+            (c0, c1, c2),
+            want,
+            "{target}\nnode 0: {e0}\nnode 1: {e1}\nspare: {e2}"
+        );
+        if target == "spare" {
+            assert!(
+                e0.contains("spare node 2 (")
+                    && e0.contains("is gone (left the run: its launcher received SIGTERM)"),
+                "{e0}"
+            );
+        } else {
+            assert!(
+                e2.contains("spare node 2: the run ended before it was needed"),
+                "{e2}"
+            );
+        }
+        survivors::assert_none_left(d.path(), "the world's ranks", 8, Duration::from_secs(30));
+    }
+}
+
 /// The final loss of examples/train.py, as its main process prints it.
 fn final_loss(out: &str) -> String {
     out.lines()
