@@ -199,7 +199,7 @@ impl Link {
             Admitted::World(member, wire, place) => (member, wire, place),
             Admitted::Released(f) => return Ok(Joined::Released(f)),
         };
-        let (inbox, hang_inbox, windows_inbox) = spawn_reader(wire, Arc::clone(&member.closing));
+        let (inbox, hang_inbox, windows_inbox) = spawn_reader(*wire, Arc::clone(&member.closing));
         Ok(Joined::World(
             Link {
                 node: place.node,
@@ -561,14 +561,14 @@ enum JoinStep {
 
 /// How the join's thread ended well.
 enum Started {
-    World(Wire, Place),
+    World(Box<Wire>, Place),
     /// A spare, released by the run's end.
     Released(Option<FailureReport>),
 }
 
 /// How the join ended well, for [`Link::join`].
 enum Admitted {
-    World(Member, Wire, Place),
+    World(Member, Box<Wire>, Place),
     Released(Option<FailureReport>),
 }
 
@@ -702,7 +702,7 @@ fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
         }
     };
     done(started.map(|got| match got {
-        Ok(place) => Started::World(wire, place),
+        Ok(place) => Started::World(Box::new(wire), place),
         Err(f) => Started::Released(f),
     }));
 }

@@ -267,8 +267,20 @@ mod tests {
         use super::spare;
 
         fn world(nodes: u32, restarts: u32, spares: &[u32]) -> (Coordinator, Vec<(To, Msg)>) {
-            let mut c =
-                Coordinator::new(nodes).join_timeout(Instant::now(), Duration::from_secs(60));
+            world_of(
+                Coordinator::new(nodes).join_timeout(Instant::now(), Duration::from_secs(60)),
+                nodes,
+                restarts,
+                spares,
+            )
+        }
+
+        fn world_of(
+            mut c: Coordinator,
+            nodes: u32,
+            restarts: u32,
+            spares: &[u32],
+        ) -> (Coordinator, Vec<(To, Msg)>) {
             let j = |n: u32| Join {
                 nodes,
                 max_restarts: restarts,
@@ -363,6 +375,63 @@ mod tests {
             c.message(0, Msg::Bye);
             c.message(1, Msg::Bye);
             assert!(c.done());
+        }
+
+        /// `--replace_failing_nodes`: node 1's rank failed; the spare takes node 1's place and
+        /// node 1's launcher is told the run's end for it. Without a fitting spare, or without the
+        /// option, node 1 restarts in place.
+        #[test]
+        fn replace_failing_nodes_retires_the_failing_node_for_a_spare() {
+            use super::super::super::protocol::FailureReport;
+            let failed = |c: &mut Coordinator| {
+                let f = FailureReport {
+                    rank: Some(2),
+                    local_rank: Some(0),
+                    code: Some(7),
+                    what: "exited with status 7".into(),
+                    ..FailureReport::lost(1, "h1", "")
+                };
+                c.message(
+                    1,
+                    Msg::Failed {
+                        attempt: 0,
+                        failure: f,
+                    },
+                );
+                ended(c, 1, 0);
+                ended(c, 0, 0)
+            };
+            let c = Coordinator::new(2)
+                .join_timeout(Instant::now(), Duration::from_secs(60))
+                .replace_failing(true);
+            let (mut c, _) = world_of(c, 2, 1, &[2]);
+            let out = failed(&mut c);
+            let [(To::Node(1), Msg::Finish { failure: Some(f) }), (To::Seat { spare: 2, node: 1 }, _), (To::Node(0), Msg::Start { attempt: 1, .. }), (To::Node(1), Msg::Start { attempt: 1, .. })] =
+                &out[..]
+            else {
+                panic!("{out:?}")
+            };
+            assert!(
+                f.what
+                    .ends_with("; node 1 leaves the run, replaced by a spare"),
+                "{f:?}"
+            );
+            assert!(c.roster().lost_nodes[0]
+                .why
+                .starts_with("its ranks failed: rank 2"));
+            // Without the option: the same failure restarts both nodes in place.
+            let (mut c, _) = world(2, 1, &[2]);
+            let out = failed(&mut c);
+            assert!(
+                matches!(
+                    &out[..],
+                    [
+                        (To::Node(0), Msg::Start { attempt: 1, .. }),
+                        (To::Node(1), Msg::Start { attempt: 1, .. })
+                    ]
+                ),
+                "{out:?}"
+            );
         }
 
         #[test]
