@@ -180,6 +180,35 @@ fn kill9(pid: u32) {
         .status_within(WAIT);
 }
 
+/// `--dry_run` of a spare says it is one; one machine has no spare (`--machine_rank 1` of 1 is
+/// refused as before).
+#[test]
+fn a_spares_dry_run_says_so_and_one_machine_has_none() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = launcher(d.path());
+    node_flags(&mut c, 2, 2, "127.0.0.1", "29555");
+    let o = c.args(["--dry_run", "train.py"]).output_within(WAIT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("spare = node 2 of a 2-node world: it runs no ranks until it takes the place of a lost node"),
+        "{out}"
+    );
+    let mut c = launcher(d.path());
+    node_flags(&mut c, 1, 1, "127.0.0.1", "29555");
+    let o = c.args(["--dry_run", "train.py"]).output_within(WAIT);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("machine_rank (1) must be below num_machines (1)"),
+        "{err}"
+    );
+}
+
 /// A spare joins, heartbeats and runs no rank: node 0's start note and report list it; when the
 /// world succeeds the spare exits 0, and when a rank fails it exits with the world's status.
 #[test]
@@ -335,6 +364,73 @@ fn a_spare_takes_the_place_of_a_sigkilled_node() {
         d.path(),
         "both attempts' ranks",
         16,
+        Duration::from_secs(30),
+    );
+}
+
+/// Two spares and two losses: node 1's launcher SIGKILLed, spare 2 takes node rank 1; then spare
+/// 2 (node 1 now) SIGKILLed, spare 3 takes it; attempt 2 all-reduces over the 4 ranks with
+/// TORCHELASTIC_RESTART_COUNT=2, node 0 and spare 3 exit 0, and node 0's report has both losses.
+#[test]
+fn two_spares_take_two_losses() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let script = control_py(d.path(), "replace2");
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+    let restarts = ["--max_restarts", "2"];
+    let n0 = Watched::spawn(node_command(d.path(), &port, 0, &restarts, &script));
+    let n1 = Watched::spawn(node_command(d.path(), &port, 1, &restarts, &script));
+    let s2 = Watched::spawn(node_command(d.path(), &port, 2, &restarts, &script));
+    let s3 = Watched::spawn(node_command(d.path(), &port, 3, &restarts, &script));
+    ready(d.path(), 0..4, 0);
+    n0.wait_line("spare node 3 (", Duration::from_secs(60));
+    n0.wait_line("spare node 2 (", Duration::from_secs(60));
+    kill9(n1.child.id());
+    n1.finish();
+    ready(d.path(), 0..4, 1);
+    s2.wait_line(
+        "spare node 2 takes the place of lost node 1",
+        Duration::from_secs(60),
+    );
+    kill9(s2.child.id());
+    s2.finish();
+    let (c3, e3, _) = s3.finish();
+    let (c0, e0, _) = n0.finish();
+    assert_eq!((c0, c3), (0, 0), "node 0: {e0}\nspare 3: {e3}");
+    assert!(
+        e3.contains("spare node 3 takes the place of lost node 1: joining restart 2 of 2"),
+        "{e3}"
+    );
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(d.path().join(format!("rank{r}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(v["env"]["TORCHELASTIC_RESTART_COUNT"], "2", "rank {r}: {v}");
+    }
+    let r0 = report(d.path(), 0);
+    let lost: Vec<(Value, Value)> = r0["lost_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["node"].clone(), l["attempt"].clone()))
+        .collect();
+    assert_eq!(lost, [(1.into(), 0.into()), (1.into(), 1.into())], "{r0}");
+    let took: Vec<(Value, Value)> = r0["spares"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["node"].clone(), s["attempt"].clone()))
+        .collect();
+    assert!(
+        took.contains(&(2.into(), 1.into())) && took.contains(&(3.into(), 2.into())),
+        "{r0}"
+    );
+    survivors::assert_none_left(
+        d.path(),
+        "three attempts' ranks",
+        24,
         Duration::from_secs(30),
     );
 }
