@@ -38,6 +38,12 @@ fn conf() -> &'static PathBuf {
     })
 }
 
+/// Held for a whole test: one job at a time on the 3-node cluster, since a test cuts, kills or
+/// drains its n2, which another test's job would take for its own node's loss.
+fn one_at_a_time() -> std::fs::File {
+    suite::lock(&suite::dir().join("cluster3.jobs.lock"))
+}
+
 /// A SLURM client command against the 3-node cluster, with the launchers on PATH.
 fn slurm3(program: &str, cwd: &Path) -> Command {
     let mut cmd = isolated(program);
@@ -57,6 +63,57 @@ fn slurm3(program: &str, cwd: &Path) -> Command {
     cmd
 }
 
+/// `srun -N3 accel-launch --num_machines 2 --max_restarts 1` running control.py in `mode` into
+/// `out`, each launcher's report in `out/report.NODEID.json`.
+fn srun3(d: &Path, out: &Path, mode: &str, extra: &str) -> std::process::Child {
+    let o = out.display();
+    let launch = format!(
+        "exec accel-launch --num_machines 2 --max_restarts 1 --grace_period 3 \
+         --report_json {o}/report.$SLURM_NODEID.json {extra} {} {o} {mode}",
+        crate::util::fixture("launch/control.py").display()
+    );
+    slurm3("srun", d)
+        .args([
+            "-N3",
+            "--ntasks-per-node=1",
+            "--time=5",
+            "--kill-on-bad-exit=0",
+        ])
+        .args(["sh", "-c", &launch])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start()
+}
+
+/// Node `i`'s link to the cluster's bridge (its host side), by the cluster's id.
+fn link_of(i: u32) -> String {
+    let env = std::fs::read_to_string(conf().parent().unwrap().join("cluster.env")).unwrap();
+    let id = env
+        .lines()
+        .find_map(|l| l.strip_prefix("ID="))
+        .unwrap_or_else(|| panic!("no ID in cluster.env: {env}"));
+    format!("acc{id}n{i}h")
+}
+
+fn set_link(link: &str, state: &str) {
+    let ok = Command::new("ip")
+        .args(["link", "set", link, state])
+        .status_within(WAIT)
+        .success();
+    assert!(ok, "ip link set {link} {state}");
+}
+
+fn rank_sums(out: &Path, attempts: &str) {
+    for r in 0..4 {
+        let v: Value = serde_json::from_str(&read(out, &format!("rank{r}.json"))).unwrap();
+        assert_eq!(v["sum"], 10.0, "rank {r}: {v}");
+        assert_eq!(
+            v["env"]["TORCHELASTIC_RESTART_COUNT"], attempts,
+            "rank {r}: {v}"
+        );
+    }
+}
+
 fn read(out: &Path, name: &str) -> String {
     std::fs::read_to_string(out.join(name))
         .unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -72,6 +129,7 @@ fn read(out: &Path, name: &str) -> String {
 /// started (its first rank's pid file of attempt 1) and to every rank in the rendezvous.
 #[test]
 fn srun_a_spare_takes_the_place_of_a_sigkilled_node() {
+    let _alone = one_at_a_time();
     let d = crate::util::tempdir();
     let out = d.path().join("out");
     std::fs::create_dir(&out).unwrap();
@@ -163,4 +221,70 @@ fn srun_a_spare_takes_the_place_of_a_sigkilled_node() {
     // n2's task alone was killed: srun's status is not the world's (the man page's sbatch lines).
     assert!(!o.status.success(), "{all}");
     assert!(!all.contains("n1: task 0: Exited"), "{all}");
+}
+
+/// n2's network cut (its link to the cluster's bridge down) under `srun -N3`: node 0 counts node 1
+/// as lost after the 5 s heartbeat window and n3 takes node rank 1; attempt 1 all-reduces over the
+/// 4 ranks, node 0's report names n2 and why. The link comes back up once the world has moved on,
+/// so that n2's step daemon can report its launcher's end (122: it lost node 0) to srun.
+#[test]
+fn srun_a_spare_takes_the_place_of_a_node_cut_off() {
+    let _alone = one_at_a_time();
+    let d = crate::util::tempdir();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let child = srun3(d.path(), &out, "replace", "");
+    ready(&out, 0);
+    let link = link_of(2);
+    let cut = now();
+    set_link(&link, "down");
+    wait_for(&out, &["pid.2.1".to_string()], Duration::from_secs(60));
+    let started = now();
+    ready(&out, 1);
+    set_link(&link, "up");
+    let o = child.output_within(WAIT);
+    let all = text(&o);
+    eprintln!(
+        "srun take-over after a network cut: {:.2} s from the cut to the spare's first rank in the rendezvous",
+        started - cut
+    );
+    assert!(
+        all.contains("spare node 2 (n3) takes the place of lost node 1 (n2) from attempt 1"),
+        "{all}"
+    );
+    rank_sums(&out, "1");
+    let r0: Value = serde_json::from_str(&read(&out, "report.0.json")).unwrap();
+    assert_eq!(r0["status"], 0, "{r0}");
+    assert_eq!(r0["lost_nodes"][0]["host"], "n2", "{r0}");
+    let why = r0["lost_nodes"][0]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("no heartbeat for 5 s"), "{r0}");
+    let r1: Value = serde_json::from_str(&read(&out, "report.1.json")).unwrap();
+    assert_eq!(r1["status"], 122, "n2's launcher lost node 0: {r1}");
+}
+
+/// `--replace_failing_nodes` under `srun -N3`: rank 2 (on n2) exits 7 in attempt 0; n3 takes node
+/// rank 1 instead of n2 restarting in place; n2's launcher exits 7 (srun says so), attempt 1
+/// all-reduces, and node 0's report names n2 with its failing rank.
+#[test]
+fn srun_replace_failing_nodes_puts_the_spare_in_place() {
+    let _alone = one_at_a_time();
+    let d = crate::util::tempdir();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = srun3(d.path(), &out, "restart", "--replace_failing_nodes").output_within(WAIT);
+    let all = text(&o);
+    assert!(
+        all.contains("n2: task 1: Exited with exit code 7"),
+        "n2's launcher exits with its rank's status: {all}"
+    );
+    assert!(
+        all.contains("spare node 2 (n3) takes the place of lost node 1 (n2) from attempt 1"),
+        "{all}"
+    );
+    rank_sums(&out, "1");
+    let r0: Value = serde_json::from_str(&read(&out, "report.0.json")).unwrap();
+    assert_eq!(r0["status"], 0, "{r0}");
+    assert_eq!(r0["lost_nodes"][0]["host"], "n2", "{r0}");
+    let why = r0["lost_nodes"][0]["why"].as_str().unwrap_or_default();
+    assert!(why.starts_with("its ranks failed: rank 2"), "{r0}");
 }
