@@ -239,6 +239,10 @@ fn a_spare_waits_and_exits_with_the_world() {
             e2.contains("node 2 is a spare (the world has 2 nodes)"),
             "{e2}"
         );
+        assert!(
+            e2.contains("--max_restarts 0: no node's place can be taken"),
+            "a spare without a restart to take says so: {e2}"
+        );
         let r0 = report(d.path(), 0);
         assert_eq!(r0["spares"][0]["node"], 2, "{r0}");
         assert_eq!(r0["spares"][0]["took"], Value::Null, "{r0}");

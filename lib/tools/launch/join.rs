@@ -60,6 +60,14 @@ pub fn join(
             "{TOOL}: node {node} is a spare (the world has {} nodes): it runs no ranks until it takes the place of a lost node, and exits with the run's status",
             t.num_nodes
         );
+        if cx.req.max_restarts == 0 {
+            // A take-over is the world's next attempt: without one, a loss ends the run.
+            crate::error::warn(
+                TOOL,
+                "--max_restarts 0: no node's place can be taken, since the world has no next attempt (give every node --max_restarts 1 or more)",
+                cx.env,
+            );
+        }
     }
     let stopped = || {
         let sig = cx.signals?.next()?;
