@@ -209,6 +209,62 @@ fn a_spares_dry_run_says_so_and_one_machine_has_none() {
     );
 }
 
+/// Under SLURM, `srun -N3 accel-launch --num_machines 2`: SLURM's node id 2 is a spare of the
+/// 2-node world whose rendezvous is the job's first node; a launcher started by hand in the
+/// allocation (no SLURM_NODEID) with its own --machine_rank names the machines itself, as before.
+#[test]
+fn slurm_node_ids_beyond_num_machines_are_spares() {
+    let d = tempfile::tempdir().unwrap();
+    let job = [
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_JOB_NODELIST", "n[1-3]"),
+        ("SLURM_NNODES", "3"),
+    ];
+    let dry = |step: bool, args: &[&str]| {
+        let mut c = launcher(d.path());
+        c.envs(job);
+        if step {
+            c.envs([
+                ("SLURM_NODEID", "2"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+            ]);
+        }
+        let o = c
+            .args(["--cpu", "--num_machines", "2", "--num_processes", "4"])
+            .args(args)
+            .args(["--dry_run", "train.py"])
+            .output_within(WAIT);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let out = dry(true, &[]);
+    assert!(
+        out.contains("\nmachine_rank = 2\nrendezvous = n1:"),
+        "{out}"
+    );
+    assert!(out.contains("spare = node 2 of a 2-node world"), "{out}");
+    let args = [
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "10.0.0.1",
+        "--main_process_port",
+        "29500",
+    ];
+    let out = dry(false, &args);
+    assert!(
+        out.contains("\nmachine_rank = 1\nrendezvous = 10.0.0.1:29500"),
+        "{out}"
+    );
+    assert!(!out.contains("spare ="), "{out}");
+}
+
 /// A spare joins, heartbeats and runs no rank: node 0's start note and report list it; when the
 /// world succeeds the spare exits 0, and when a rank fails it exits with the world's status.
 #[test]

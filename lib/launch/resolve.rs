@@ -436,7 +436,7 @@ fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace
         .and_then(Value::as_u64)
         .unwrap_or(1);
     if machines > 1 && on_command_line(resolved, "num_machines") {
-        return spares_of_slurm(env, machines);
+        return Ok(spares_of_slurm(env, resolved, machines));
     }
     check_tasks_per_node(env)?;
     let Some(place) = scheduler::detect_node(env)?.filter(|p| p.num_nodes > 1) else {
@@ -457,23 +457,25 @@ fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace
     Ok(Some(place))
 }
 
-/// `--num_machines N` on the command line under a SLURM step of more than N nodes: SLURM's place,
-/// for a world of N nodes, so that the node id is this launcher's node rank (unless
-/// `--machine_rank` is given) and node ids N and beyond are spares; node 0 (the first node of the
-/// job) is the rendezvous host. `None` otherwise: the command line names the machines itself, as
-/// it always did.
-fn spares_of_slurm(env: &Environment, machines: u64) -> Result<Option<NodePlace>> {
-    let Some(place) = scheduler::detect_node(env)?.filter(|p| p.source == Source::Slurm) else {
-        return Ok(None);
-    };
-    if u64::from(place.num_nodes) <= machines {
-        return Ok(None);
+/// `--num_machines N` (and no `--machine_rank`) on the command line under a SLURM step of more
+/// than N nodes: SLURM's place, for a world of N nodes, so that the node id is this launcher's node
+/// rank and node ids N and beyond are spares; node 0 (the first node of the job) is the rendezvous
+/// host. `None` otherwise: the command line names the machines itself, as it always did, and what
+/// SLURM's variables say is not read (a launcher started by hand in an allocation has no node id).
+fn spares_of_slurm(env: &Environment, resolved: &Resolved, machines: u64) -> Option<NodePlace> {
+    if on_command_line(resolved, "machine_rank") {
+        return None;
     }
-    check_tasks_per_node(env)?;
-    Ok(Some(NodePlace {
+    let place = scheduler::detect_node(env)
+        .ok()
+        .flatten()
+        .filter(|p| p.source == Source::Slurm && u64::from(p.num_nodes) > machines)?;
+    // One task per node, as for any SLURM placement: a refusal here is the old error, not a spare.
+    check_tasks_per_node(env).ok()?;
+    Some(NodePlace {
         num_nodes: machines as u32,
         ..place
-    }))
+    })
 }
 
 fn source_name(source: Source) -> &'static str {
