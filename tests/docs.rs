@@ -109,6 +109,8 @@ fn man_pages_name_only_existing_flags() {
         "signal",
         "requeue",
         "no-requeue",
+        "kill-on-bad-exit",
+        "no-kill",
         "grid",
         // the control plane's benchmark (scripts/bench/control --simulate).
         "simulate",

@@ -34,6 +34,8 @@ mod requeue;
 mod resolution;
 mod slurm;
 mod slurm_control;
+mod slurm_spares;
+mod spares;
 mod straggler;
 mod torchrun;
 mod wheel;

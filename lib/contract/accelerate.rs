@@ -578,7 +578,12 @@ impl LaunchArgs {
                 "num_processes is 0: nothing to launch".into(),
             ));
         }
-        if let Some(r) = a.machine_rank.filter(|r| *r >= a.num_machines) {
+        // On many machines a machine_rank at or beyond num_machines is a spare (accel-launch's
+        // control plane); one machine has none.
+        if let Some(r) = a
+            .machine_rank
+            .filter(|r| *r >= a.num_machines && a.num_machines == 1)
+        {
             return Err(ArgsError::Invalid(format!(
                 "machine_rank ({r}) must be below num_machines ({}): machines are ranked 0 to {}",
                 a.num_machines,

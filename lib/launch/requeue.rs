@@ -22,7 +22,7 @@ use crate::exit_status::ExitStatus;
 
 /// How long one `scontrol` call may take: its own retries to an unreachable slurmctld last about
 /// MessageTimeout (10 s by default) several times over.
-const SCONTROL_TIMEOUT: Duration = Duration::from_secs(45);
+pub(crate) const SCONTROL_TIMEOUT: Duration = Duration::from_secs(45);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RequeueError {
@@ -190,7 +190,11 @@ fn requeueable(show: &str) -> bool {
 }
 
 /// Runs a command with a time limit; its stdout, or its stderr's last line (or the reason) as the error.
-fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+pub(crate) fn run_bounded(
+    program: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> Result<String, String> {
     let mut cmd = Command::new(program);
     // SAFETY: only async-signal-safe calls (signal(2)) between fork and exec.
     unsafe {

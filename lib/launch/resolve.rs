@@ -427,13 +427,16 @@ fn on_command_line(resolved: &Resolved, key: &str) -> bool {
 /// Where this node sits in a multi-node job: SLURM, MPI or outside variables, unless the command line
 /// names the machines itself. A config file's `num_machines` must then agree with the scheduler, whose
 /// node rank wins over the file's `machine_rank` (one file serves every node). `None` on one node.
+///
+/// `srun -N N+K accel-launch --num_machines N`: the world is the first N nodes by SLURM's node id,
+/// and the other K launchers are spares ([`spares_of_slurm`]).
 fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace>> {
     let machines = resolved
         .get("num_machines")
         .and_then(Value::as_u64)
         .unwrap_or(1);
     if machines > 1 && on_command_line(resolved, "num_machines") {
-        return Ok(None);
+        return Ok(spares_of_slurm(env, resolved, machines));
     }
     check_tasks_per_node(env)?;
     let Some(place) = scheduler::detect_node(env)?.filter(|p| p.num_nodes > 1) else {
@@ -452,6 +455,27 @@ fn place_node(env: &Environment, resolved: &Resolved) -> Result<Option<NodePlace
         .into());
     }
     Ok(Some(place))
+}
+
+/// `--num_machines N` (and no `--machine_rank`) on the command line under a SLURM step of more
+/// than N nodes: SLURM's place, for a world of N nodes, so that the node id is this launcher's node
+/// rank and node ids N and beyond are spares; node 0 (the first node of the job) is the rendezvous
+/// host. `None` otherwise: the command line names the machines itself, as it always did, and what
+/// SLURM's variables say is not read (a launcher started by hand in an allocation has no node id).
+fn spares_of_slurm(env: &Environment, resolved: &Resolved, machines: u64) -> Option<NodePlace> {
+    if on_command_line(resolved, "machine_rank") {
+        return None;
+    }
+    let place = scheduler::detect_node(env)
+        .ok()
+        .flatten()
+        .filter(|p| p.source == Source::Slurm && u64::from(p.num_nodes) > machines)?;
+    // One task per node, as for any SLURM placement: a refusal here is the old error, not a spare.
+    check_tasks_per_node(env).ok()?;
+    Some(NodePlace {
+        num_nodes: machines as u32,
+        ..place
+    })
 }
 
 fn source_name(source: Source) -> &'static str {
@@ -728,7 +752,10 @@ fn node_topology(
             .into())
         }
     };
-    if node_rank >= nnodes {
+    // On many nodes a launcher at or beyond --num_machines is a spare: it joins, runs no ranks, and
+    // takes a lost node's place (the control plane's `spares`). One node has no spare: node 0 hosts
+    // the control plane and is never replaced.
+    if node_rank >= nnodes && nnodes == 1 {
         return Err(ContractError::Topology(format!(
             "--machine_rank {node_rank} is not below --num_machines {nnodes}"
         ))

@@ -5,6 +5,7 @@ complete -c accel-launch -l rank_prefix -l rank-prefix -d 'Prefix each console l
 complete -c accel-launch -l local_ranks_filter -l local-ranks-filter -d 'Only these local ranks print to the console, e.g. 0 or 0,1 (all still write their log files)' -r -f
 complete -c accel-launch -l rdzv_timeout -l rdzv-timeout -d 'Multi-node: seconds every node\'s launcher waits for all nodes to join the control plane (node 0, master port + 1); default: --rdzv_conf timeout=SECONDS, else 300' -r -f
 complete -c accel-launch -l report_json -l report-json -d 'Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail), also when it ended in the join before any rank started (`ended_in_join`: true, the `error`, no ranks). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run\'s exit status as it is, unless the run succeeded (then 4)' -r -F
+complete -c accel-launch -l exclude_file -l exclude-file -d 'Multi-node, node 0: append the host of each node lost during the run to PATH (one host a line, each once), for the next submission: `sbatch --exclude=$(paste -sd, PATH)`. See SPARE NODES' -r -F
 complete -c accel-launch -l num_cpu_threads_per_process -l num-cpu-threads-per-process -d 'Threads per rank (OMP_NUM_THREADS); default: the environment\'s OMP_NUM_THREADS, else 1 (CPU runs: physical cores / ranks)' -r -f
 complete -c accel-launch -s t -l tee -d 'Tee rank output torchrun-style: with accelerate\'s flags any value but 0 prefixes console lines with `[{role}{local_rank}]:`; with torchrun\'s command line, torchrun\'s tee (see TORCHRUN COMMAND LINE)' -r -f
 complete -c accel-launch -l log_dir -l log-dir -d 'Write each rank\'s stdout and stderr to files under DIR (see --log_template; torchrun\'s layout for torchrun\'s command line)' -r -F
@@ -226,6 +227,8 @@ complete -c accel-launch -s m -l module -d 'Run the script as a module: `python 
 complete -c accel-launch -l no_python -l no-python -d 'Run the script directly, without python (any executable)'
 complete -c accel-launch -l dry-run -l dry_run -d 'Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank\'s argv and environment; run nothing'
 complete -c accel-launch -l json -d 'With --dry-run: print JSON'
+complete -c accel-launch -l replace_failing_nodes -l replace-failing-nodes -d 'Multi-node, node 0: a node whose ranks fail, while --max_restarts remain and a spare waits, is replaced by the spare for the next attempt instead of being restarted in place (its launcher exits with its rank\'s status). See SPARE NODES'
+complete -c accel-launch -l drain_lost_nodes -l drain-lost-nodes -d 'Multi-node under SLURM, node 0: drain each lost or replaced node (`scontrol update NodeName=H State=DRAIN Reason=...`) where this user may; a note says so when it may not. See SPARE NODES'
 complete -c accel-launch -l cpu -d 'Run on CPU: N gloo ranks with --num_processes N (accelerate starts one process)'
 complete -c accel-launch -l multi_gpu -l multi-gpu -d 'Distributed GPU training (DDP)'
 complete -c accel-launch -l tpu -d 'TPU training (not supported by accel-launch; use accelerate launch)'

@@ -29,6 +29,8 @@ _accel-launch() {
 '--rdzv-timeout=[Multi-node\: seconds every node'\''s launcher waits for all nodes to join the control plane (node 0, master port + 1); default\: --rdzv_conf timeout=SECONDS, else 300]:SECONDS:' \
 '--report_json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail), also when it ended in the join before any rank started (\`ended_in_join\`\: true, the \`error\`, no ranks). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
 '--report-json=[Write how the run ended as JSON to PATH (status; the failing node, host, rank, exit code or signal, stderr tail), also when it ended in the join before any rank started (\`ended_in_join\`\: true, the \`error\`, no ranks). Checked before any rank starts (a directory is exit 2, a path that cannot be created exit 4); a write that fails at the end leaves the run'\''s exit status as it is, unless the run succeeded (then 4)]:PATH:_files' \
+'--exclude_file=[Multi-node, node 0\: append the host of each node lost during the run to PATH (one host a line, each once), for the next submission\: \`sbatch --exclude=\$(paste -sd, PATH)\`. See SPARE NODES]:PATH:_files' \
+'--exclude-file=[Multi-node, node 0\: append the host of each node lost during the run to PATH (one host a line, each once), for the next submission\: \`sbatch --exclude=\$(paste -sd, PATH)\`. See SPARE NODES]:PATH:_files' \
 '--num_cpu_threads_per_process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:' \
 '--num-cpu-threads-per-process=[Threads per rank (OMP_NUM_THREADS); default\: the environment'\''s OMP_NUM_THREADS, else 1 (CPU runs\: physical cores / ranks)]:N:' \
 '-t+[Tee rank output torchrun-style\: with accelerate'\''s flags any value but 0 prefixes console lines with \`\[{role}{local_rank}\]\:\`; with torchrun'\''s command line, torchrun'\''s tee (see TORCHRUN COMMAND LINE)]:0-3:' \
@@ -285,6 +287,10 @@ core-complex\:"One core complex (the CPUs sharing a last-level cache) of the GPU
 '--dry-run[Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank'\''s argv and environment; run nothing]' \
 '--dry_run[Print the resolved config with the origin of each value, the launch (accel-launch starts every rank itself; also the path accelerate launch would take) and each rank'\''s argv and environment; run nothing]' \
 '--json[With --dry-run\: print JSON]' \
+'--replace_failing_nodes[Multi-node, node 0\: a node whose ranks fail, while --max_restarts remain and a spare waits, is replaced by the spare for the next attempt instead of being restarted in place (its launcher exits with its rank'\''s status). See SPARE NODES]' \
+'--replace-failing-nodes[Multi-node, node 0\: a node whose ranks fail, while --max_restarts remain and a spare waits, is replaced by the spare for the next attempt instead of being restarted in place (its launcher exits with its rank'\''s status). See SPARE NODES]' \
+'--drain_lost_nodes[Multi-node under SLURM, node 0\: drain each lost or replaced node (\`scontrol update NodeName=H State=DRAIN Reason=...\`) where this user may; a note says so when it may not. See SPARE NODES]' \
+'--drain-lost-nodes[Multi-node under SLURM, node 0\: drain each lost or replaced node (\`scontrol update NodeName=H State=DRAIN Reason=...\`) where this user may; a note says so when it may not. See SPARE NODES]' \
 '--cpu[Run on CPU\: N gloo ranks with --num_processes N (accelerate starts one process)]' \
 '--multi_gpu[Distributed GPU training (DDP)]' \
 '--multi-gpu[Distributed GPU training (DDP)]' \

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::super::hang::verdict::{self, NodeInfo, World};
 use super::super::straggler::RankWindow;
 use super::protocol::{FailureReport, Join, LostNode, Msg, Unkillable, NOT_EVERY_NODE, PROTOCOL};
+use super::spares::{Note, Roster, Spares};
 use crate::launch::supervise::KILL_WAIT;
 
 /// Beyond a node's grace period and [`KILL_WAIT`], what its launcher may take to report its ranks'
@@ -40,6 +41,12 @@ fn truncate(s: &mut String, max: usize) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum To {
     Node(u32),
+    /// A spare, which from this message on is node `node` of the world: node 0's server moves its
+    /// connection to that node rank before sending.
+    Seat {
+        spare: u32,
+        node: u32,
+    },
     /// Every node still connected.
     All,
 }
@@ -131,6 +138,13 @@ pub struct Coordinator {
     no_restart: Option<String>,
     /// Ranks left behind after SIGKILL, every node's, as relayed.
     unkillable: usize,
+    /// Launchers beyond the world's nodes, waiting to take a lost node's place ([`Spares`]), and
+    /// the run's record of lost nodes.
+    spares: Spares,
+    /// What node 0 says of spares and lost nodes, until its server takes it.
+    notes: Vec<Note>,
+    /// `--replace_failing_nodes`: a node whose ranks failed is replaced by a waiting spare.
+    replace_failing: bool,
 }
 
 impl Coordinator {
@@ -159,6 +173,9 @@ impl Coordinator {
             due: BTreeSet::new(),
             no_restart: None,
             unkillable: 0,
+            spares: Spares::default(),
+            notes: Vec::new(),
+            replace_failing: false,
         }
     }
 
@@ -181,6 +198,13 @@ impl Coordinator {
         self
     }
 
+    /// `--replace_failing_nodes`: a node (not node 0) whose rank ended the attempt is replaced by a
+    /// waiting spare for the next one, rather than restarted in place.
+    pub fn replace_failing(mut self, on: bool) -> Coordinator {
+        self.replace_failing = on;
+        self
+    }
+
     /// Every rank of the attempt is gone, and the next attempt waits for replacement launchers.
     pub fn waiting(&self) -> bool {
         self.phase == Phase::Waiting
@@ -195,14 +219,29 @@ impl Coordinator {
 
     /// Nothing more to serve: every node has left after the run finished, or the join timed out.
     pub fn done(&self) -> bool {
-        self.phase == Phase::Finished && (self.timed_out || self.gone.len() == self.members.len())
+        self.phase == Phase::Finished
+            && (self.timed_out || (self.gone.len() == self.members.len() && self.spares.is_empty()))
+    }
+
+    /// What node 0 says of spares and lost nodes since the last call.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// The run's spares and lost nodes so far, for node 0's `--report_json`.
+    pub fn roster(&self) -> &Roster {
+        self.spares.roster()
     }
 
     /// A node's join: `Err` is the reason it is refused. Once the run has started, only a launcher
-    /// replacing a lost node may join, for the next attempt.
+    /// replacing a lost node may join, for the next attempt, and spares (node ranks at or beyond
+    /// the world's) at any time before its end.
     pub fn join(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
         self.fits(j)?;
         match self.phase {
+            Phase::Joining | Phase::Running | Phase::Waiting if j.node >= self.nodes => {
+                return self.spare(j)
+            }
             Phase::Joining => {}
             Phase::Finished => {
                 let why = self
@@ -244,6 +283,13 @@ impl Coordinator {
             }
             self.phase = Phase::Running;
             self.arm_world();
+            if !self.spares.is_empty() {
+                self.notes.push(Note::Started {
+                    nodes: self.nodes,
+                    world_size: self.ranks_joined,
+                    spares: self.spares.waiting(),
+                });
+            }
             return Ok(self.starts());
         }
         Ok(Vec::new())
@@ -263,12 +309,6 @@ impl Coordinator {
             return Err(format!(
                 "it says --num_machines {} but node 0 says {}",
                 j.nodes, self.nodes
-            ));
-        }
-        if j.node >= self.nodes {
-            return Err(format!(
-                "--machine_rank {} is not below --num_machines {}",
-                j.node, self.nodes
             ));
         }
         if let Some(r) = &self.run_id {
@@ -380,6 +420,142 @@ impl Coordinator {
         Ok(Vec::new())
     }
 
+    /// A spare's join: it waits, and takes a lost node's place at once when the world waits for one.
+    fn spare(&mut self, j: &Join) -> Result<Vec<(To, Msg)>, String> {
+        self.spares.join(j)?;
+        self.notes.push(Note::Joined {
+            node: j.node,
+            host: j.host.clone(),
+            nodes: self.nodes,
+        });
+        let mut out = vec![(To::Node(j.node), Msg::Spare { nodes: self.nodes })];
+        if self.phase == Phase::Waiting {
+            out.extend(self.seat_spares());
+            if self.lost.is_empty() {
+                out.extend(self.restart());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waiting spares take the lost nodes' places for the next attempt, each the node rank of the
+    /// one it replaces: the other nodes keep theirs.
+    fn seat_spares(&mut self) -> Vec<(To, Msg)> {
+        let attempt = self.attempt + 1;
+        let lost: Vec<u32> = self.lost.keys().copied().filter(|n| *n != 0).collect();
+        let mut out = Vec::new();
+        for node in lost {
+            let ranks = self.members.get(&node).map_or(0, |m| m.local_ranks);
+            let Some(j) = self.spares.take(ranks, node, attempt) else {
+                continue;
+            };
+            let host = self.lost.remove(&node).unwrap_or_default();
+            self.gone.remove(&node);
+            self.members.insert(node, Member::of(&j));
+            // It has no ranks in the attempt that ended: it counts as ended.
+            self.ended.insert(node);
+            self.notes.push(Note::Seated {
+                spare: j.node,
+                host: j.host.clone(),
+                lost: LostNode {
+                    node,
+                    host,
+                    attempt: self.attempt,
+                    why: String::new(),
+                },
+                attempt,
+            });
+            out.push((
+                To::Seat {
+                    spare: j.node,
+                    node,
+                },
+                Msg::Seated { node, attempt },
+            ));
+        }
+        out
+    }
+
+    /// `--replace_failing_nodes`: the node whose rank ended the attempt leaves the world when a
+    /// spare with as many ranks waits to take its place; its launcher is told the run's end for it
+    /// (its rank's failure, so it exits with that rank's status).
+    fn retire_failing(&mut self) -> Vec<(To, Msg)> {
+        let Some(f) = self.failure.clone().filter(|_| self.replace_failing) else {
+            return Vec::new();
+        };
+        let node = f.node;
+        let ranks = self.members.get(&node).map_or(0, |m| m.local_ranks);
+        if f.rank.is_none()
+            || node == 0
+            || self.lost.contains_key(&node)
+            || !self.spares.fits(ranks)
+        {
+            return Vec::new();
+        }
+        self.lose(node, &format!("its ranks failed: {}", f.headline()));
+        let mut told = f;
+        told.what.push_str(&format!(
+            "; node {node} leaves the run, replaced by a spare"
+        ));
+        vec![(
+            To::Node(node),
+            Msg::Finish {
+                failure: Some(told),
+            },
+        )]
+    }
+
+    /// A node of the world lost (`why`): recorded for the report and the exclude file, and waited
+    /// for (or replaced by a spare) before the next attempt.
+    fn lose(&mut self, node: u32, why: &str) {
+        let host = self.host(node);
+        let l = LostNode {
+            node,
+            host: host.clone(),
+            attempt: self.attempt,
+            why: why.to_string(),
+        };
+        self.notes.push(Note::Lost(l.clone()));
+        self.spares.lost(l);
+        self.lost.insert(node, host);
+    }
+
+    /// A message from a spare still waiting: only its leaving matters (a signal to its launcher);
+    /// the world goes on without it.
+    fn spare_message(&mut self, node: u32, m: Msg) -> Vec<(To, Msg)> {
+        match m {
+            Msg::Leave { failure } => {
+                let why = failure.what.clone();
+                let mut out = self.spare_gone(node, &why);
+                // Its own end of the join: it is told that it left.
+                out.push((
+                    To::Node(node),
+                    Msg::Finish {
+                        failure: Some(FailureReport { node, ..failure }),
+                    },
+                ));
+                out
+            }
+            Msg::Bye => self.spare_gone(node, "it left"),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A waiting spare's connection closed, its heartbeats stopped, or it left: noted, not a failure.
+    fn spare_gone(&mut self, node: u32, why: &str) -> Vec<(To, Msg)> {
+        let finished = self.phase == Phase::Finished;
+        if let Some(host) = self.spares.gone(node, why) {
+            if !finished {
+                self.notes.push(Note::Gone {
+                    node,
+                    host,
+                    why: why.to_string(),
+                });
+            }
+        }
+        Vec::new()
+    }
+
     /// Whether the attempt that failed may be followed by another.
     fn can_restart(&self) -> bool {
         let requeue = self.failure.as_ref().is_some_and(|f| f.requeue);
@@ -431,6 +607,8 @@ impl Coordinator {
             .map(|(n, h)| LostNode {
                 node: *n,
                 host: h.clone(),
+                attempt: self.attempt,
+                why: String::new(),
             })
             .collect()
     }
@@ -573,7 +751,7 @@ impl Coordinator {
             }
             self.no_restart
                 .get_or_insert_with(|| format!("node {n}'s ranks may still run"));
-            self.lost.insert(*n, host);
+            self.lose(*n, "it did not report its ranks' end after the stop");
             self.ended.insert(*n);
             self.gone.insert(*n);
         }
@@ -622,6 +800,9 @@ impl Coordinator {
 
     /// A message from a joined node.
     pub fn message(&mut self, node: u32, m: Msg) -> Vec<(To, Msg)> {
+        if self.spares.waits(node) {
+            return self.spare_message(node, m);
+        }
         let now = self.now;
         match m {
             Msg::Quiet { attempt, quiet_ms } if attempt == self.attempt => {
@@ -795,6 +976,9 @@ impl Coordinator {
 
     /// A node's connection closed, or its heartbeats stopped.
     pub fn closed(&mut self, node: u32, why: &str) -> Vec<(To, Msg)> {
+        if self.spares.waits(node) {
+            return self.spare_gone(node, why);
+        }
         if self.gone.contains(&node) || !self.members.contains_key(&node) {
             return Vec::new();
         }
@@ -818,7 +1002,7 @@ impl Coordinator {
                 let silent = self.failure.is_none()
                     && self.world.as_mut().is_some_and(|w| w.lost(node, why));
                 if silent {
-                    self.lost.insert(node, self.host(node));
+                    self.lose(node, why);
                     self.ended.insert(node);
                     let now = self.now;
                     let mut out = self.tick(now);
@@ -826,7 +1010,7 @@ impl Coordinator {
                     return out;
                 }
                 let host = self.host(node);
-                self.lost.insert(node, host.clone());
+                self.lose(node, why);
                 let mut out = self.fail(FailureReport::lost(node, &host, why));
                 self.ended.insert(node);
                 out.extend(self.maybe_next());
@@ -834,11 +1018,16 @@ impl Coordinator {
             }
             Phase::Waiting => {
                 self.gone.insert(node);
-                let host = self.host(node);
-                self.lost.insert(node, host);
+                self.lose(node, why);
                 if self.can_restart() {
+                    let mut out = self.seat_spares();
+                    if self.lost.is_empty() {
+                        out.extend(self.restart());
+                        return out;
+                    }
                     // The survivors learn that they now wait for this one too.
-                    vec![(To::All, self.wait_msg())]
+                    out.push((To::All, self.wait_msg()));
+                    out
                 } else {
                     if let Some(f) = &mut self.failure {
                         f.what.push_str(&format!(
@@ -900,12 +1089,17 @@ impl Coordinator {
             return Vec::new();
         }
         if self.can_restart() {
+            // Spares first: the next attempt starts now when they fill every lost place.
+            let mut out = self.retire_failing();
+            out.extend(self.seat_spares());
             if self.lost.is_empty() {
-                return self.restart();
+                out.extend(self.restart());
+                return out;
             }
             self.phase = Phase::Waiting;
             self.wait_until = self.now.checked_add(self.join_timeout);
-            return vec![(To::All, self.wait_msg())];
+            out.push((To::All, self.wait_msg()));
+            return out;
         }
         self.finish()
     }
@@ -1263,6 +1457,8 @@ mod tests {
             .map(|n| LostNode {
                 node: *n,
                 host: format!("h{n}"),
+                attempt: 0,
+                why: String::new(),
             })
             .collect()
     }

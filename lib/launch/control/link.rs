@@ -20,6 +20,7 @@ use super::peer::{End, Event, Peer, Sender};
 use super::protocol::lost_after;
 use super::protocol::{FailureReport, Join, LostNode, Msg, Place, Unkillable};
 use super::server::{start_server, Server, ServerSettings};
+use super::spares::Roster;
 use super::ControlError;
 
 /// This node's settings for the control plane.
@@ -38,6 +39,23 @@ pub struct Settings {
     /// `--quiet`: no note about an unauthenticated control plane, nor of the connections node 0
     /// refuses.
     pub quiet: bool,
+    /// `--exclude_file` (node 0): each lost node's host is appended to it.
+    pub exclude_file: Option<std::path::PathBuf>,
+    /// `--replace_failing_nodes` (node 0's decides): a node whose ranks fail is replaced by a
+    /// waiting spare rather than restarted in place.
+    pub replace_failing: bool,
+    /// `--drain_lost_nodes` (node 0): how each lost node is drained under SLURM.
+    pub drain: Option<super::Drain>,
+}
+
+/// What the join left this launcher with.
+#[derive(Debug)]
+pub enum Joined {
+    /// In the world: the link, and this node's place (a spare's is the lost node's it took).
+    World(Link, Place),
+    /// A spare whose wait ended with the run, before it took any node's place: how the run ended
+    /// (`None`: every rank of the world succeeded).
+    Released(Option<FailureReport>),
 }
 
 /// A launcher whose supervision has not moved for this long stops heartbeating, so that node 0
@@ -167,18 +185,24 @@ impl Link {
     /// `stopped` is asked every 100 ms whether this launcher was told to stop meanwhile (a
     /// signal): it then leaves the join at once — node 0 is told, and ends the join on every node
     /// with that report — and returns [`ControlError::Left`].
+    ///
+    /// A spare (its node rank at or beyond the world's) waits here until it takes a lost node's
+    /// place ([`Joined::World`], with that node's place) or the run ends ([`Joined::Released`]).
     pub fn join(
         s: &Settings,
         mut stopped: impl FnMut() -> Option<FailureReport>,
-    ) -> Result<(Link, Place), ControlError> {
+    ) -> Result<Joined, ControlError> {
         resolvable(&s.addr)?;
         let server = host(s)?;
         let steps = spawn_join(s)?;
-        let (member, wire, place) = await_join(s, &steps, &mut stopped, server.as_ref())?;
-        let (inbox, hang_inbox, windows_inbox) = spawn_reader(wire, Arc::clone(&member.closing));
-        Ok((
+        let (member, wire, place) = match await_join(s, &steps, &mut stopped, server.as_ref())? {
+            Admitted::World(member, wire, place) => (member, wire, place),
+            Admitted::Released(f) => return Ok(Joined::Released(f)),
+        };
+        let (inbox, hang_inbox, windows_inbox) = spawn_reader(*wire, Arc::clone(&member.closing));
+        Ok(Joined::World(
             Link {
-                node: s.join.node,
+                node: place.node,
                 addr: s.addr.clone(),
                 member,
                 inbox: Mutex::new(inbox),
@@ -194,6 +218,12 @@ impl Link {
             },
             place,
         ))
+    }
+
+    /// Node 0: the run's spares and lost nodes so far (`None` elsewhere: only node 0 knows them).
+    pub fn roster(&self) -> Option<Roster> {
+        let s = self.server.as_ref()?;
+        s.roster.lock().ok().map(|r| r.clone())
     }
 
     /// The supervision is alive: the heartbeats go on ([`STALL`]).
@@ -400,7 +430,7 @@ impl Link {
     ) -> Option<Decision> {
         match next? {
             Incoming::Msg(m @ Msg::Start { .. }) => {
-                let place = m.place().filter(|p| p.attempt > attempt)?;
+                let place = m.place(self.node).filter(|p| p.attempt > attempt)?;
                 if let Ok(mut w) = self.stop_within.lock() {
                     *w = place.stop_within;
                 }
@@ -511,6 +541,9 @@ fn host(s: &Settings) -> Result<Option<Server>, ControlError> {
         reference: s.join.clone(),
         creds: credentials(s),
         quiet: s.quiet,
+        exclude_file: s.exclude_file.clone(),
+        replace_failing: s.replace_failing,
+        drain: s.drain.clone(),
     })?;
     if !s.quiet {
         eprintln!("accel-launch: note: {}", auth_in_force(s));
@@ -523,7 +556,20 @@ enum JoinStep {
     /// The join is sent and the heartbeats run: this node is a member now.
     Joined(Member),
     /// Every node joined (or the join failed).
-    Done(Box<Result<(Wire, Place), ControlError>>),
+    Done(Box<Result<Started, ControlError>>),
+}
+
+/// How the join's thread ended well.
+enum Started {
+    World(Box<Wire>, Place),
+    /// A spare, released by the run's end.
+    Released(Option<FailureReport>),
+}
+
+/// How the join ended well, for [`Link::join`].
+enum Admitted {
+    World(Member, Box<Wire>, Place),
+    Released(Option<FailureReport>),
 }
 
 /// Starts the join's blocking steps on a thread of their own.
@@ -548,7 +594,7 @@ fn await_join(
     steps: &Receiver<JoinStep>,
     stopped: &mut impl FnMut() -> Option<FailureReport>,
     server: Option<&Server>,
-) -> Result<(Member, Wire, Place), ControlError> {
+) -> Result<Admitted, ControlError> {
     let window = lost_after(s.heartbeat);
     let io = |why: &str| ControlError::Io {
         addr: format!("{}:{}", s.addr, s.port),
@@ -574,7 +620,11 @@ fn await_join(
         }
     };
     match (done, joined) {
-        (Ok((wire, place)), Some(m)) => Ok((m, wire, place)),
+        (Ok(Started::World(wire, place)), Some(m)) => Ok(Admitted::World(m, wire, place)),
+        (Ok(Started::Released(f)), Some(m)) => {
+            m.close();
+            Ok(Admitted::Released(f))
+        }
         (Ok(_), None) => Err(io("started without a join")),
         (Err(e), joined) => {
             if let Some(m) = &joined {
@@ -654,12 +704,17 @@ fn join_steps(s: &Settings, tx: &mpsc::Sender<JoinStep>) {
     let started = loop {
         pulse.beat();
         match wire.event() {
-            Event::Started(place) => break Ok(place),
+            Event::Started(place) => break Ok(Ok(place)),
+            // A spare's wait ended with the run.
+            Event::Over(End::Released(f)) => break Ok(Err(f.map(|f| *f))),
             Event::Over(end) => break Err(end.error(s.join.node, &addr, s.join_timeout)),
             Event::Joined(_) | Event::Msg(_) => {}
         }
     };
-    done(started.map(|place| (wire, place)));
+    done(started.map(|got| match got {
+        Ok(place) => Started::World(Box::new(wire), place),
+        Err(f) => Started::Released(f),
+    }));
 }
 
 /// Connects and says hello until node 0 has answered and this node's join is sent: again, while
@@ -938,6 +993,9 @@ mod tests {
             secret,
             munge: None,
             quiet: false,
+            exclude_file: None,
+            replace_failing: false,
+            drain: None,
         }
     }
 

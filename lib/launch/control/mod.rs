@@ -18,7 +18,9 @@
 //!   next attempt together (the same global restart count everywhere), or all are told how the run
 //!   ended;
 //! - **hang** (`--hang_timeout`): nodes report their ranks' stillness, and the world's hang is
-//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::hang::verdict)).
+//!   declared, its stacks gathered and its one verdict sent to every node here ([`verdict`](super::hang::verdict));
+//! - **spares**: launchers beyond the world's node count wait, heartbeating, and one takes a lost
+//!   node's node rank for the next attempt, with no wait for a replacement (`spares`).
 //!
 //! Each node beats to node 0 every [`HEARTBEAT`], node 0 to each node every two (its fan-out is N);
 //! a side that hears nothing for [`MISSES`] intervals (5 s) counts the other as lost. torchrun's agents meet in the elastic rendezvous and learn of a failure
@@ -31,7 +33,9 @@
 //! - `auth` (the handshake's proofs and session keys), with `munge` (MUNGE under SLURM);
 //! - node 0: `admission` (one connection's handshake), `handshakes` (which connection gives way
 //!   when too many are in their handshake) and `coordinator` (the run's decisions and deadlines),
-//!   all pure, and `server`, the event loop that carries them;
+//!   all pure, with `spares` (who waits, who takes which lost node, the run's record of them),
+//!   and `server`, the event loop that carries them (its notes, `--exclude_file`, and `drain`:
+//!   `--drain_lost_nodes` under SLURM);
 //! - every node: [`peer`] (one node's protocol, a pure state machine over bytes and time) and
 //!   `link`, the blocking connection that drives it (the `control-sim` benchmark and the tests'
 //!   raw members drive the same peer over their own sockets).
@@ -39,6 +43,7 @@
 mod admission;
 mod auth;
 mod coordinator;
+mod drain;
 #[cfg(test)]
 mod fixtures;
 mod frame;
@@ -48,17 +53,20 @@ mod munge;
 pub mod peer;
 mod protocol;
 mod server;
+mod spares;
 
 use crate::error::Diagnostic;
 use crate::exit_status::ExitStatus;
 
 pub use auth::{Credentials, Secret};
 pub use coordinator::{Coordinator, To};
-pub use link::{Decision, Link, Settings, Waiting};
+pub use drain::Drain;
+pub use link::{Decision, Joined, Link, Settings, Waiting};
 pub use munge::Munge;
 pub use protocol::{
     lost_after, FailureReport, Join, LostNode, Msg, Place, Unkillable, HEARTBEAT, MISSES, PROTOCOL,
 };
+pub use spares::{Roster, SpareNode};
 
 /// The control plane's port: the master port + 1 (the master port − 1 when that is 65535), on the
 /// rendezvous host.

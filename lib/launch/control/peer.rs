@@ -26,6 +26,9 @@ enum Stage {
     Challenge { tx: Seal },
     /// Joined; waiting for `start`.
     Start,
+    /// Admitted as a spare: waiting, without the join's deadline, to take a lost node's place
+    /// (`seat`, once node 0 gave it one) or for the run's end.
+    Spare { seat: Option<u32> },
     /// Started: every later message is the run's.
     Running,
     /// Refused, timed out or broken: nothing more is read.
@@ -37,6 +40,7 @@ impl Stage {
         match self {
             Stage::Challenge { .. } => "challenge",
             Stage::Start => "start",
+            Stage::Spare { .. } => "spare",
             Stage::Running => "running",
             Stage::Over => "over",
         }
@@ -80,6 +84,9 @@ pub enum End {
     },
     /// Once started: node 0 was lost, why (its connection closed, or its heartbeats stopped).
     Lost(String),
+    /// A spare: the run ended before it took a node's place, so (`None`: every rank of the world
+    /// succeeded).
+    Released(Option<Box<FailureReport>>),
 }
 
 impl End {
@@ -110,6 +117,12 @@ impl End {
                 what: WAIT_FOR_START.into(),
                 source: std::io::Error::other(why),
             },
+            End::Released(Some(report)) => ControlError::Ended { report },
+            End::Released(None) => ControlError::Io {
+                addr,
+                what: WAIT_FOR_START.into(),
+                source: std::io::Error::other("the run ended"),
+            },
         }
     }
 }
@@ -119,7 +132,8 @@ impl std::fmt::Display for End {
         match self {
             End::Refused(why) | End::TimedOut(Some(why)) | End::Lost(why) => f.write_str(why),
             End::TimedOut(None) => f.write_str("the join timed out"),
-            End::Ended(report) => f.write_str(&report.headline()),
+            End::Ended(report) | End::Released(Some(report)) => f.write_str(&report.headline()),
+            End::Released(None) => f.write_str("the run ended well"),
             End::Unanswered { what, source } | End::Broken { what, source } => {
                 write!(f, "{what}: {source}")
             }
@@ -211,6 +225,7 @@ impl Peer {
         match (&self.stage, self.deadline) {
             (Stage::Challenge { .. }, _) => CHALLENGE_WAIT,
             (Stage::Start, Some(d)) => d.saturating_duration_since(now).min(self.window),
+            // A spare waits without the join's deadline: only node 0's silence ends its wait.
             _ => self.window,
         }
     }
@@ -248,6 +263,15 @@ impl Peer {
                 source: e.unwrap_or_else(closed),
             },
             (Stage::Start, _) if timed_out && late => End::TimedOut(None),
+            (Stage::Spare { .. }, e) => End::Broken {
+                what: "wait as a spare",
+                source: match e {
+                    Some(e) if timed_out => {
+                        std::io::Error::new(e.kind(), why_closed(Some(&e), self.window))
+                    }
+                    e => e.unwrap_or_else(closed),
+                },
+            },
             (Stage::Start, Some(e)) if timed_out => End::Broken {
                 what: WAIT_FOR_START,
                 source: std::io::Error::new(e.kind(), why_closed(Some(&e), self.window)),
@@ -324,10 +348,32 @@ impl Peer {
                 End::Refused("node 0 did not answer the hello".into()),
             ),
             (Stage::Start, m @ Msg::Start { .. }) => {
-                if let Some(place) = m.place() {
+                if let Some(place) = m.place(self.join.node) {
                     self.stage = Stage::Running;
                     events.push(Event::Started(place));
                 }
+            }
+            (Stage::Start, Msg::Spare { .. }) => {
+                self.deadline = None;
+                self.stage = Stage::Spare { seat: None };
+            }
+            (Stage::Spare { .. }, Msg::Seated { node, .. }) => {
+                self.stage = Stage::Spare { seat: Some(node) };
+            }
+            (Stage::Spare { seat: Some(node) }, m @ Msg::Start { .. }) => {
+                if let Some(place) = m.place(*node) {
+                    self.stage = Stage::Running;
+                    events.push(Event::Started(place));
+                }
+            }
+            (Stage::Spare { .. }, Msg::Finish { failure }) => {
+                over(self, events, End::Released(failure.map(Box::new)))
+            }
+            (Stage::Spare { .. }, Msg::Reject { reason }) if reason.starts_with(NOT_EVERY_NODE) => {
+                over(self, events, End::TimedOut(Some(reason)))
+            }
+            (Stage::Spare { .. }, Msg::Reject { reason }) => {
+                over(self, events, End::Refused(reason))
             }
             (Stage::Start, Msg::Reject { reason }) if reason.starts_with(NOT_EVERY_NODE) => {
                 over(self, events, End::TimedOut(Some(reason)))
@@ -336,7 +382,7 @@ impl Peer {
             (Stage::Start, Msg::Finish { failure: Some(r) }) => {
                 over(self, events, End::Ended(Box::new(r)))
             }
-            (Stage::Start | Stage::Running, m) => events.push(Event::Msg(m)),
+            (Stage::Start | Stage::Spare { .. } | Stage::Running, m) => events.push(Event::Msg(m)),
             (Stage::Over, _) => {}
         }
     }
@@ -504,6 +550,7 @@ mod tests {
         assert_eq!(
             *place,
             Place {
+                node: 1,
                 world_size: 4,
                 rank_offset: 2,
                 attempt: 0,

@@ -215,6 +215,14 @@ pub enum Msg {
         attempt: u32,
         stacks: Vec<WireStack>,
     },
+    /// Server → a spare (a launcher whose node rank is at or beyond the world's `nodes`): it is
+    /// admitted, runs no ranks and waits, without the join's deadline, until it takes a lost node's
+    /// place (`Seated`, then that node's `Start`) or the run ends (`Finish`).
+    Spare { nodes: u32 },
+    /// Server → a spare: from now on it is node `node` of the world, for attempt `attempt` (its
+    /// `Start` follows). Node 0's server moves the spare's connection to that node rank as it
+    /// sends this.
+    Seated { node: u32, attempt: u32 },
     /// Server → every node: the world's hang verdict; print it and stop the ranks.
     Verdict {
         attempt: u32,
@@ -282,11 +290,18 @@ impl Unkillable {
     }
 }
 
-/// A node whose launcher was lost, as [`Msg::Wait`] names it.
+/// A node whose launcher was lost, as [`Msg::Wait`] names it and `--report_json`'s `lost_nodes`
+/// lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LostNode {
     pub node: u32,
     pub host: String,
+    /// The attempt it was lost in.
+    #[serde(default)]
+    pub attempt: u32,
+    /// Why: `its launcher's connection closed …`, `no heartbeat for 5 s …`.
+    #[serde(default)]
+    pub why: String,
 }
 
 impl LostNode {
@@ -315,8 +330,8 @@ impl Msg {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
-    /// This node's place in the world, when the message is node 0's `start`.
-    pub fn place(&self) -> Option<Place> {
+    /// The place in the world of node `node`, when the message is node 0's `start` to it.
+    pub fn place(&self, node: u32) -> Option<Place> {
         match self {
             Msg::Start {
                 attempt,
@@ -325,6 +340,7 @@ impl Msg {
                 stop_within_ms,
                 ..
             } => Some(Place {
+                node,
                 world_size: *world_size,
                 rank_offset: *rank_offset,
                 attempt: *attempt,
@@ -338,6 +354,9 @@ impl Msg {
 /// This node's place in the world, as the rendezvous assembled it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
+    /// This node's rank among the nodes: its `--machine_rank`, or for a spare the lost node's
+    /// whose place it took.
+    pub node: u32,
     pub world_size: u32,
     pub rank_offset: u32,
     /// The attempt this node starts with: 0, or the next one when it replaces a lost node's launcher.
@@ -414,15 +433,16 @@ mod tests {
             stop_within_ms: Some(28_000),
         };
         assert_eq!(
-            start.place(),
+            start.place(1),
             Some(Place {
+                node: 1,
                 world_size: 4,
                 rank_offset: 2,
                 attempt: 1,
                 stop_within: Some(Duration::from_secs(28)),
             })
         );
-        assert_eq!(m.place(), None);
+        assert_eq!(m.place(1), None);
         let f = rank_failure(1, 3);
         assert_eq!(f.exit_status(), ExitStatus::Worker(7));
         assert_eq!(

@@ -55,6 +55,7 @@ use super::handshakes::{Handshakes, MAX_PENDING};
 use super::munge::{Decoded, Munge};
 use super::protocol::lost_after;
 use super::protocol::{why_closed, Join, Msg};
+use super::spares::{self, Note, Roster};
 use super::ControlError;
 use crate::launch::hang::verdict::WireStack;
 
@@ -88,6 +89,8 @@ const FIRST_CONN: usize = 2;
 /// The server, hosted by node 0's launcher.
 pub(super) struct Server {
     pub(super) done: Arc<AtomicBool>,
+    /// The run's spares and lost nodes, as the coordinator last had them.
+    pub(super) roster: Arc<Mutex<Roster>>,
 }
 
 impl Server {
@@ -111,8 +114,14 @@ pub(super) struct ServerSettings {
     /// Node 0's own join: the run id, restarts and hang timeout every node must give.
     pub reference: Join,
     pub creds: Credentials,
-    /// `--quiet`: no note of the connections refused.
+    /// `--quiet`: no note of the connections refused, nor of spares.
     pub quiet: bool,
+    /// `--exclude_file`: each lost node's host is appended to it.
+    pub exclude_file: Option<std::path::PathBuf>,
+    /// `--replace_failing_nodes`: a node whose ranks fail is replaced by a waiting spare.
+    pub replace_failing: bool,
+    /// `--drain_lost_nodes`: each lost node is drained.
+    pub drain: Option<super::Drain>,
 }
 
 pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> {
@@ -144,9 +153,11 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
     };
     let done = Arc::new(AtomicBool::new(false));
     let d = Arc::clone(&done);
+    let roster = Arc::new(Mutex::new(Roster::default()));
     let c = Coordinator::new(set.reference.nodes)
         .with_reference(&set.reference)
-        .join_timeout(Instant::now(), set.join_timeout);
+        .join_timeout(Instant::now(), set.join_timeout)
+        .replace_failing(set.replace_failing);
     let mut l = Loop {
         read_buf: Vec::new(),
         poll,
@@ -167,6 +178,10 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
         heartbeat: set.heartbeat * BEAT_EVERY,
         partial: 0,
         stacks_kept: 0,
+        quiet: set.quiet,
+        exclude_file: set.exclude_file.clone(),
+        drain: set.drain.clone(),
+        roster: Arc::clone(&roster),
     };
     std::thread::Builder::new()
         .name("control-server".into())
@@ -175,7 +190,7 @@ pub(super) fn start_server(set: ServerSettings) -> Result<Server, ControlError> 
             d.store(true, Ordering::Relaxed);
         })
         .map_err(bind_err)?;
-    Ok(Server { done })
+    Ok(Server { done, roster })
 }
 
 /// One descriptor per node: the soft open-file limit (often 1024) is raised to the hard one.
@@ -343,6 +358,10 @@ struct Loop {
     partial: usize,
     /// Stack bytes kept for the attempt's verdict.
     stacks_kept: usize,
+    quiet: bool,
+    exclude_file: Option<std::path::PathBuf>,
+    drain: Option<super::Drain>,
+    roster: Arc<Mutex<Roster>>,
 }
 
 impl Loop {
@@ -757,8 +776,46 @@ impl Loop {
             .collect()
     }
 
-    /// The coordinator's messages, queued for their nodes.
+    /// The coordinator's messages, queued for their nodes; then what it noted of spares and lost
+    /// nodes is said, and carried out.
     fn dispatch(&mut self, out: Vec<(To, Msg)>) {
+        self.deliver(out);
+        self.told();
+    }
+
+    /// What the coordinator noted of spares and lost nodes: a line on node 0's stderr for each of a
+    /// spare (not under `--quiet`), a lost node's host appended to `--exclude_file`, and the roster
+    /// for node 0's `--report_json`.
+    fn told(&mut self) {
+        let notes = self.c.take_notes();
+        if notes.is_empty() {
+            return;
+        }
+        for n in &notes {
+            // A loss is said by the failure line every node prints; its note is for the file.
+            if !self.quiet && !matches!(n, Note::Lost(_)) {
+                eprintln!("accel-launch: note: {}", n.line());
+            }
+            let Note::Lost(l) = n else { continue };
+            if let Some(path) = &self.exclude_file {
+                if let Err(e) = spares::exclude(path, &l.host) {
+                    eprintln!(
+                        "accel-launch: warning: cannot add {} to --exclude_file {}: {e}",
+                        l.host,
+                        path.display()
+                    );
+                }
+            }
+            if let Some(d) = &self.drain {
+                d.start(&l.host, &l.why);
+            }
+        }
+        if let Ok(mut r) = self.roster.lock() {
+            *r = self.c.roster().clone();
+        }
+    }
+
+    fn deliver(&mut self, out: Vec<(To, Msg)>) {
         for (to, m) in out {
             if matches!(m, Msg::Autopsy { .. }) {
                 self.stacks_kept = 0;
@@ -766,6 +823,22 @@ impl Loop {
             match to {
                 To::Node(n) => {
                     if let Some(slot) = self.node_conn.get(&n).copied() {
+                        self.send(slot, &m);
+                    }
+                }
+                To::Seat { spare, node } => {
+                    // The spare's connection is node `node`'s from now on: what it says is that
+                    // node's, and the world's messages to that node go to it. A launcher still
+                    // connected as that node (replaced for its failing ranks) was told the run's
+                    // end for it: its last words leave, and nothing it says counts.
+                    if let Some(old) = self.node_conn.remove(&node) {
+                        self.linger_then_close(old);
+                    }
+                    if let Some(slot) = self.node_conn.remove(&spare) {
+                        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+                            conn.stage = Stage::Member { node };
+                        }
+                        self.node_conn.insert(node, slot);
                         self.send(slot, &m);
                     }
                 }

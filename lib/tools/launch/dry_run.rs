@@ -108,6 +108,16 @@ pub fn print(req: &Request, run: &Run, plan: &Plan, join_timeout: Duration) -> R
         if req.torchrun.nproc_per_node.is_some() {
             o.push_str("world = assembled when every node has joined (ranks below assume every node runs this node's count)\n");
         }
+        if let Some(t) = plan
+            .topology
+            .as_ref()
+            .filter(|t| t.node_rank >= t.num_nodes)
+        {
+            o.push_str(&format!(
+                "spare = node {} of a {}-node world: it runs no ranks until it takes the place of a lost node, whose node rank, RANKs and GROUP_RANK its ranks then get (those below are placeholders)\n",
+                t.node_rank, t.num_nodes
+            ));
+        }
     }
     if let Some(s) = requeue_signal {
         o.push_str(&format!(

@@ -2,7 +2,9 @@
 //! (node 0, master port + 1) before any rank starts, proven by the run's secret, or under SLURM by
 //! MUNGE, and learns its place in the world (its ranks' offset, the world size). A join that fails
 //! ends the run here: the error is rendered, SLURM's warning while joining requeues the job (node 0
-//! asks), and `--report_json` says the run ended in the join.
+//! asks), and `--report_json` says the run ended in the join. A spare (a node rank at or beyond
+//! the world's) waits in the join until it takes a lost node's place, or the run ends: it then
+//! exits with the world's status.
 
 use std::sync::Arc;
 
@@ -52,22 +54,49 @@ pub fn join(
         ..crate::launch::Options::default()
     };
     let (node, host) = (t.node_rank, crate::host::hostname());
+    let spare = node >= t.num_nodes;
+    if spare && !cx.req.quiet {
+        eprintln!(
+            "{TOOL}: node {node} is a spare (the world has {} nodes): it runs no ranks until it takes the place of a lost node, and exits with the run's status",
+            t.num_nodes
+        );
+        if cx.req.max_restarts == 0 {
+            // A take-over is the world's next attempt: without one, a loss ends the run.
+            crate::error::warn(
+                TOOL,
+                "--max_restarts 0: no node's place can be taken, since the world has no next attempt (give every node --max_restarts 1 or more)",
+                cx.env,
+            );
+        }
+    }
     let stopped = || {
         let sig = cx.signals?.next()?;
         supervise::stopped_between_attempts(&noting, node, &host, sig)
     };
     let (link, place) = match Link::join(&settings, stopped) {
-        Ok(j) => j,
+        Ok(control::Joined::World(link, place)) => (link, place),
+        Ok(control::Joined::Released(failure)) => {
+            return Ok(Joined::Ended(released(cx, t, failure, report.take())))
+        }
         Err(e) => return Ok(Joined::Ended(ended_in_join(cx, t, e, report.take()))),
     };
+    t.node_rank = place.node;
     t.assembled = Some(Assembled {
         world_size: place.world_size,
         rank_offset: place.rank_offset,
     });
     if place.attempt > 0 && !cx.req.quiet {
+        let who = if spare {
+            format!(
+                "spare node {node} takes the place of lost node {}",
+                place.node
+            )
+        } else {
+            format!("node {} replaces its lost launcher", place.node)
+        };
         eprintln!(
-            "{TOOL}: node {} replaces its lost launcher: joining restart {} of {}",
-            t.node_rank, place.attempt, cx.req.max_restarts
+            "{TOOL}: {who}: joining restart {} of {}",
+            place.attempt, cx.req.max_restarts
         );
     }
     Ok(Joined::Link(Arc::new(link)))
@@ -126,7 +155,63 @@ fn settings(
         },
         join_timeout: sup.join_timeout,
         heartbeat: control::HEARTBEAT,
+        exclude_file: cx.req.exclude_file.clone(),
+        replace_failing: cx.req.replace_failing_nodes,
+        drain: drain(cx, t),
     })
+}
+
+/// `--drain_lost_nodes` on node 0: the drain of this SLURM job, or a note why there is none.
+fn drain(cx: &Context<'_>, t: &Topology) -> Option<control::Drain> {
+    if !cx.req.drain_lost_nodes || t.node_rank != 0 {
+        return None;
+    }
+    match control::Drain::for_job(cx.env) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            eprintln!("{TOOL}: note: --drain_lost_nodes: no node will be drained: {why}");
+            None
+        }
+    }
+}
+
+/// A spare whose wait ended with the run, before any node was lost: it exits with the world's
+/// status (0 when every rank succeeded), saying so, and `--report_json` says it was a spare.
+fn released(
+    cx: &Context<'_>,
+    t: &Topology,
+    failure: Option<control::FailureReport>,
+    report: Option<Report>,
+) -> ExitStatus {
+    let status = failure
+        .as_ref()
+        .map_or(ExitStatus::Success, control::FailureReport::exit_status);
+    if !cx.req.quiet {
+        match &failure {
+            None => eprintln!(
+                "{TOOL}: spare node {}: the run succeeded without it",
+                t.node_rank
+            ),
+            Some(f) => eprintln!(
+                "{TOOL}: spare node {}: the run ended before it was needed: {}",
+                t.node_rank,
+                f.headline()
+            ),
+        }
+    }
+    if let Some(report) = report {
+        let ended = Unstarted {
+            node: t.node_rank,
+            num_nodes: t.num_nodes,
+            status,
+            failure,
+            error: String::new(),
+        };
+        if let Err(e) = report.write_spare(&ended) {
+            render(TOOL, &e, cx.env);
+        }
+    }
+    status
 }
 
 /// A join that failed: rendered; SLURM's warning while joining requeues the job (node 0 asks), as

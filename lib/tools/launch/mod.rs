@@ -181,7 +181,8 @@ fn supervised(
         }
     }
     if let Some(report) = report {
-        if let Err(e) = report.write(&plan, &outcome) {
+        let roster = opts.control.as_ref().and_then(|l| l.roster());
+        if let Err(e) = report.write(&plan, &outcome, roster) {
             // The run's own status stands; only a run that succeeded turns into an output failure.
             let code = render(TOOL, &e, env);
             if status == ExitStatus::Success {

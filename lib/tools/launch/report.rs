@@ -71,9 +71,31 @@ impl Report {
         self.persist(&v)
     }
 
-    pub fn write(self, plan: &Plan, o: &launch::RunOutcome) -> Result<()> {
-        let t = plan.topology.as_ref();
+    /// A spare whose wait ended with the run: it ran no rank.
+    pub fn write_spare(self, u: &Unstarted) -> Result<()> {
         let v = json!({
+            "status": u.status.code(),
+            "ok": u.status == ExitStatus::Success,
+            "node": u.node,
+            "num_nodes": u.num_nodes,
+            "spare": true,
+            "world_size": null,
+            "host": crate::host::hostname(),
+            "failure": u.failure,
+            "ranks": [],
+        });
+        self.persist(&v)
+    }
+
+    /// How the run ended here; on node 0 of many, `roster` adds the run's spares and lost nodes.
+    pub fn write(
+        self,
+        plan: &Plan,
+        o: &launch::RunOutcome,
+        roster: Option<control::Roster>,
+    ) -> Result<()> {
+        let t = plan.topology.as_ref();
+        let mut v = json!({
             "status": o.status.code(),
             "ok": o.status == ExitStatus::Success,
             "node": t.map(|t| t.node_rank),
@@ -91,6 +113,10 @@ impl Report {
                 "stopped": r.end.stopped,
             })).collect::<Vec<_>>(),
         });
+        if let (Some(r), Some(map)) = (roster, v.as_object_mut()) {
+            map.insert("spares".into(), json!(r.spares));
+            map.insert("lost_nodes".into(), json!(r.lost_nodes));
+        }
         self.persist(&v)
     }
 

@@ -103,6 +103,9 @@ pub struct Request {
     pub json: bool,
     pub quiet: bool,
     pub report_json: Option<PathBuf>,
+    pub exclude_file: Option<PathBuf>,
+    pub replace_failing_nodes: bool,
+    pub drain_lost_nodes: bool,
 }
 
 impl Request {
@@ -177,6 +180,9 @@ impl Request {
             json: cli.json,
             quiet: cli.quiet,
             report_json: cli.report_json,
+            exclude_file: cli.exclude_file,
+            replace_failing_nodes: cli.replace_failing_nodes,
+            drain_lost_nodes: cli.drain_lost_nodes,
         })
     }
 
