@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::fabric::{CpuGroup, Fabric};
-use crate::util::proc::{kill_tree, Deadline, Reaper};
+use crate::util::proc::{busy_on, kill_tree, Deadline, Reaper};
 use crate::util::{bin, free_port, skip, ChildExt as _, CommandExt as _, WAIT};
 /// The rate of the links not under test, and of a throttled one, in Mbit/s.
 const BASE: u32 = 2000;
@@ -311,18 +311,6 @@ fn no_node_is_named_when_no_link_is_throttled() {
     }
 }
 
-/// A busy process pinned to CPU 1 (`taskset -c 1`), in the nodes' group.
-fn busy_on_cpu1(group: Option<&CpuGroup>) -> (Child, Reaper) {
-    let mut argv: Vec<String> = group.map(CpuGroup::wrap).unwrap_or_default();
-    argv.extend(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"].map(String::from));
-    let c = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .start();
-    let reaper = Reaper(c.id() as i32);
-    (c, reaper)
-}
-
 /// Three nodes of one rank (one thread each), the rank of node 1 pinned to CPU 1 and the others to
 /// CPU 0 (`taskset`): with a busy process sharing CPU 1 the rank of node 1 is named as the compute
 /// straggler (exit 6); without it nothing is named; [`RUNS`] times each.
@@ -358,7 +346,8 @@ fn a_rank_sharing_its_core_with_a_busy_process_is_a_compute_straggler() {
     };
     let group = cpu_group();
     for run in 0..runs() {
-        let (mut busy, _reaper) = busy_on_cpu1(group.as_ref());
+        let (mut busy, _reaper) =
+            busy_on(&group.as_ref().map(CpuGroup::wrap).unwrap_or_default(), "1");
         let outs = run_world(&f, group.as_ref(), 1, pinned, &args);
         kill_tree(busy.id() as i32);
         let _ = busy.wait();

@@ -17,7 +17,7 @@ use std::time::Instant;
 use crate::util::cgroup::Cgroup;
 use crate::util::fabric::CpuGroup;
 use crate::util::launcher::{launch_env, launcher, node_flags};
-use crate::util::proc::Reaper;
+use crate::util::proc::busy_on;
 use crate::util::{bin, fixture, skip, venv_bin, ChildExt as _, CommandExt as _, WAIT};
 
 /// What one launcher said on stderr (each line with the seconds since it started), and its report.
@@ -245,18 +245,6 @@ fn cpu_group() -> Option<CpuGroup> {
         eprintln!("note: no cgroup of its own (cgroup v1 cpu or v2 cpu.weight): measuring beside the machine's other work");
     }
     g
-}
-
-/// `prefix taskset -c CPU sh -c 'while :; do :; done'`, killed when dropped.
-fn busy_on(prefix: &[String], cpu: &str) -> (std::process::Child, Reaper) {
-    let mut argv: Vec<String> = prefix.to_vec();
-    argv.extend(["taskset", "-c", cpu, "sh", "-c", "while :; do :; done"].map(String::from));
-    let c = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .start();
-    let reaper = Reaper(c.id() as i32);
-    (c, reaper)
 }
 
 /// Two launchers on loopback, 2 ranks each: node 0's launcher (and so its ranks) pinned to CPU 0,

@@ -377,6 +377,22 @@ impl Drop for Reaper {
     }
 }
 
+/// A process that keeps one CPU busy, `prefix` (e.g. a cgroup's [`CpuGroup::wrap`]) then
+/// `taskset -c CPU sh -c 'while :; do :; done'`: the neighbour that slows what shares its core.
+/// Killed with the [`Reaper`] when that is dropped.
+///
+/// [`CpuGroup::wrap`]: crate::util::fabric::CpuGroup::wrap
+pub fn busy_on(prefix: &[String], cpu: &str) -> (Child, Reaper) {
+    let mut argv: Vec<String> = prefix.to_vec();
+    argv.extend(["taskset", "-c", cpu, "sh", "-c", "while :; do :; done"].map(String::from));
+    let c = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .start();
+    let reaper = Reaper(c.id() as i32);
+    (c, reaper)
+}
+
 /// A bound for a test that reads a process's output as it comes (a read that waits for the next
 /// line is a wait too): past `limit`, the process's tree is killed, so the read ends, and the test
 /// fails with this message on its stderr beside its own assertion.
