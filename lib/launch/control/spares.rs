@@ -22,6 +22,11 @@ use serde::Serialize;
 
 use super::protocol::{Join, LostNode};
 
+/// Spare joins one run takes, at most: each is kept in the run's record (its report), and a
+/// launcher that joins and leaves again and again (or a stranger where joins are not authenticated)
+/// must not grow node 0's memory and report without bound.
+pub const MAX_SPARE_JOINS: usize = 4096;
+
 /// A spare, as `--report_json`'s `spares` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SpareNode {
@@ -122,6 +127,11 @@ pub struct Spares {
 impl Spares {
     /// A spare's join; `Err` when another launcher already waits with its node rank.
     pub fn join(&mut self, j: &Join) -> Result<(), String> {
+        if self.roster.spares.len() >= MAX_SPARE_JOINS {
+            return Err(format!(
+                "this run has taken {MAX_SPARE_JOINS} spare joins already and takes no more"
+            ));
+        }
         if let Some(other) = self.waiting.get(&j.node) {
             return Err(format!(
                 "spare node {} is already waiting from host {}, and this launcher (host {}) has the same node rank: give each spare its own --machine_rank",
@@ -254,6 +264,18 @@ mod tests {
             [(3, None), (4, Some(1)), (5, None)]
         );
         assert_eq!(r.spares[0].gone.as_deref(), Some("lost"));
+    }
+
+    #[test]
+    fn spare_joins_are_capped() {
+        let mut s = Spares::default();
+        for n in 0..MAX_SPARE_JOINS as u32 {
+            s.join(&spare(2 + n, 1)).unwrap();
+            s.gone(2 + n, "left");
+        }
+        let e = s.join(&spare(2, 1)).unwrap_err();
+        assert!(e.contains("takes no more"), "{e}");
+        assert_eq!(s.roster().spares.len(), MAX_SPARE_JOINS);
     }
 
     /// The coordinator with spares: a spare joins at any time, runs no ranks, takes a lost node's
